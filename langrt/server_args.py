@@ -1,0 +1,104 @@
+"""ServerArgs: every runtime setting, its default, and its validation, in one frozen dataclass.
+
+`auto` values are resolved once by `resolve()` into a new object; nothing mutates an instance.
+The CLI is generated from the fields' metadata so flags and fields cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+ATTENTION_BACKENDS = ("auto", "torch")
+
+
+def _flag(help: str, choices: tuple[str, ...] | None = None, **kw):
+    return field(metadata={"help": help, "choices": choices}, **kw)
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    model_path: str | None = _flag("HF model directory or .gguf file (default: the built-in SmolLM2-135M-Instruct)", default=None)
+    tokenizer_path: str | None = _flag("tokenizer directory or .gguf file (default: the model's)", default=None)
+    load_format: str = _flag("weights format; dummy = seeded random weights", LOAD_FORMATS, default="auto")
+    dtype: str = _flag("serving dtype; auto = bfloat16 where the device runs it fast, else float32/float16", DTYPES, default="auto")
+    device: str = _flag("auto = cuda when present, else cpu", DEVICES, default="auto")
+    attention_backend: str = _flag("attention implementation; auto = the device's best", ATTENTION_BACKENDS, default="auto")
+    context_length: int | None = _flag("maximum tokens per request (prompt + output); default: the model's", default=None)
+    max_total_tokens: int | None = _flag("KV pool size in tokens; default: from --mem-fraction-static", default=None)
+    mem_fraction_static: float | None = _flag("fraction of free device memory (CPU: available RAM) for the KV pool; default 0.85 cuda, 0.2 cpu", default=None)
+    max_running_requests: int | None = _flag("requests decoded together at most; default 256 cpu, 1024 cuda", default=None)
+    max_prefill_tokens: int = _flag("new prompt tokens admitted into one prefill batch at most", default=8192)
+    random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
+    num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
+    log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            value = getattr(self, f.name)
+            if choices and value not in choices:
+                raise ValueError(f"--{_flag_name(f.name)} must be one of {', '.join(choices)}; got {value!r}")
+        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "max_prefill_tokens", "num_threads")
+        if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
+            raise ValueError(f"--mem-fraction-static must be in (0, 1); got {self.mem_fraction_static}")
+
+    def resolve(self) -> "ServerArgs":
+        """A copy with device, dtype, attention backend, threads and memory fraction made concrete."""
+        import torch
+
+        device = self.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
+        dtype = self.dtype if self.dtype != "auto" else _best_dtype(device)
+        return dataclasses.replace(
+            self,
+            device=device,
+            dtype=dtype,
+            attention_backend="torch" if self.attention_backend == "auto" else self.attention_backend,
+            mem_fraction_static=self.mem_fraction_static or (0.85 if device == "cuda" else 0.2),
+            max_running_requests=self.max_running_requests or (1024 if device == "cuda" else 256),
+            num_threads=self.num_threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
+        )
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        assert self.dtype != "auto", "resolve() first"
+        return getattr(torch, self.dtype)
+
+
+def _flag_name(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _check_positive(args: ServerArgs, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise ValueError(f"--{_flag_name(name)} must be positive; got {value}")
+
+
+def _best_dtype(device: str) -> str:
+    """bfloat16 where matmuls run natively in it (CUDA sm80+, CPUs with AVX512-BF16 or AMX)."""
+    import torch
+
+    if device == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "bfloat16" if _cpu_has_fast_bf16() else "float32"
+
+
+def _cpu_has_fast_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
