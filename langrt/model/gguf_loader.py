@@ -1,0 +1,447 @@
+"""GGUF files (llama.cpp's format): metadata, an HF-style config, dequantized weights, tokenizer.
+
+A GGUF file is a header (key/value metadata, then one record per tensor: name, dims, ggml type,
+offset) followed by the aligned tensor data. The header is parsed here with `struct` over a
+memory map rather than with `gguf.GGUFReader`, which builds a numpy view per array element and
+takes ~2 s on SmolLM2's 49k-token vocabulary (this parser: ~0.1 s). Tensor data is never read
+until `iter_weights` asks for it; dequantization uses `gguf.quants`.
+
+Layout facts the code relies on:
+- GGUF lists dims innermost first (ne0 = row length), so a tensor's torch shape is the reverse:
+  `token_embd.weight` with dims [hidden, vocab] is HF's `embed_tokens.weight` [vocab, hidden].
+- llama.cpp's converter permutes the rows of attn_q / attn_k (weights and biases) of Llama-arch
+  models, turning each head's "first half / second half" rotary layout into interleaved pairs.
+  `_unpermute_rows` undoes it; qwen2 files are stored unpermuted.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import mmap
+import os
+import re
+import struct
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+import gguf
+import numpy as np
+import torch
+
+from langrt.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+logger = logging.getLogger(__name__)
+
+_MAGIC = b"GGUF"
+_SUPPORTED_VERSIONS = (2, 3)
+_DEFAULT_ALIGNMENT = 32
+# GGUF metadata value types (gguf.GGUFValueType) -> struct format / numpy dtype.
+_STRING, _ARRAY = 8, 9
+_SCALAR_FORMATS = {
+    0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d",
+}
+_ARRAY_DTYPES = {
+    0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
+    7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64,
+}
+
+# GGUF architecture -> (HF model_type, HF class, q/k rows permuted by llama.cpp's converter).
+_ARCHITECTURES = {
+    "llama": ("llama", "LlamaForCausalLM", True),
+    "qwen2": ("qwen2", "Qwen2ForCausalLM", False),
+}
+_MISTRAL = ("mistral", "MistralForCausalLM", True)  # stored as arch "llama"; told apart by name
+
+# GGUF tensor names -> HF parameter names (the architectures above share them).
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+# Tensors that carry no parameter: llama3 rope factors (folded into `rope_scaling`).
+_NON_PARAMETERS = {"rope_freqs.weight"}
+# llama.cpp's converter assumes this when a llama3-scaled config does not say (convert_hf_to_gguf.py).
+_LLAMA3_DEFAULT_ORIGINAL_CONTEXT = 8192
+
+
+@dataclass(frozen=True)
+class GGUFTensorInfo:
+    """Where one tensor lies in the file. `shape` is in torch order (the GGUF dims reversed)."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int  # absolute byte offset in the file
+    nbytes: int
+
+    @property
+    def type_name(self) -> str:
+        return gguf.GGMLQuantizationType(self.ggml_type).name
+
+
+class _HeaderParser:
+    """Sequential reader of the GGUF header; raises ModelLoadError on anything malformed."""
+
+    def __init__(self, buf: mmap.mmap, path: Path):
+        self.buf, self.path, self.pos = buf, path, 0
+
+    def fail(self, what: str) -> ModelLoadError:
+        return ModelLoadError(f"{self.path} is not a valid GGUF file: {what} (at byte {self.pos})")
+
+    def take(self, n: int) -> int:
+        start = self.pos
+        if n < 0 or start + n > len(self.buf):
+            raise self.fail(f"needs {n} more bytes but the file ends at {len(self.buf)}")
+        self.pos = start + n
+        return start
+
+    def scalar(self, fmt: str) -> Any:
+        return struct.unpack_from(fmt, self.buf, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        n = self.scalar("<Q")
+        start = self.take(n)
+        return self.buf[start : start + n].decode("utf-8", errors="replace")
+
+    def value(self, vtype: int) -> Any:
+        if vtype in _SCALAR_FORMATS:
+            return self.scalar(_SCALAR_FORMATS[vtype])
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            return self.array()
+        raise self.fail(f"unknown metadata value type {vtype}")
+
+    def array(self) -> list[Any]:
+        itype, count = self.scalar("<I"), self.scalar("<Q")
+        if itype in _ARRAY_DTYPES:
+            dtype = np.dtype(_ARRAY_DTYPES[itype])
+            start = self.take(count * dtype.itemsize)
+            return np.frombuffer(self.buf, dtype=dtype, count=count, offset=start).tolist()
+        if itype == _STRING:
+            # The hot loop of the header (vocabularies, merges): keep it free of method calls.
+            if count * 8 > len(self.buf) - self.pos:
+                raise self.fail(f"string array of {count} items cannot fit in the file")
+            buf, pos, end, out = self.buf, self.pos, len(self.buf), []
+            unpack = struct.Struct("<Q").unpack_from
+            for _ in range(count):
+                (n,) = unpack(buf, pos)
+                pos += 8
+                if pos + n > end:
+                    self.pos = pos
+                    raise self.fail("a string runs past the end of the file")
+                out.append(buf[pos : pos + n].decode("utf-8", errors="replace"))
+                pos += n
+            self.pos = pos
+            return out
+        return [self.value(itype) for _ in range(count)]
+
+    def header(self) -> tuple[dict[str, Any], list[GGUFTensorInfo]]:
+        if self.buf[:4] != _MAGIC:
+            raise self.fail("bad magic (expected b'GGUF')")
+        self.take(4)
+        version = self.scalar("<I")
+        if version & 0xFFFF == 0:
+            raise ModelLoadError(f"{self.path} is a big-endian GGUF file, which langrt does not read")
+        if version not in _SUPPORTED_VERSIONS:
+            raise ModelLoadError(f"{self.path} is GGUF version {version}; langrt reads versions 2 and 3")
+        n_tensors, n_kv = self.scalar("<Q"), self.scalar("<Q")
+        metadata: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = self.string()
+            metadata[key] = self.value(self.scalar("<I"))
+        records = [self.tensor_record() for _ in range(n_tensors)]
+        alignment = metadata.get("general.alignment", _DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+            raise self.fail(f"general.alignment {alignment!r} is not a power of two")
+        data_start = -(-self.pos // alignment) * alignment
+        return metadata, [self.tensor_info(*record, data_start) for record in records]
+
+    def tensor_info(self, name: str, dims: list[int], ggml_type: int, offset: int, data_start: int) -> GGUFTensorInfo:
+        try:
+            qtype = gguf.GGMLQuantizationType(ggml_type)
+        except ValueError:
+            raise ModelLoadError(f"{self.path}: tensor {name} has unknown ggml type id {ggml_type}") from None
+        block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        if dims and dims[0] % block:
+            raise self.fail(f"tensor {name}: rows of {dims[0]} do not split into {qtype.name} blocks of {block}")
+        nbytes = math.prod(dims) // block * type_size
+        start = data_start + offset
+        if start + nbytes > len(self.buf):
+            raise ModelLoadError(
+                f"{self.path} is truncated: tensor {name} needs bytes up to {start + nbytes} "
+                f"but the file has {len(self.buf)}"
+            )
+        return GGUFTensorInfo(name, tuple(reversed(dims)), int(qtype), start, nbytes)
+
+    def tensor_record(self) -> tuple[str, list[int], int, int]:
+        name = self.string()
+        n_dims = self.scalar("<I")
+        if n_dims > 8:
+            raise self.fail(f"tensor {name} claims {n_dims} dimensions")
+        dims = [self.scalar("<Q") for _ in range(n_dims)]
+        return name, dims, self.scalar("<I"), self.scalar("<Q")
+
+
+class GGUFFile:
+    """A GGUF model file, memory-mapped. Only Llama-family architectures (llama, mistral, qwen2)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {self.path}")
+        try:
+            with open(self.path, "rb") as f:
+                # Copy-on-write: numpy/torch views of it are writable (no read-only warnings),
+                # and nothing can ever be written back to the file.
+                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError) as e:  # ValueError: an empty file cannot be mapped
+            raise ModelLoadError(f"cannot read GGUF file {self.path}: {e}") from e
+        self.metadata, tensors = _HeaderParser(self._mm, self.path).header()
+        self.tensors: dict[str, GGUFTensorInfo] = {t.name: t for t in tensors}
+        self.architecture = self.metadata.get("general.architecture")
+        if self.architecture not in _ARCHITECTURES:
+            raise ModelLoadError(
+                f"{self.path}: GGUF architecture {self.architecture!r} is not supported; "
+                f"langrt loads {sorted(_ARCHITECTURES)} (Llama, Mistral, Qwen2 models)"
+            )
+
+    @property
+    def num_tensors(self) -> int:
+        """How many tensors `iter_weights` yields: the file's tensors less non-parameters (rope_freqs)."""
+        return sum(name not in _NON_PARAMETERS for name in self.tensors)
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.metadata.get("tokenizer.chat_template")
+
+    def _arch_key(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(f"{self.architecture}.{key}", default)
+
+    @cached_property
+    def _model_kind(self) -> tuple[str, str, bool]:
+        name = f"{self.metadata.get('general.name', '')} {self.metadata.get('general.basename', '')}"
+        if self.architecture == "llama" and "mistral" in name.lower():
+            return _MISTRAL
+        return _ARCHITECTURES[self.architecture]
+
+    @property
+    def hf_config(self) -> dict[str, Any]:
+        """The model's config as HF's config.json would have it (a fresh copy on each access)."""
+        return copy.deepcopy(self._hf_config)
+
+    @cached_property
+    def _hf_config(self) -> dict[str, Any]:
+        model_type, hf_class, _ = self._model_kind
+        required = ("embedding_length", "block_count", "attention.head_count", "feed_forward_length")
+        bad = [k for k in required if not isinstance(self._arch_key(k), int) or self._arch_key(k) <= 0]
+        if bad:
+            keys = ", ".join(f"{self.architecture}.{key}" for key in bad)
+            raise ModelLoadError(f"{self.path}: the metadata lacks a positive {keys}, so the model's shape is unknown")
+        hidden = self._arch_key("embedding_length")
+        heads = self._arch_key("attention.head_count")
+        embed = self.tensors.get("token_embd.weight")
+        if embed is None:
+            raise ModelLoadError(f"{self.path}: no token_embd.weight tensor")
+        has_bias = any(f"blk.0.attn_{p}.bias" in self.tensors for p in "qkv")
+        config = {
+            "model_type": model_type,
+            "architectures": [hf_class],
+            "vocab_size": embed.shape[0],
+            "hidden_size": hidden,
+            "intermediate_size": self._arch_key("feed_forward_length"),
+            "num_hidden_layers": self._arch_key("block_count"),
+            "num_attention_heads": heads,
+            "num_key_value_heads": self._arch_key("attention.head_count_kv", heads),
+            "head_dim": self._arch_key("attention.key_length", hidden // heads),
+            "hidden_act": "silu",
+            "rms_norm_eps": _shortest_float(self._arch_key("attention.layer_norm_rms_epsilon", 1e-6)),
+            "rope_theta": float(self._arch_key("rope.freq_base", 10000.0)),
+            "rope_scaling": self._rope_scaling(),
+            "max_position_embeddings": self._arch_key("context_length", 2048),
+            "tie_word_embeddings": "output.weight" not in self.tensors,
+            "attention_bias": has_bias,
+            "bos_token_id": self.metadata.get("tokenizer.ggml.bos_token_id"),
+            "eos_token_id": self.metadata.get("tokenizer.ggml.eos_token_id"),
+            "torch_dtype": self._torch_dtype_name(),
+        }
+        return config
+
+    def _torch_dtype_name(self) -> str:
+        """float32 / bfloat16 for files stored in them; float16 for F16 and for quantized files,
+        whose block scales are fp16."""
+        kinds = {gguf.GGMLQuantizationType(t.ggml_type) for t in self.tensors.values() if len(t.shape) == 2}
+        if kinds <= {gguf.GGMLQuantizationType.F32}:
+            return "float32"
+        if kinds <= {gguf.GGMLQuantizationType.BF16, gguf.GGMLQuantizationType.F32}:
+            return "bfloat16"
+        return "float16"
+
+    def _rope_scaling(self) -> dict[str, Any] | None:
+        scaling_type = self._arch_key("rope.scaling.type")
+        factor = self._arch_key("rope.scaling.factor")
+        original = self._arch_key("rope.scaling.original_context_length")
+        if "rope_freqs.weight" in self.tensors:
+            factors = self._tensor(self.tensors["rope_freqs.weight"], torch.float64).numpy()
+            head_dim = self._arch_key("rope.dimension_count") or 2 * len(factors)
+            base = float(self._arch_key("rope.freq_base", 10000.0))
+            return _llama3_rope_scaling(factors, base, head_dim, original or _LLAMA3_DEFAULT_ORIGINAL_CONTEXT)
+        if scaling_type in (None, "none") or factor is None:
+            return None
+        scaling: dict[str, Any] = {"rope_type": scaling_type, "factor": float(factor)}
+        if original is not None:
+            scaling["original_max_position_embeddings"] = original
+        return scaling
+
+    def tokenizer(self) -> PreTrainedTokenizerFast:
+        """The tokenizer described by the file's metadata, with its chat template."""
+        from langrt.model.tokenizer import tokenizer_from_gguf_metadata
+
+        return tokenizer_from_gguf_metadata(self.metadata, source=str(self.path))
+
+    def iter_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF parameter name, tensor in `dtype`) for every parameter tensor, in file order.
+
+        Each tensor owns its memory. `lm_head.weight` comes only from a file that has
+        `output.weight`; a tied model (`hf_config["tie_word_embeddings"]`) has none.
+        """
+        config = self._hf_config
+        permuted = self._model_kind[2]
+        head_counts = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
+        for info in self.tensors.values():
+            if info.name in _NON_PARAMETERS:
+                continue
+            name = self._hf_name(info.name)
+            expected = _expected_shape(name, config)
+            if info.shape != expected:
+                raise ModelLoadError(
+                    f"{self.path}: tensor {info.name} has shape {list(info.shape)}, but the metadata "
+                    f"describes a model whose {name} is {list(expected)}"
+                )
+            tensor = self._tensor(info, dtype)
+            proj = name.rsplit(".", 2)[-2]
+            if permuted and proj in head_counts:
+                tensor = _unpermute_rows(tensor, head_counts[proj])
+            yield name, tensor
+
+    def _hf_name(self, gguf_name: str) -> str:
+        if gguf_name in _GLOBAL_NAMES:
+            return _GLOBAL_NAMES[gguf_name]
+        match = _LAYER_TENSOR.fullmatch(gguf_name)
+        if match is None or match.group(2) not in _LAYER_NAMES:
+            raise ModelLoadError(
+                f"{self.path}: tensor {gguf_name} has no counterpart in an HF {self._model_kind[1]}; "
+                "this GGUF may be a variant langrt does not load"
+            )
+        layer, part, kind = match.groups()
+        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
+
+    def _tensor(self, info: GGUFTensorInfo, dtype: torch.dtype) -> torch.Tensor:
+        raw = np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+        qtype = gguf.GGMLQuantizationType(info.ggml_type)
+        native = _NATIVE_FLOATS.get(qtype)
+        if native is not None:
+            # Stored floats: reinterpret in place, and copy once (into `dtype`) out of the mapping.
+            return torch.from_numpy(raw).view(native).reshape(info.shape).to(dtype, copy=True)
+        byte_shape = (*info.shape[:-1], info.nbytes // max(1, math.prod(info.shape[:-1])))
+        try:
+            values = gguf.quants.dequantize(raw.reshape(byte_shape), qtype)
+        except NotImplementedError:
+            raise ModelLoadError(
+                f"{self.path}: tensor {info.name} is stored as {qtype.name}, which gguf.quants cannot "
+                "dequantize; re-quantize the model to a supported type (e.g. Q8_0, Q4_K, F16)"
+            ) from None
+        return torch.from_numpy(values).reshape(info.shape).to(dtype)
+
+
+_NATIVE_FLOATS = {
+    gguf.GGMLQuantizationType.F32: torch.float32,
+    gguf.GGMLQuantizationType.F16: torch.float16,
+    gguf.GGMLQuantizationType.BF16: torch.bfloat16,
+}
+
+
+def _expected_shape(name: str, config: dict[str, Any]) -> tuple[int, ...]:
+    """The shape HF gives parameter `name` in a model with this config."""
+    hidden, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    q_size = config["num_attention_heads"] * config["head_dim"]
+    kv_size = config["num_key_value_heads"] * config["head_dim"]
+    if name in ("model.embed_tokens.weight", "lm_head.weight"):
+        return (vocab, hidden)
+    if name == "model.norm.weight":
+        return (hidden,)
+    layer, module, kind = name.split(".", 3)[2], name.split(".")[-2], name.split(".")[-1]
+    if int(layer) >= config["num_hidden_layers"]:
+        return (0,)  # no such layer: never matches
+    rows, cols = {
+        "input_layernorm": (hidden, None),
+        "post_attention_layernorm": (hidden, None),
+        "q_proj": (q_size, hidden),
+        "k_proj": (kv_size, hidden),
+        "v_proj": (kv_size, hidden),
+        "o_proj": (hidden, q_size),
+        "gate_proj": (inter, hidden),
+        "up_proj": (inter, hidden),
+        "down_proj": (hidden, inter),
+    }[module]
+    return (rows,) if kind == "bias" or cols is None else (rows, cols)
+
+
+def _shortest_float(value: float) -> float:
+    """A float32 metadata value as the decimal it was written from (1e-5, not 9.99999974738e-06)."""
+    return float(np.format_float_positional(np.float32(value), unique=True))
+
+
+def _unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's q/k row permutation (convert_hf_to_gguf.py `LlamaModel.permute`).
+
+    Within each head the converter reorders rows from (pair j of half 0..1, index i) to
+    (index i, half j): row j*half + i moves to 2*i + j. Here rows go back.
+    """
+    rows = w.shape[0]
+    return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape).contiguous()
+
+
+def _llama3_rope_scaling(factors: np.ndarray, base: float, head_dim: int, original: int) -> dict[str, Any] | None:
+    """Recover HF's llama3 `rope_scaling` from the per-frequency factors llama.cpp stores.
+
+    The converter writes f_i = 1 (short wavelengths), `factor` (long ones) or, in between,
+    1 / ((1 - s_i) / factor + s_i) with s_i = (original / wavelen_i - low) / (high - low).
+    Each in-between f_i gives one linear equation in (low, high); solve them by least squares.
+    """
+    factor = float(factors.max())
+    if factor <= 1.0 + 1e-6:
+        return None
+    wavelens = 2 * math.pi * base ** (np.arange(0, head_dim, 2, dtype=np.float64)[: len(factors)] / head_dim)
+    mid = (factors > 1 + 1e-4) & (factors < factor * (1 - 1e-4))
+    low, high = 1.0, 4.0  # Llama 3.1's values: used when too few in-between factors pin them down
+    if mid.sum() >= 2:
+        s = (1 / factors[mid] - 1 / factor) / (1 - 1 / factor)
+        a = np.stack([1 - s, s], axis=1)
+        (low, high), *_ = np.linalg.lstsq(a, original / wavelens[mid], rcond=None)
+    return {
+        "rope_type": "llama3",
+        "factor": round(factor, 4),
+        "low_freq_factor": round(float(low), 3),
+        "high_freq_factor": round(float(high), 3),
+        "original_max_position_embeddings": int(original),
+    }

@@ -1,0 +1,155 @@
+"""Writing GGUF files for tests, the way llama.cpp's convert_hf_to_gguf.py lays them out.
+
+`write_gguf` takes an HF state dict and config and writes llama.cpp's tensor names, its q/k row
+permutation for Llama-arch models, and tensors quantized with `gguf.quants.quantize`. This is an
+independent implementation of the converter, so reading its output back with `GGUFFile` checks
+the loader against the format rather than against itself.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import gguf
+import numpy as np
+import torch
+
+Q = gguf.GGMLQuantizationType
+
+_GLOBAL = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+_LAYER = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+_LAYER_PARAM = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
+
+
+def gguf_name(hf_name: str) -> str:
+    if hf_name in _GLOBAL:
+        return _GLOBAL[hf_name]
+    layer, module, kind = _LAYER_PARAM.fullmatch(hf_name).groups()
+    return f"blk.{layer}.{_LAYER[module]}.{kind}"
+
+
+def llamacpp_permute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """convert_hf_to_gguf.py's `LlamaModel.permute`: per head, rows [half 0 | half 1] -> interleaved."""
+    return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def encode_tensor(values: np.ndarray, qtype: Q) -> tuple[np.ndarray, Q]:
+    """(array for GGUFWriter.add_tensor, raw type) holding float32 `values` as `qtype`."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if qtype == Q.F32:
+        return values, qtype
+    if qtype == Q.F16:
+        return values.astype(np.float16), qtype
+    return gguf.quants.quantize(values, qtype), qtype
+
+
+def write_gguf(
+    path: str | Path,
+    state_dict: Mapping[str, torch.Tensor],
+    config: Any,
+    qtype: Q = Q.F32,
+    *,
+    tokenizer_metadata: Mapping[str, Any] | None = None,
+    extra_tensors: Mapping[str, np.ndarray] | None = None,
+    name: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write an HF Llama / Mistral / Qwen2 model (its state dict and PretrainedConfig) as GGUF.
+
+    Matrices are stored as `qtype`; vectors (norms, biases) as F32, as llama.cpp does. A tied
+    `lm_head.weight` is left out. `tokenizer_metadata` holds `tokenizer.*` keys to copy (e.g.
+    from the built-in model's file); `metadata` any further keys.
+    """
+    arch = "qwen2" if config.model_type == "qwen2" else "llama"
+    permute = arch == "llama"
+    heads = config.num_attention_heads
+    kv_heads = config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(name or f"tiny-{config.model_type}")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_freq_base(_rope_theta(config))
+    writer.add_rope_dimension_count(head_dim)
+    if head_dim != config.hidden_size // heads:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    writer.add_vocab_size(config.vocab_size)
+    for key, value in {**(tokenizer_metadata or {}), **(metadata or {})}.items():
+        _add_metadata(writer, key, value)
+    tied = getattr(config, "tie_word_embeddings", False)
+    for hf_name, tensor in state_dict.items():
+        if tied and hf_name == "lm_head.weight":
+            continue
+        values = tensor.detach().to(torch.float32).numpy()
+        if permute and ".self_attn.q_proj." in hf_name:
+            values = llamacpp_permute(values, heads)
+        elif permute and ".self_attn.k_proj." in hf_name:
+            values = llamacpp_permute(values, kv_heads)
+        data, raw_type = encode_tensor(values, qtype if values.ndim == 2 else Q.F32)
+        writer.add_tensor(gguf_name(hf_name), data, raw_dtype=raw_type if raw_type not in (Q.F32, Q.F16) else None)
+    for extra_name, values in (extra_tensors or {}).items():
+        writer.add_tensor(extra_name, np.ascontiguousarray(values, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
+
+
+def _rope_theta(config: Any) -> float:
+    theta = getattr(config, "rope_theta", None)
+    if theta is None:  # transformers 5 keeps it in rope_parameters
+        theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+    return float(theta)
+
+
+def _add_metadata(writer: gguf.GGUFWriter, key: str, value: Any) -> None:
+    if isinstance(value, bool):
+        writer.add_bool(key, value)
+    elif isinstance(value, int):
+        writer.add_uint32(key, value)
+    elif isinstance(value, float):
+        writer.add_float32(key, value)
+    elif isinstance(value, str):
+        writer.add_string(key, value)
+    else:
+        writer.add_array(key, list(value))
+
+
+def tokenizer_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The `tokenizer.*` entries of a GGUF file's metadata."""
+    return {key: value for key, value in metadata.items() if key.startswith("tokenizer.")}
+
+
+def write_vocab_gguf(path: str | Path, tokenizer_metadata: Mapping[str, Any], arch: str = "llama") -> Path:
+    """A vocabulary-only GGUF (no tensors), like llama.cpp's models/ggml-vocab-*.gguf."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in tokenizer_metadata.items():
+        _add_metadata(writer, key, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
