@@ -1,0 +1,147 @@
+"""Req: one generation request as the scheduler tracks it, and why it finished."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from langrt.managers.incremental_decoder import IncrementalDecoder
+from langrt.sampling.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class FinishReason:
+    """API.md §7: type `length`, `stop` (matched string or token id) or `abort`."""
+
+    type: str
+    length: int | None = None
+    matched: str | int | None = None
+    message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.type == "length":
+            return {"type": "length", "length": self.length}
+        if self.type == "stop":
+            return {"type": "stop", "matched": self.matched}
+        return {"type": "abort", "message": self.message}
+
+    @classmethod
+    def by_length(cls, length: int) -> "FinishReason":
+        return cls("length", length=length)
+
+    @classmethod
+    def by_stop(cls, matched: str | int | None) -> "FinishReason":
+        return cls("stop", matched=matched)
+
+    @classmethod
+    def by_abort(cls, message: str) -> "FinishReason":
+        return cls("abort", message=message)
+
+
+@dataclass
+class LogprobRecord:
+    """Logprobs of some positions: one (logprob, token id) per position, plus the top-k lists."""
+
+    values: list[float | None] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    top: list[list[tuple[float, int]] | None] = field(default_factory=list)
+
+
+@dataclass
+class Req:
+    rid: str
+    input_ids: list[int]
+    params: SamplingParams
+    return_logprob: bool = False
+    logprob_start_len: int = -1  # -1: output only
+    top_logprobs_num: int = 0
+
+    output_ids: list[int] = field(default_factory=list)
+    req_pool_idx: int | None = None
+    kv_len: int = 0  # leading tokens whose K/V are in the pool
+    finish_reason: FinishReason | None = None
+    generator: torch.Generator | None = None
+    decoder: IncrementalDecoder | None = None
+    output_text: str = ""  # final text, set by finish() (stop strings trimmed)
+    input_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
+    output_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
+
+    def __post_init__(self):
+        assert self.input_ids, "a request needs at least one prompt token"
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.input_ids) + len(self.output_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.input_ids + self.output_ids
+
+    @property
+    def input_logprob_start(self) -> int:
+        """First prompt position whose logprob is reported (== prompt_len: none)."""
+        if not self.return_logprob or self.logprob_start_len < 0:
+            return self.prompt_len
+        return min(self.logprob_start_len, self.prompt_len)
+
+    def finish(self, reason: FinishReason, text_end: int | None = None) -> None:
+        """Mark finished; the output text is the decoded text, cut at `text_end` if given."""
+        self.finish_reason = reason
+        if text_end is None:
+            self.decoder.flush()
+            text_end = len(self.decoder.text)
+        self.output_text = self.decoder.text[:text_end]
+
+    def max_seq_len(self, context_len: int) -> int:
+        """Tokens this request can hold at most: prompt + max_new_tokens, capped by the context."""
+        return min(self.prompt_len + self.params.max_new_tokens, context_len)
+
+
+class StopChecker:
+    """Decides, after each new token, whether a request is done (API.md §2/§7 semantics)."""
+
+    def __init__(self, eos_token_ids: set[int], context_len: int):
+        self.eos_token_ids = eos_token_ids
+        self.context_len = context_len
+
+    def update(self, req: Req, token_id: int) -> None:
+        """Call after appending `token_id` to req.output_ids; finishes the request if it is done."""
+        p = req.params
+        n_out = len(req.output_ids)
+        may_stop = n_out > p.min_new_tokens  # stops are ignored before min_new_tokens
+        if may_stop and (token_id in p.stop_token_ids or (not p.ignore_eos and token_id in self.eos_token_ids)):
+            req.finish(FinishReason.by_stop(token_id))  # the stop token itself is not detokenized
+            return
+        new_text = req.decoder.push([token_id])
+        if may_stop and new_text and self._check_stop_strings(req, len(new_text)):
+            return
+        if n_out >= p.max_new_tokens or req.seq_len >= self.context_len:
+            req.finish(FinishReason.by_length(n_out))
+
+    def _check_stop_strings(self, req: Req, new_len: int) -> bool:
+        text = req.decoder.text
+        p = req.params
+        hits = []
+        if p.stop:
+            # Only a match that overlaps the new text can be new.
+            start = max(0, len(text) - new_len - max(map(len, p.stop)) + 1)
+            hits = [(i, s, i + len(s)) for s in p.stop if (i := text.find(s, start)) >= 0]
+        for pattern in p.stop_regex:
+            if m := re.search(pattern, text):
+                hits.append((m.start(), m.group(0), m.end()))
+        if not hits:
+            return False
+        start, matched, end = min(hits)
+        req.finish(FinishReason.by_stop(matched), text_end=len(text) if p.no_stop_trim else start)
+        return True

@@ -1,0 +1,34 @@
+"""The attention backend interface.
+
+A backend is built once per ModelRunner over the two pools. For every forward pass the runner
+calls `prepare(batch)` once; the returned `Attention` object carries that pass's metadata (index
+tables, masks) and is handed explicitly through the model's layers, so nothing is stored on the
+backend between passes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from langrt.model.forward_batch import ForwardBatch
+
+
+class Attention(ABC):
+    """Attention for one forward pass."""
+
+    @abstractmethod
+    def attend(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q [T, H*D], k/v [T, Hkv*D] of the batch's new tokens (rotary already applied).
+
+        Writes k/v into the KV pool at the batch's `out_cache_loc`, then returns [T, H*D]: each
+        new token attends causally to its request's whole sequence read through `req_to_token`
+        (cached prefix, earlier tokens, and the new tokens up to itself).
+        """
+
+
+class AttentionBackend(ABC):
+    @abstractmethod
+    def prepare(self, batch: ForwardBatch) -> Attention:
+        """Build the per-pass metadata. Must not change the pools."""

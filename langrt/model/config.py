@@ -1,0 +1,119 @@
+"""ModelConfig: the architecture numbers langrt needs, read from an HF config.json dict.
+
+GGUF files are turned into the same dict by `gguf_loader.GGUFFile.hf_config`, so there is one
+parser for every source.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from langrt.errors import ModelLoadError
+
+# model_type -> whether q/k/v projections carry a bias by default.
+SUPPORTED_MODEL_TYPES = {"llama": False, "mistral": False, "qwen2": True}
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: Mapping[str, Any] | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    sliding_window: int | None
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+
+    def __post_init__(self):
+        assert self.num_heads % self.num_kv_heads == 0, "num_heads must be a multiple of num_kv_heads"
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
+        model_type = d.get("model_type")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ModelLoadError(
+                f"unsupported model_type {model_type!r}; langrt serves {sorted(SUPPORTED_MODEL_TYPES)}"
+            )
+        num_heads = d["num_attention_heads"]
+        hidden = d["hidden_size"]
+        rope_theta, rope_scaling = _rope_settings(d)
+        return cls(
+            model_type=model_type,
+            vocab_size=d["vocab_size"],
+            hidden_size=hidden,
+            intermediate_size=d["intermediate_size"],
+            num_layers=d["num_hidden_layers"],
+            num_heads=num_heads,
+            num_kv_heads=d.get("num_key_value_heads") or num_heads,
+            head_dim=d.get("head_dim") or hidden // num_heads,
+            rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            max_position_embeddings=d.get("max_position_embeddings", 4096),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            attention_bias=bool(d.get("attention_bias", SUPPORTED_MODEL_TYPES[model_type])),
+            sliding_window=_sliding_window(d),
+            bos_token_id=d.get("bos_token_id"),
+            eos_token_ids=_as_tuple(d.get("eos_token_id")),
+        )
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> "ModelConfig":
+        config_file = Path(path) / "config.json"
+        if not config_file.is_file():
+            raise ModelLoadError(f"{path} has no config.json; expected an HF model directory or a .gguf file")
+        return cls.from_hf_dict(json.loads(config_file.read_text()))
+
+
+def _rope_settings(d: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] | None]:
+    """(theta, scaling) from either the transformers<5 keys or the newer `rope_parameters`."""
+    params = d.get("rope_parameters")
+    if params:
+        theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
+        scaling = params if params.get("rope_type", "default") != "default" else None
+    else:
+        theta = d.get("rope_theta", 10000.0)
+        scaling = d.get("rope_scaling")
+    if scaling is not None:
+        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            raise ModelLoadError(f"unsupported rope scaling {rope_type!r}; supported: {SUPPORTED_ROPE_TYPES}")
+        scaling = dict(scaling, rope_type=rope_type)
+    return float(theta), scaling
+
+
+def _sliding_window(d: Mapping[str, Any]) -> int | None:
+    window = d.get("sliding_window")
+    if d.get("model_type") == "qwen2" and not d.get("use_sliding_window", False):
+        return None
+    return int(window) if window else None
+
+
+def _as_tuple(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    return (int(value),)

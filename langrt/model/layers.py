@@ -1,0 +1,92 @@
+"""Building blocks of Llama-family models: RMSNorm, rotary embedding, SiLU-and-mul.
+
+Numerics follow HF transformers (norms in float32, rotary cos/sin computed in float32 and cast to
+the activation dtype) so logits match it to fp32 rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Without `residual`: norm(x). With it: (norm(x + residual), x + residual)."""
+        if residual is not None:
+            x = x + residual
+            return self._norm(x), x
+        return self._norm(x)
+
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half ("neox") rotary embedding over the first `rotary_dim` of each head."""
+
+    def __init__(self, head_dim: int, max_position: int, base: float, scaling: Mapping[str, Any] | None):
+        super().__init__()
+        self.head_dim = head_dim
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        inv_freq = _scale_inv_freq(inv_freq, scaling)
+        t = torch.arange(max_position, dtype=torch.float32)
+        freqs = torch.outer(t, inv_freq)
+        # Not a parameter, and not persistent: rebuilt from the config, never loaded.
+        self.register_buffer("cos", freqs.cos(), persistent=False)
+        self.register_buffer("sin", freqs.sin(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [T, H*D], k [T, Hkv*D] -> rotated copies of the same shapes."""
+        cos = self.cos[positions].to(q.dtype)[:, None, :]  # [T, 1, D/2]
+        sin = self.sin[positions].to(q.dtype)[:, None, :]
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.view(shape[0], -1, self.head_dim)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).view(shape)
+
+
+def _scale_inv_freq(inv_freq: torch.Tensor, scaling: Mapping[str, Any] | None) -> torch.Tensor:
+    if scaling is None:
+        return inv_freq
+    kind = scaling["rope_type"]
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "llama3":
+        return _llama3_inv_freq(inv_freq, scaling)
+    return inv_freq
+
+
+def _llama3_inv_freq(inv_freq: torch.Tensor, s: Mapping[str, Any]) -> torch.Tensor:
+    """Llama 3.1's frequency-dependent scaling: long wavelengths divided by `factor`, short ones
+    kept, and a smooth blend between `low_freq_factor` and `high_freq_factor`."""
+    factor, low, high = s["factor"], s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0)
+    old_len = s["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old_len / low, old_len / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(is_medium, blended, scaled)
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return nn.functional.silu(gate) * up

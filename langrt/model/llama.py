@@ -1,0 +1,146 @@
+"""The Llama family (Llama 2/3, Mistral, Qwen2/2.5) over langrt's paged attention.
+
+q/k/v are one fused projection and gate/up another, so a layer is four matmuls. `load_weights`
+takes HF parameter names and fills the fused tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from langrt.errors import ModelLoadError
+from langrt.model.attention import Attention
+from langrt.model.config import ModelConfig
+from langrt.model.layers import RMSNorm, RotaryEmbedding, silu_and_mul
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_id: int):
+        super().__init__()
+        self.layer_id = layer_id
+        self.q_size, self.kv_size = config.q_size, config.kv_size
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.rotary = RotaryEmbedding(
+            config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling
+        )
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, attn: Attention) -> torch.Tensor:
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k = self.rotary(positions, q, k)
+        return self.o_proj(attn.attend(self.layer_id, q, k, v))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_id: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = LlamaAttention(config, layer_id)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = LlamaMLP(config)
+
+    def forward(
+        self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, attn: Attention
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (this layer's output, the residual stream before it); their sum is the new stream."""
+        if residual is None:
+            residual, x = x, self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x, attn)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Attention) -> torch.Tensor:
+        """[T] token ids -> [T, hidden] final hidden states (after the last norm)."""
+        x = self.embed_tokens(input_ids)
+        residual = None
+        for layer in self.layers:
+            x, residual = layer(positions, x, residual, attn)
+        x, _ = self.norm(x, residual)
+        return x
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, hidden] -> [N, vocab] float32 logits."""
+        return nn.functional.linear(hidden, self.lm_head_weight).float()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named tensors into this model's (fused) parameters; every one must be filled."""
+        params = dict(self.named_parameters())
+        filled: set[str] = set()
+        for hf_name, tensor in weights:
+            target = _map_hf_name(hf_name, self.config)
+            if target is None:
+                continue
+            name, offset = target
+            if name not in params:
+                raise ModelLoadError(f"checkpoint tensor {hf_name} has no place in a {self.config.model_type} model")
+            param = params[name]
+            dest = param.data if offset is None else param.data.narrow(0, offset, tensor.shape[0])
+            if dest.shape != tensor.shape:
+                raise ModelLoadError(f"{hf_name}: checkpoint shape {tuple(tensor.shape)} != model {tuple(dest.shape)}")
+            dest.copy_(tensor)
+            filled.add(f"{name}@{offset}")
+        missing = [n for n in self._expected_fills() if n not in filled]
+        if missing:
+            raise ModelLoadError(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:3]}")
+
+    def _expected_fills(self) -> list[str]:
+        c = self.config
+        names = []
+        for name, _ in self.named_parameters():
+            if name.endswith("qkv_proj.weight") or name.endswith("qkv_proj.bias"):
+                names += [f"{name}@0", f"{name}@{c.q_size}", f"{name}@{c.q_size + c.kv_size}"]
+            elif name.endswith("gate_up_proj.weight"):
+                names += [f"{name}@0", f"{name}@{c.intermediate_size}"]
+            else:
+                names.append(f"{name}@None")
+        return names
+
+
+_FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+          "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}  # fmt: skip
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def _map_hf_name(hf_name: str, c: ModelConfig) -> tuple[str, int | None] | None:
+    """HF name -> (our parameter name, row offset into a fused tensor or None); None to skip."""
+    if hf_name.endswith(_IGNORED_SUFFIXES):
+        return None
+    name = hf_name.removeprefix("model.")
+    if name == "lm_head.weight" and c.tie_word_embeddings:
+        return None
+    parts = name.split(".")
+    if len(parts) >= 2 and parts[-2] in _FUSED:
+        fused, index = _FUSED[parts[-2]]
+        offsets = (0, c.q_size, c.q_size + c.kv_size) if fused == "qkv_proj" else (0, c.intermediate_size)
+        return ".".join(parts[:-2] + [fused, parts[-1]]), offsets[index]
+    return name, None

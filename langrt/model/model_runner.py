@@ -1,0 +1,95 @@
+"""ModelRunner: owns the model, the two memory pools and the attention backend.
+
+It runs one ForwardBatch at a time (extend or decode) and turns hidden states into logits; it
+knows nothing of requests, sampling or scheduling.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from langrt.errors import ModelLoadError
+from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
+from langrt.model.attention import create_attention_backend
+from langrt.model.config import ModelConfig
+from langrt.model.forward_batch import ForwardBatch
+from langrt.model.loader import ModelSource, load_model
+from langrt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    context_len: int
+    max_total_tokens: int
+    max_running_requests: int
+
+
+class ModelRunner:
+    def __init__(self, args: ServerArgs, source: ModelSource, config: ModelConfig, progress: bool = True):
+        assert args.device != "auto" and args.dtype != "auto", "ServerArgs.resolve() first"
+        self.args = args
+        self.config = config
+        self.device = torch.device(args.device)
+        self.dtype = args.torch_dtype
+        if self.device.type == "cpu":
+            torch.set_num_threads(args.num_threads)
+        self.model = load_model(
+            source, config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress
+        )
+        self.plan = plan_memory(args, config, self.dtype)
+        self.req_pool = ReqToTokenPool(self.plan.max_running_requests, self.plan.context_len, self.device)
+        self.kv_pool = TokenToKVPool(
+            self.plan.max_total_tokens, config.num_layers, config.num_kv_heads, config.head_dim, self.dtype, self.device
+        )
+        self.attn_backend = create_attention_backend(args.attention_backend, config, self.kv_pool, self.req_pool)
+        logger.info(
+            "model ready: %s %s on %s, KV pool %d tokens, context %d",
+            config.model_type, args.dtype, self.device, self.plan.max_total_tokens, self.plan.context_len,
+        )  # fmt: skip
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Run the layers over the batch's new tokens, writing their K/V; -> [T, hidden]."""
+        attn = self.attn_backend.prepare(batch)
+        return self.model(batch.input_ids, batch.positions, attn)
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, hidden] -> [N, vocab] float32."""
+        return self.model.compute_logits(hidden)
+
+
+def plan_memory(args: ServerArgs, config: ModelConfig, dtype: torch.dtype) -> MemoryPlan:
+    context_len = args.context_length or config.max_position_embeddings
+    if context_len > config.max_position_embeddings:
+        raise ModelLoadError(
+            f"--context-length {context_len} exceeds the model's max_position_embeddings "
+            f"({config.max_position_embeddings})"
+        )
+    per_token = TokenToKVPool.bytes_per_token(config.num_layers, config.num_kv_heads, config.head_dim, dtype)
+    total = args.max_total_tokens or int(_free_memory(args.device) * args.mem_fraction_static // per_token)
+    if total < 16:
+        raise ModelLoadError(f"only {total} KV slots fit in memory; lower the model size or raise --max-total-tokens")
+    return MemoryPlan(context_len, total, args.max_running_requests)
+
+
+def _free_memory(device: str) -> int:
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0]
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        import os
+
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny random-weight HF models on disk, and the built-in model's path.
+
+Tiny models are saved as ordinary HF directories (config.json + safetensors + tokenizer files)
+so tests exercise the real loading path. They borrow the built-in model's tokenizer (vocab
+49,152), so text round-trips work; random weights give random text, so tests on them assert
+structure, never content.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from langrt.builtin import builtin_model_path
+
+TINY_DIMS = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    vocab_size=49152,
+)
+
+
+def build_tiny_model(kind: str, path, seed: int = 0, **overrides):
+    """Save a seeded random tiny `kind` ('llama' | 'qwen2') model with the built-in tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from langrt.model.tokenizer import load_tokenizer
+
+    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[kind]
+    tokenizer = load_tokenizer(builtin_model_path())
+    config = config_cls(
+        **{**TINY_DIMS, **overrides},
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=overrides.get("tie_word_embeddings", kind == "qwen2"),
+    )
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            # Every tensor random (biases too, so a misplaced bias shows), norms around 1.
+            if "norm" in name:
+                param.copy_(1.0 + 0.1 * torch.randn_like(param))
+            else:
+                param.copy_(0.08 * torch.randn_like(param))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_llama")
+    build_tiny_model("llama", path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_qwen2")
+    build_tiny_model("qwen2", path, seed=1)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm_path():
+    return builtin_model_path()

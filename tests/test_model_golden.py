@@ -1,0 +1,88 @@
+"""langrt's logits equal HF transformers' on the same weights (fp32): prefill of a ragged batch,
+step-by-step decode, and an extend on top of a prefix another request wrote into the pool."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runner_driver import RunnerDriver, make_runner
+
+LENGTHS = (7, 19, 33)
+DECODE_STEPS = 16
+
+
+def _prompts(seed: int, lengths=LENGTHS) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    # Ordinary tokens only (ids below 17 are SmolLM2's control tokens).
+    return [torch.randint(17, 49152, (n,), generator=gen).tolist() for n in lengths]
+
+
+def _hf_logits(hf, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return hf(torch.tensor([ids])).logits[0].float()
+
+
+def _check_prefill(hf, driver, tol):
+    prompts = _prompts(0)
+    ours = driver.prefill(prompts)
+    for prompt, logits in zip(prompts, ours):
+        assert (logits - _hf_logits(hf, prompt)).abs().max().item() <= tol
+
+
+def _check_decode(hf, driver, tol):
+    prompts = _prompts(1)
+    last = [x[-1] for x in driver.prefill(prompts)]
+    indices = list(range(len(driver.seqs) - len(prompts), len(driver.seqs)))
+    worst = 0.0
+    for _ in range(DECODE_STEPS):
+        tokens = [int(x.argmax()) for x in last]
+        logits = driver.decode(indices, tokens)
+        for k, i in enumerate(indices):
+            worst = max(worst, (logits[k] - _hf_logits(hf, driver.seqs[i])[-1]).abs().max().item())
+        last = list(logits)
+    assert worst <= tol
+
+
+def _check_extend_on_prefix(hf, driver, tol):
+    prefix, suffix, other = _prompts(2, (20, 13, 9))
+    (first,) = driver.prefill([prefix])
+    j = len(driver.seqs) - 1
+    extended, fresh = driver.prefill([prefix + suffix, other], prefix_from=[(j, len(prefix)), None])
+    assert extended.shape[0] == len(suffix), "only the suffix is computed"
+    reference = _hf_logits(hf, prefix + suffix)
+    assert (extended - reference[len(prefix) :]).abs().max().item() <= tol
+    assert (fresh - _hf_logits(hf, other)).abs().max().item() <= tol
+
+
+CHECKS = [_check_prefill, _check_decode, _check_extend_on_prefix]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny_pair(request, tiny_llama_dir, tiny_qwen2_dir):
+    from transformers import AutoModelForCausalLM
+
+    path = {"llama": tiny_llama_dir, "qwen2": tiny_qwen2_dir}[request.param]
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return hf, make_runner(path, max_total_tokens=4096, max_running_requests=16)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("_check_"))
+def test_tiny_models_match_hf(tiny_pair, check):
+    hf, runner = tiny_pair
+    check(hf, RunnerDriver(runner), tol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def smollm_pair(smollm_path):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(smollm_path.parent, gguf_file=smollm_path.name, dtype=torch.float32)
+    return hf.eval(), make_runner(smollm_path, max_total_tokens=4096, max_running_requests=16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("_check_"))
+def test_smollm_gguf_matches_hf(smollm_pair, check):
+    hf, runner = smollm_pair
+    check(hf, RunnerDriver(runner), tol=1e-3)
