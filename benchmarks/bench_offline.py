@@ -1,0 +1,140 @@
+"""Offline generation speed: langrt.Engine vs HF transformers `generate`, side by side.
+
+Same model (the built-in SmolLM2-135M-Instruct GGUF), same dtype, same prompts, same output
+lengths (EOS ignored), greedy. Reports output tok/s at batch 1 and batch 32, their ratios, and
+batch-1 decode as a fraction of the memory-bandwidth limit (weights read once per step), with
+the bandwidth measured in this run.
+
+    .venv/bin/python benchmarks/bench_offline.py            # full
+    .venv/bin/python benchmarks/bench_offline.py --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+import langrt
+from langrt.builtin import builtin_model_path
+
+RESULTS = Path(__file__).parent / "results"
+TOPICS = ["the sea", "a robot", "winter", "a small town", "music", "the moon", "a garden", "trains"]
+
+
+def prompts(tokenizer, n: int) -> list[str]:
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]} (#{i})."}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for i in range(n)
+    ]
+
+
+def measure_bandwidth_gbs() -> float:
+    """Read bandwidth of this machine now: summing a 512 MB tensor, best of 5."""
+    x = torch.ones(128 * 1024 * 1024, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - start)
+    return x.numel() * 4 / best / 1e9
+
+
+class LangrtRunner:
+    name = "langrt"
+
+    def __init__(self, dtype: str):
+        self.engine = langrt.Engine(dtype=dtype, progress=False, log_level="warning", max_total_tokens=65536)
+        self.tokenizer = self.engine.tokenizer
+
+    def generate(self, texts: list[str], new_tokens: int) -> int:
+        params = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
+        outs = self.engine.generate(texts, params)
+        return sum(o["meta_info"]["completion_tokens"] for o in outs)
+
+
+class HFRunner:
+    name = "hf"
+
+    def __init__(self, dtype: str):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = builtin_model_path()
+        self.tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        self.tokenizer.padding_side = "left"
+        self.model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=getattr(torch, dtype))
+        self.model.eval()
+
+    @torch.inference_mode()
+    def generate(self, texts: list[str], new_tokens: int) -> int:
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        out = self.model.generate(
+            **enc, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )  # fmt: skip
+        return (out.shape[1] - enc["input_ids"].shape[1]) * out.shape[0]
+
+
+def timed(runner, texts, new_tokens, repeats: int) -> dict:
+    runner.generate(texts[:1], 4)  # warm-up
+    best = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        tokens = runner.generate(texts, new_tokens)
+        elapsed = time.perf_counter() - start
+        # Prefill + first token, to separate decode speed from prompt processing.
+        start = time.perf_counter()
+        runner.generate(texts, 1)
+        first = time.perf_counter() - start
+        run = {"tokens": tokens, "seconds": elapsed, "tok_s": tokens / elapsed,
+               "decode_step_ms": 1000 * (elapsed - first) / (new_tokens - 1)}  # fmt: skip
+        best = run if best is None or run["tok_s"] > best["tok_s"] else best
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short outputs, one repeat")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    args = parser.parse_args()
+    new_tokens = 16 if args.quick else 128
+    repeats = 1 if args.quick else 2
+    torch.set_num_threads(torch.get_num_threads())
+
+    ours = LangrtRunner(args.dtype)
+    weight_bytes = sum(p.numel() * p.element_size() for p in ours.engine.runner.model.parameters())
+    theirs = HFRunner(args.dtype)
+    bandwidth = measure_bandwidth_gbs()
+    results = {"dtype": args.dtype, "new_tokens": new_tokens, "bandwidth_gbs": bandwidth,
+               "weight_bytes": weight_bytes, "machine": platform.processor() or platform.machine(),
+               "threads": torch.get_num_threads(), "batches": {}}  # fmt: skip
+    for batch in (1, 32):
+        texts = prompts(ours.tokenizer, batch)
+        row = {runner.name: timed(runner, texts, new_tokens, repeats) for runner in (ours, theirs)}
+        row["speedup"] = row["langrt"]["tok_s"] / row["hf"]["tok_s"]
+        results["batches"][str(batch)] = row
+        print(f"batch {batch:>2}: langrt {row['langrt']['tok_s']:7.1f} tok/s | HF {row['hf']['tok_s']:7.1f} tok/s "
+              f"| langrt/HF {row['speedup']:.2f}x | decode step langrt {row['langrt']['decode_step_ms']:.1f} ms, "
+              f"HF {row['hf']['decode_step_ms']:.1f} ms", flush=True)  # fmt: skip
+    limit_steps = bandwidth * 1e9 / weight_bytes
+    step_ms = results["batches"]["1"]["langrt"]["decode_step_ms"]
+    results["batch1_decode_fraction_of_bandwidth_limit"] = (1000 / step_ms) / limit_steps
+    print(f"bandwidth {bandwidth:.1f} GB/s, weights {weight_bytes / 1e6:.0f} MB -> limit {limit_steps:.0f} steps/s; "
+          f"langrt batch-1 decode {1000 / step_ms:.1f} steps/s = "
+          f"{results['batch1_decode_fraction_of_bandwidth_limit']:.0%} of the limit")  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"bench_offline{'_quick' if args.quick else ''}.json"
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
