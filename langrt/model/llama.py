@@ -14,31 +14,34 @@ from torch import nn
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
-from langrt.model.layers import RMSNorm, RotaryEmbedding, silu_and_mul
+from langrt.model.layers import Linear, RMSNorm, RotaryEmbedding, apply_rotary, linear, silu_and_mul
+
+Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin for this pass's positions
 
 
 class LlamaAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_id: int):
         super().__init__()
         self.layer_id = layer_id
+        self.head_dim = config.head_dim
         self.q_size, self.kv_size = config.q_size, config.kv_size
-        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
-        self.rotary = RotaryEmbedding(
-            config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling
-        )
+        self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
+        self.o_proj = Linear(self.q_size, config.hidden_size)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, attn: Attention) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self.rotary(positions, q, k)
+    def forward(self, rope: Rope, x: torch.Tensor, attn: Attention) -> torch.Tensor:
+        qkv = self.qkv_proj(x)
+        # q and k sit side by side in qkv: one rotation covers both.
+        qk = apply_rotary(qkv[:, : self.q_size + self.kv_size], *rope, self.head_dim)
+        q, k = qk.split([self.q_size, self.kv_size], dim=-1)
+        v = qkv[:, self.q_size + self.kv_size :]
         return self.o_proj(attn.attend(self.layer_id, q, k, v))
 
 
 class LlamaMLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
@@ -53,14 +56,14 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(config)
 
     def forward(
-        self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, attn: Attention
+        self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None, attn: Attention
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (this layer's output, the residual stream before it); their sum is the new stream."""
         if residual is None:
             residual, x = x, self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(positions, x, attn)
+        x = self.self_attn(rope, x, attn)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual
 
@@ -72,8 +75,11 @@ class LlamaForCausalLM(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(
+            config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling
+        )
         if not config.tie_word_embeddings:
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.lm_head = Linear(config.hidden_size, config.vocab_size)
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
@@ -82,15 +88,16 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Attention) -> torch.Tensor:
         """[T] token ids -> [T, hidden] final hidden states (after the last norm)."""
         x = self.embed_tokens(input_ids)
+        rope = self.rotary.cos_sin(positions, x.dtype)
         residual = None
         for layer in self.layers:
-            x, residual = layer(positions, x, residual, attn)
+            x, residual = layer(rope, x, residual, attn)
         x, _ = self.norm(x, residual)
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> [N, vocab] float32 logits."""
-        return nn.functional.linear(hidden, self.lm_head_weight).float()
+        return linear(hidden, self.lm_head_weight).float()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy HF-named tensors into this model's (fused) parameters; every one must be filled."""

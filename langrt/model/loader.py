@@ -106,13 +106,11 @@ def load_model(
 
 
 def _rebuild_rotary_tables(model: LlamaForCausalLM, config: ModelConfig, device: torch.device) -> None:
-    """Buffers built on the meta device hold no values; compute them for real (once, shared)."""
+    """Buffers built on the meta device hold no values; compute them for real."""
     from langrt.model.layers import RotaryEmbedding
 
     with torch.device(device):
-        rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling)
-    for layer in model.layers:
-        layer.self_attn.rotary = rotary
+        model.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling)
 
 
 def _fill_dummy(model: LlamaForCausalLM, seed: int) -> None:

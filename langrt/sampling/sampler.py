@@ -172,13 +172,13 @@ class SamplingBatch:
         """[B, V] logits (already penalized) -> int64 [B] token ids. Does not modify `logits`."""
         self._check_logits(logits)
         if self.all_greedy:
-            return logits.argmax(dim=-1)
+            return _argmax(logits)
         probs = self._probs(logits)
         if self.filters is not None:
             probs = self.filters.apply(probs)
         tokens = self._race(probs)
         if self.any_greedy:
-            tokens = torch.where(self.greedy, logits.argmax(dim=-1), tokens)
+            tokens = torch.where(self.greedy, _argmax(logits), tokens)
         return tokens
 
     def _probs(self, logits: Tensor) -> Tensor:
@@ -198,7 +198,7 @@ class SamplingBatch:
                 noise[row].exponential_(generator=gen)
         # A zero draw would turn a filtered 0-probability token into 0/0 = NaN, which argmax picks.
         noise.clamp_min_(torch.finfo(noise.dtype).tiny)
-        return (probs / noise).argmax(dim=-1)
+        return _argmax(probs / noise)
 
     def _check_logits(self, logits: Tensor) -> None:
         if logits.dim() != 2 or logits.shape[0] != self.batch_size:
@@ -207,6 +207,12 @@ class SamplingBatch:
             )
         if logits.device.type != self.device.type:
             raise ValueError(f"logits are on {logits.device}, the batch is on {self.device}")
+
+
+def _argmax(x: Tensor) -> Tensor:
+    """Index of each row's maximum (the first on ties). `max(dim).indices` is the same result
+    as `argmax`, ~2.5x faster on CPU for [32, 49k] rows."""
+    return x.max(dim=-1).indices
 
 
 def _tensor(values: list, dtype: torch.dtype, device: torch.device) -> Tensor:

@@ -53,39 +53,47 @@ class TorchAttentionBackend(AttentionBackend):
 
 
 class _DecodeAttention(Attention):
+    """One masked SDPA per layer over K/V gathered into a padded [B, L] block.
+
+    The `group` query heads sharing a KV head are passed to SDPA as `group` query positions of
+    that KV head (no causal mask applies to a single new token), which is the same math as GQA
+    but ~3x faster in torch's CPU kernel than its `enable_gqa` path."""
+
     def __init__(self, backend: TorchAttentionBackend, batch: ForwardBatch):
         self.b = backend
         self.batch = batch
         device = batch.input_ids.device
-        max_len = max(batch.seq_lens)
+        self.max_len = max(batch.seq_lens)
         rows = torch.tensor(batch.req_pool_indices, device=device)
         # Entries past a request's length are stale but valid slot ids; the mask hides them.
-        self.kv_index = backend.req_pool.req_to_token[rows, :max_len].to(torch.int64)
-        self.mask = self._mask(batch.seq_lens, max_len, device)
+        self.kv_index = backend.req_pool.req_to_token[rows, : self.max_len].to(torch.int64).flatten()
+        self.mask = self._mask(batch.seq_lens, device)
 
-    def _mask(self, seq_lens: list[int], max_len: int, device) -> torch.Tensor | None:
+    def _mask(self, seq_lens: list[int], device) -> torch.Tensor | None:
+        """Additive [B, 1, 1, L] mask (0 or -inf), or None when every position is visible."""
         window = self.b.sliding_window
+        max_len = self.max_len
         if min(seq_lens) == max_len and (window is None or max_len <= window):
             return None
         lens = torch.tensor(seq_lens, device=device)[:, None]
         k_pos = torch.arange(max_len, device=device)[None, :]
-        mask = self.b.window_mask(lens - 1, k_pos) & (k_pos < lens)
-        return mask[:, None, None, :]  # [B, 1, 1, L]
+        visible = self.b.window_mask(lens - 1, k_pos) & (k_pos < lens)
+        mask = torch.zeros(visible.shape, dtype=self.b.kv_pool.dtype, device=device)
+        return mask.masked_fill_(~visible, float("-inf"))[:, None, None, :]
 
     def attend(self, layer_id, q, k, v):
         b = self.b
         bs = self.batch.batch_size
-        b.kv_pool.write(
-            layer_id,
-            self.batch.out_cache_loc,
-            k.view(bs, b.num_kv_heads, b.head_dim),
-            v.view(bs, b.num_kv_heads, b.head_dim),
-        )
-        keys = b.kv_pool.k_buffers[layer_id][self.kv_index].transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]
-        values = b.kv_pool.v_buffers[layer_id][self.kv_index].transpose(1, 2).to(q.dtype)
-        q = q.view(bs, b.num_heads, 1, b.head_dim)
-        out = b.sdpa(q, keys, values, self.mask, causal=False)
-        return out.reshape(bs, b.num_heads * b.head_dim)
+        kv_heads, dim = b.num_kv_heads, b.head_dim
+        b.kv_pool.write(layer_id, self.batch.out_cache_loc, k.view(bs, kv_heads, dim), v.view(bs, kv_heads, dim))
+        shape = (bs, self.max_len, kv_heads, dim)
+        keys = b.kv_pool.k_buffers[layer_id].index_select(0, self.kv_index).view(shape).transpose(1, 2)
+        values = b.kv_pool.v_buffers[layer_id].index_select(0, self.kv_index).view(shape).transpose(1, 2)
+        group = b.num_heads // kv_heads
+        q = q.reshape(bs, kv_heads, group, dim)
+        mask = None if self.mask is None else self.mask.to(q.dtype)
+        out = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, scale=b.scale)
+        return out.reshape(bs, b.num_heads * dim)
 
 
 class _ExtendAttention(Attention):
@@ -124,8 +132,8 @@ class _ExtendAttention(Attention):
         k_buf, v_buf = b.kv_pool.k_buffers[layer_id], b.kv_pool.v_buffers[layer_id]
         for start, length, index, mask in zip(batch.extend_starts, batch.extend_lens, self.kv_index, self.masks):
             qi = q[start : start + length].transpose(0, 1)  # [H, E, D]
-            ki = k_buf[index].transpose(0, 1).to(q.dtype)  # [Hkv, S, D]
-            vi = v_buf[index].transpose(0, 1).to(q.dtype)
+            ki = k_buf.index_select(0, index).transpose(0, 1).to(q.dtype)  # [Hkv, S, D]
+            vi = v_buf.index_select(0, index).transpose(0, 1).to(q.dtype)
             oi = b.sdpa(qi, ki, vi, mask, causal=mask is None)
             out[start : start + length] = oi.transpose(0, 1)
         return out.view(n, b.num_heads * b.head_dim)
