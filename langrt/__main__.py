@@ -1,0 +1,5 @@
+import sys
+
+from langrt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,79 @@
+"""The `langrt` command. Server flags are generated from ServerArgs, so they cannot drift.
+
+    langrt generate "What is the capital of France?" --chat --max-new-tokens 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Sequence
+
+from langrt.errors import LangrtError
+from langrt.server_args import ServerArgs
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    for f in dataclasses.fields(ServerArgs):
+        flag = "--" + f.name.replace("_", "-")
+        kind = _flag_type(f)
+        if kind is bool:
+            parser.add_argument(flag, action="store_true", help=f.metadata.get("help"))
+        else:
+            parser.add_argument(
+                flag, type=kind, default=f.default, choices=f.metadata.get("choices"), help=f.metadata.get("help")
+            )
+
+
+def server_args_from(ns: argparse.Namespace) -> ServerArgs:
+    return ServerArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerArgs)})
+
+
+def _flag_type(f: dataclasses.Field) -> type:
+    annotation = str(f.type)
+    for name, kind in (("bool", bool), ("int", int), ("float", float)):
+        if annotation.startswith(name):
+            return kind
+    return str
+
+
+def _generate(ns: argparse.Namespace) -> int:
+    from langrt.engine import Engine
+
+    args = server_args_from(ns)
+    engine = Engine(progress=True, **dataclasses.asdict(args))
+    prompt = ns.prompt
+    if ns.chat:
+        messages = [{"role": "user", "content": prompt}]
+        prompt = engine.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    params = {"max_new_tokens": ns.max_new_tokens, "temperature": ns.temperature}
+    out = engine.generate(prompt, params)
+    print(out["text"])
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="langrt", description="langrt: a prefix-caching LLM runtime")
+    commands = parser.add_subparsers(dest="command", required=True)
+    gen = commands.add_parser("generate", help="generate a completion offline (no server)")
+    gen.add_argument("prompt", help="the prompt text")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template as a user turn")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    add_server_args(gen)
+    gen.set_defaults(handler=_generate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        return ns.handler(ns)
+    except (ValueError, LangrtError) as e:  # bad input or settings: a message, not a traceback
+        print(f"langrt: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
