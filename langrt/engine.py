@@ -119,7 +119,7 @@ class Engine:
             "id": req.rid,
             "prompt_tokens": req.prompt_len,
             "completion_tokens": len(req.output_ids),
-            "cached_tokens": 0,
+            "cached_tokens": req.cached_tokens,
             "finish_reason": req.finish_reason.to_json(),
             "e2e_latency": latency,
         }
@@ -148,6 +148,14 @@ class Engine:
 
     def _token_text(self, token_id: int, with_text: bool) -> str | None:
         return self.tokenizer.decode([token_id]) if with_text else None
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; False (nothing changes) while requests are in flight."""
+        return self.scheduler.flush_cache()
+
+    def cache_stats(self) -> dict:
+        """KV pool and prefix cache figures: sizes, hit rate, evictions, retractions, queues."""
+        return self.scheduler.cache_stats()
 
     def shutdown(self) -> None:
         """Release the model and pools (the Engine is unusable afterwards)."""

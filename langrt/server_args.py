@@ -15,6 +15,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 ATTENTION_BACKENDS = ("auto", "torch")
+SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 
 
 def _flag(help: str, choices: tuple[str, ...] | None = None, **kw):
@@ -31,9 +32,11 @@ class ServerArgs:
     attention_backend: str = _flag("attention implementation; auto = the device's best", ATTENTION_BACKENDS, default="auto")
     context_length: int | None = _flag("maximum tokens per request (prompt + output); default: the model's", default=None)
     max_total_tokens: int | None = _flag("KV pool size in tokens; default: from --mem-fraction-static", default=None)
-    mem_fraction_static: float | None = _flag("fraction of free device memory (CPU: available RAM) for the KV pool; default 0.85 cuda, 0.2 cpu", default=None)
+    mem_fraction_static: float | None = _flag("fraction of free device memory (CPU: available RAM) for the KV pool; default 0.85 cuda, 0.1 cpu", default=None)
     max_running_requests: int | None = _flag("requests decoded together at most; default 256 cpu, 1024 cuda", default=None)
-    max_prefill_tokens: int = _flag("new prompt tokens admitted into one prefill batch at most", default=8192)
+    chunked_prefill_size: int | None = _flag("prompt tokens computed per forward pass at most; longer prompts are prefilled in chunks (-1: no limit); default 8192 cuda, 2048 cpu", default=None)
+    disable_radix_cache: bool = _flag("do not reuse KV across requests (the baseline for benchmarks)", default=False)
+    schedule_policy: str = _flag("admission order of waiting requests", SCHEDULE_POLICIES, default="lpm")
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
     num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
     log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")
@@ -44,7 +47,9 @@ class ServerArgs:
             value = getattr(self, f.name)
             if choices and value not in choices:
                 raise ValueError(f"--{_flag_name(f.name)} must be one of {', '.join(choices)}; got {value!r}")
-        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "max_prefill_tokens", "num_threads")
+        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads")
+        if self.chunked_prefill_size is not None and (self.chunked_prefill_size == 0 or self.chunked_prefill_size < -1):
+            raise ValueError(f"--chunked-prefill-size must be positive or -1; got {self.chunked_prefill_size}")
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
             raise ValueError(f"--mem-fraction-static must be in (0, 1); got {self.mem_fraction_static}")
 
@@ -63,8 +68,9 @@ class ServerArgs:
             device=device,
             dtype=dtype,
             attention_backend="torch" if self.attention_backend == "auto" else self.attention_backend,
-            mem_fraction_static=self.mem_fraction_static or (0.85 if device == "cuda" else 0.2),
+            mem_fraction_static=self.mem_fraction_static or (0.85 if device == "cuda" else 0.1),
             max_running_requests=self.max_running_requests or (1024 if device == "cuda" else 256),
+            chunked_prefill_size=self.chunked_prefill_size or (8192 if device == "cuda" else 2048),
             num_threads=self.num_threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
         )
 

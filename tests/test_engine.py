@@ -24,8 +24,11 @@ def greedy(n, **kw):
 
 
 def assert_pools_empty(engine):
+    """Idle: every slot is free or in the cache unlocked (evictable), every row is free."""
+    stats = engine.cache_stats()
+    assert stats["kv_available_tokens"] == stats["kv_total_tokens"], "a KV slot leaked or stayed locked"
+    assert stats["kv_free_tokens"] + stats["kv_cached_tokens"] == stats["kv_total_tokens"]
     runner = engine.runner
-    assert runner.kv_pool.available_size == runner.kv_pool.size, "a KV slot leaked"
     assert runner.req_pool.available_size == runner.req_pool.size, "a request row leaked"
 
 
@@ -36,7 +39,7 @@ def test_result_shape(engine):
     assert len(out["output_ids"]) == meta["completion_tokens"] == 12
     assert meta["prompt_tokens"] == len(engine.tokenizer.encode(PROMPTS[0]))
     assert meta["finish_reason"] == {"type": "length", "length": 12}
-    assert meta["e2e_latency"] > 0 and meta["cached_tokens"] == 0
+    assert meta["e2e_latency"] > 0 and meta["cached_tokens"] >= 0
     assert out["text"] == engine.tokenizer.decode(out["output_ids"], skip_special_tokens=True)
     assert_pools_empty(engine)
 

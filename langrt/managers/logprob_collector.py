@@ -1,7 +1,7 @@
 """Gathering the logprobs a request asked for, from a forward pass's hidden states and logits.
 
 Input logprobs: the logprob of prompt token p is read from the logits at position p - 1, so the
-first prompt token has none (reported as null). Output logprobs come from the raw logits of the
+first prompt token has none (reported as null); a chunked prefill reports them chunk by chunk. Output logprobs come from the raw logits of the
 step that sampled the token, before penalties and temperature.
 """
 
@@ -18,24 +18,24 @@ from langrt.sampling.logprobs import logprobs_of, top_logprobs
 _LOGITS_CHUNK = 512
 
 
-def collect_input_logprobs(runner, req: Req, hidden: torch.Tensor, start_row: int) -> None:
-    """Record req's input logprobs from this extend pass; `start_row` is its first row in `hidden`.
-
-    Positions before `req.kv_len` were not computed in this pass; the scheduler must not reuse
-    cached K/V past `input_logprob_start - 1` for a request that wants input logprobs.
-    """
-    first = req.input_logprob_start
+def collect_input_logprobs(runner, req: Req, hidden: torch.Tensor, start_row: int, chunk_start: int) -> None:
+    """Record the input logprobs this extend pass makes available. The pass computed positions
+    [chunk_start, req.kv_len) of the request, at rows start_row.. of `hidden`; the logprob of
+    prompt token p needs the hidden state at p - 1. The scheduler never reuses cached K/V at or
+    past an owed position's predecessor (`Req.max_prefix_len`), so owed positions are computed
+    in order, across chunks."""
     record = req.input_logprobs
-    if first >= req.prompt_len or record.token_ids:
+    pos = req.next_input_logprob_pos
+    if pos >= req.prompt_len:
         return
-    if first == 0:
+    if pos == 0:
         _push(record, None, req.input_ids[0], None)
-        first = 1
-    prefix = req.kv_len
-    assert first - 1 >= prefix, "input logprobs need the hidden state of the position before the first"
-    for lo in range(first, req.prompt_len, _LOGITS_CHUNK):
-        hi = min(lo + _LOGITS_CHUNK, req.prompt_len)
-        rows = torch.arange(start_row + lo - 1 - prefix, start_row + hi - 1 - prefix, device=hidden.device)
+        pos = 1
+    end = min(req.prompt_len, req.kv_len + 1)
+    assert pos - 1 >= chunk_start, "an owed position's predecessor was not computed"
+    for lo in range(pos, end, _LOGITS_CHUNK):
+        hi = min(lo + _LOGITS_CHUNK, end)
+        rows = torch.arange(start_row + lo - 1 - chunk_start, start_row + hi - 1 - chunk_start, device=hidden.device)
         logits = runner.compute_logits(hidden[rows])
         tokens = torch.tensor(req.input_ids[lo:hi], device=hidden.device)
         _append(record, logits, tokens, req.top_logprobs_num)

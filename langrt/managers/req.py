@@ -61,7 +61,14 @@ class Req:
 
     output_ids: list[int] = field(default_factory=list)
     req_pool_idx: int | None = None
-    kv_len: int = 0  # leading tokens whose K/V are in the pool
+    # KV regions of the row (see mem/prefix_cache.py): [0, cached_len) shared through the
+    # prefix cache and locked via cache_node, [cached_len, kv_len) private, the rest not computed.
+    kv_len: int = 0
+    cached_len: int = 0
+    cache_node: Any = None
+    cached_tokens: int = 0  # prompt tokens reused from the cache at first admission (reported)
+    admitted: bool = False  # admitted at least once (retraction sends it back to waiting)
+    admit_seq: int = 0  # order of the latest admission (the youngest is retracted first)
     finish_reason: FinishReason | None = None
     generator: torch.Generator | None = None
     decoder: IncrementalDecoder | None = None
@@ -102,6 +109,25 @@ class Req:
             self.decoder.flush()
             text_end = len(self.decoder.text)
         self.output_text = self.decoder.text[:text_end]
+
+    @property
+    def max_prefix_len(self) -> int:
+        """Longest cached prefix this request may reuse: at least one token must be computed (to
+        get logits), and positions whose input logprobs are still owed must be computed too."""
+        limit = self.seq_len - 1
+        owed = self.next_input_logprob_pos
+        if owed < self.prompt_len:
+            limit = min(limit, max(0, owed - 1))
+        return limit
+
+    @property
+    def next_input_logprob_pos(self) -> int:
+        """The next prompt position whose input logprob is owed (>= prompt_len: none)."""
+        return self.input_logprob_start + len(self.input_logprobs.values)
+
+    @property
+    def remaining_new_tokens(self) -> int:
+        return self.params.max_new_tokens - len(self.output_ids)
 
     def max_seq_len(self, context_len: int) -> int:
         """Tokens this request can hold at most: prompt + max_new_tokens, capped by the context."""

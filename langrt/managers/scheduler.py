@@ -1,24 +1,33 @@
 """The scheduler: owns the waiting queue and the running batch, and drives the ModelRunner.
 
-Each `step()` runs one forward pass: a prefill (extend) batch of newly admitted requests when
-any can be admitted, else one decode step of every running request. Requests join and leave the
-running batch at every step (continuous batching).
+Each `step()` runs one forward pass over:
+- one decode token of every running request (continuous batching: requests join and leave at
+  every step), and
+- a prefill batch of waiting requests admitted by policy (`schedule_policy`) within the token
+  budget and memory (`prefill_adder`), possibly a chunk of a long prompt.
+Both share the pass, so a long prompt never stalls the decoding requests.
 
-Admission is first-come-first-served and reserves, for every admitted request, KV room for its
-whole prompt plus `max_new_tokens`, so a decode step always finds free slots.
+Memory pressure: decode needs one free slot per running request each step. The scheduler evicts
+unlocked cached prefixes first; if that is not enough it retracts the most recently admitted
+requests: their computed tokens go to the prefix cache, they return to the front of the waiting
+queue, and they resume later (usually re-matching what they computed). No request is dropped.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from dataclasses import dataclass
 
 import torch
 
 from langrt.errors import CapacityExceeded, InvalidRequest
 from langrt.managers.incremental_decoder import IncrementalDecoder
-from langrt.managers.logprob_collector import collect_input_logprobs, OutputLogprobs
-from langrt.managers.req import Req, StopChecker, FinishReason
+from langrt.managers.logprob_collector import OutputLogprobs, collect_input_logprobs
+from langrt.managers.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
+from langrt.managers.req import FinishReason, Req, StopChecker
+from langrt.managers.schedule_policy import SchedulePolicy
+from langrt.mem.prefix_cache import create_prefix_cache
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.model_runner import ModelRunner
 from langrt.sampling.penalties import ban_tokens
@@ -27,16 +36,40 @@ from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
+# Expected share of max_new_tokens a request will really generate, used to reserve room at
+# admission. Starts cautious, decays as decode steps succeed, resets after a retraction.
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.1
+NEW_TOKEN_RATIO_DECAY = 0.002
+
+
+@dataclass
+class SchedulerStats:
+    prompt_tokens: int = 0  # over first admissions
+    cached_tokens: int = 0
+    retractions: int = 0
+    forward_passes: int = 0
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
 
 class Scheduler:
     def __init__(self, runner: ModelRunner, tokenizer, args: ServerArgs):
         self.runner = runner
         self.tokenizer = tokenizer
         self.context_len = runner.plan.context_len
-        self.max_prefill_tokens = args.max_prefill_tokens
+        self.token_budget = args.chunked_prefill_size if args.chunked_prefill_size > 0 else float("inf")
         self.stop_checker = StopChecker(eos_token_ids(runner.config, tokenizer), self.context_len)
+        self.cache = create_prefix_cache(not args.disable_radix_cache, runner.req_pool, runner.kv_pool)
+        self.policy = SchedulePolicy(args.schedule_policy, self.cache, seed=args.random_seed)
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
+        self.chunked: Req | None = None  # mid-prompt between steps
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.stats = SchedulerStats()
+        self._admit_seq = 0
         torch.manual_seed(args.random_seed)
 
     # ---- requests in -------------------------------------------------------------------
@@ -74,101 +107,154 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.chunked)
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; False while requests are queued or running."""
+        return not self.has_work and self.cache.flush()
 
     # ---- one step ----------------------------------------------------------------------
 
     @torch.inference_mode()
     def step(self) -> list[Req]:
         """Run one forward pass; return the requests that finished in it."""
-        admitted = self._admit()
-        touched = self._run_extend(admitted) if admitted else self._run_decode(self.running)
-        finished = [r for r in touched if r.finished]
-        for req in finished:
-            self._release(req)
-        self.running = [r for r in self.running + admitted if not r.finished]
-        return finished
-
-    def _admit(self) -> list[Req]:
-        """Pop waiting requests FCFS while their reserved KV room and the prefill budget allow."""
-        kv = self.runner.kv_pool
-        free = kv.available_size - sum(r.max_seq_len(self.context_len) - r.kv_len for r in self.running)
-        budget = self.max_prefill_tokens
-        admitted: list[Req] = []
-        while self.waiting:
-            req = self.waiting[0]
-            need = req.max_seq_len(self.context_len)
-            new_tokens = req.seq_len - req.kv_len
-            if need > free or (admitted and new_tokens > budget) or self.runner.req_pool.available_size == 0:
-                break
-            self.waiting.popleft()
-            self._allocate(req, new_tokens)
-            admitted.append(req)
-            free -= need
-            budget -= new_tokens
-        return admitted
-
-    def _allocate(self, req: Req, new_tokens: int) -> None:
-        req.req_pool_idx = self.runner.req_pool.alloc()
-        slots = self.runner.kv_pool.alloc(new_tokens)
-        assert req.req_pool_idx is not None and slots is not None, "admission checked room for both"
-        self.runner.req_pool.write(req.req_pool_idx, req.kv_len, slots)
-
-    def _release(self, req: Req) -> None:
-        pools = self.runner
-        pools.kv_pool.free(pools.req_pool.slots(req.req_pool_idx, req.kv_len))
-        pools.req_pool.free(req.req_pool_idx)
-        req.req_pool_idx = None
-
-    # ---- forward passes ----------------------------------------------------------------
-
-    def _run_extend(self, reqs: list[Req]) -> list[Req]:
-        ids, lens = [], []
-        for req in reqs:
-            new = req.all_ids[req.kv_len :]
-            ids += new
-            lens.append(len(new))
-        slots = torch.cat([self.runner.req_pool.slots(r.req_pool_idx, r.seq_len, r.kv_len) for r in reqs])
-        batch = ForwardBatch.build(
-            ForwardMode.EXTEND, ids, slots, [r.req_pool_idx for r in reqs], [r.seq_len for r in reqs], lens,
-            self.runner.device,
-        )  # fmt: skip
-        hidden = self.runner.forward(batch)
-        for req, start in zip(reqs, batch.extend_starts):
-            collect_input_logprobs(self.runner, req, hidden, start)
-            req.kv_len = req.seq_len
-        for req in reqs:
-            if req.params.max_new_tokens == 0:
-                req.finish(FinishReason.by_length(0))
-        sampling = [(r, row) for r, row in zip(reqs, batch.last_token_rows) if not r.finished]
-        if sampling:
-            rows = torch.tensor([row for _, row in sampling], device=hidden.device)
-            self._sample([r for r, _ in sampling], self.runner.compute_logits(hidden[rows]))
-        return reqs
-
-    def _run_decode(self, reqs: list[Req]) -> list[Req]:
-        if not reqs:
+        decode, retracted = self._prepare_decode()
+        prefill = [] if retracted else self._admit()
+        if not decode and not prefill:
             return []
-        slots = self.runner.kv_pool.alloc(len(reqs))
-        assert slots is not None, "admission reserved a slot for every decode step"
-        for i, req in enumerate(reqs):
+        batch = self._build_batch(decode, prefill)
+        hidden = self.runner.forward(batch)
+        self.stats.forward_passes += 1
+        return self._process(batch, hidden, decode, prefill)
+
+    def _prepare_decode(self) -> tuple[list[Req], bool]:
+        """Give every running request a slot for its next token, evicting or retracting."""
+        kv = self.runner.kv_pool
+        retracted = False
+        while kv.available_size < len(self.running):
+            self.cache.evict(len(self.running) - kv.available_size)
+            if kv.available_size >= len(self.running):
+                break
+            victim = self.chunked or max(self.running, key=lambda r: r.admit_seq, default=None)
+            if victim is None or (victim is not self.chunked and len(self.running) == 1):
+                raise CapacityExceeded("the KV pool cannot hold even one running request")
+            self._retract(victim)
+            retracted = True
+        if not self.running:
+            return [], retracted
+        slots = kv.alloc(len(self.running))
+        for i, req in enumerate(self.running):
             self.runner.req_pool.write(req.req_pool_idx, req.kv_len, slots[i : i + 1])
-        batch = ForwardBatch.build(
-            ForwardMode.DECODE, [r.output_ids[-1] for r in reqs], slots, [r.req_pool_idx for r in reqs],
-            [r.kv_len + 1 for r in reqs], [1] * len(reqs), self.runner.device,
-        )  # fmt: skip
-        logits = self.runner.compute_logits(self.runner.forward(batch))
-        for req in reqs:
+        if not retracted:
+            self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
+        return list(self.running), retracted
+
+    def _retract(self, req: Req) -> None:
+        """Back to the waiting queue's front; its computed tokens stay in the prefix cache."""
+        logger.debug("retracting %s at %d tokens", req.rid, req.kv_len)
+        self.cache.cache_finished(req)
+        self.runner.req_pool.free(req.req_pool_idx)
+        req.req_pool_idx = None
+        req.kv_len = 0
+        if req is self.chunked:
+            self.chunked = None
+        else:
+            self.running.remove(req)
+        self.waiting.appendleft(req)
+        self.stats.retractions += 1
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+
+    def _admit(self) -> list[PrefillItem]:
+        reserved = sum(reserved_tokens(r, self.new_token_ratio) for r in self.running)
+        if self.chunked is not None:
+            reserved += reserved_tokens(self.chunked, self.new_token_ratio)
+        adder = PrefillAdder(self.runner, self.cache, self.token_budget, reserved, self.new_token_ratio)
+        if self.chunked is not None:
+            adder.add_continuing(self.chunked)
+            self.chunked = None
+        if self.waiting and not adder.exhausted:
+            ordered, matches = self.policy.order(list(self.waiting))
+            admitted = set()
+            for req in ordered:
+                if adder.exhausted:
+                    break
+                if adder.try_add(req, matches.get(id(req))):
+                    admitted.add(id(req))
+                    self._on_admitted(req)
+            self.waiting = deque(r for r in self.waiting if id(r) not in admitted)
+        self.chunked = adder.chunked
+        return adder.items
+
+    def _on_admitted(self, req: Req) -> None:
+        self._admit_seq += 1
+        req.admit_seq = self._admit_seq
+        if req.admitted:  # a retracted request coming back
+            return
+        req.admitted = True
+        req.cached_tokens = req.cached_len  # what adopt() reused
+        self.stats.prompt_tokens += req.prompt_len
+        self.stats.cached_tokens += req.cached_tokens
+
+    def _build_batch(self, decode: list[Req], prefill: list[PrefillItem]) -> ForwardBatch:
+        ids = [r.output_ids[-1] for r in decode]
+        rows = [r.req_pool_idx for r in decode]
+        seq_lens = [r.kv_len + 1 for r in decode]
+        extend_lens = [1] * len(decode)
+        for item in prefill:
+            req = item.req
+            ids += req.all_ids[item.chunk_start : item.chunk_start + item.extend_len]
+            rows.append(req.req_pool_idx)
+            seq_lens.append(item.chunk_start + item.extend_len)
+            extend_lens.append(item.extend_len)
+        slots = torch.cat(
+            [self.runner.req_pool.slots(row, end, end - n) for row, end, n in zip(rows, seq_lens, extend_lens)]
+        )
+        mode = ForwardMode.EXTEND if prefill else ForwardMode.DECODE
+        return ForwardBatch.build(mode, ids, slots, rows, seq_lens, extend_lens, self.runner.device)
+
+    # ---- after the forward pass --------------------------------------------------------
+
+    def _process(self, batch: ForwardBatch, hidden, decode: list[Req], prefill: list[PrefillItem]) -> list[Req]:
+        last_rows = batch.last_token_rows
+        to_sample = [(r, row) for r, row in zip(decode, last_rows)]
+        for req in decode:
             req.kv_len += 1
-        self._sample(reqs, logits)
-        return reqs
+        for item, start_row, last_row in zip(prefill, batch.extend_starts[len(decode) :], last_rows[len(decode) :]):
+            req = item.req
+            req.kv_len = item.chunk_start + item.extend_len
+            collect_input_logprobs(self.runner, req, hidden, start_row, item.chunk_start)
+            if not item.completes_prompt:
+                continue
+            if req.remaining_new_tokens <= 0:
+                req.finish(FinishReason.by_length(len(req.output_ids)))
+            else:
+                to_sample.append((req, last_row))
+        if to_sample:
+            rows = torch.tensor([row for _, row in to_sample], device=hidden.device)
+            self._sample([r for r, _ in to_sample], self.runner.compute_logits(hidden[rows]))
+        return self._settle(decode, prefill)
+
+    def _settle(self, decode: list[Req], prefill: list[PrefillItem]) -> list[Req]:
+        """Finished requests leave (their tokens to the cache); new prefixes become shared."""
+        finished = []
+        for req in decode + [item.req for item in prefill]:
+            if req.finished:
+                self.cache.cache_finished(req)
+                self.runner.req_pool.free(req.req_pool_idx)
+                req.req_pool_idx = None
+                finished.append(req)
+        for item in prefill:
+            if not item.req.finished:
+                self.cache.cache_unfinished(item.req)
+        newly_running = [i.req for i in prefill if i.completes_prompt and not i.req.finished]
+        self.running = [r for r in self.running if not r.finished] + newly_running
+        return finished
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor) -> None:
         """Pick each request's next token from its [V] logits row, then check stops."""
         logprobs = OutputLogprobs.capture(reqs, logits)  # raw model logprobs, before penalties
         self._ban_early_stops(reqs, logits)
-        params = [r.params for r in reqs]
-        sampling = SamplingBatch.from_params(params, [r.generator for r in reqs], logits.device)
+        sampling = SamplingBatch.from_params([r.params for r in reqs], [r.generator for r in reqs], logits.device)
         sampling.apply_penalties(logits, [r.input_ids for r in reqs], [r.output_ids for r in reqs])
         next_ids = sampling.sample(logits).tolist()
         logprobs.record(next_ids)
@@ -187,6 +273,25 @@ class Scheduler:
         ]
         if any(banned):
             ban_tokens(logits, banned)
+
+    # ---- introspection -----------------------------------------------------------------
+
+    def cache_stats(self) -> dict:
+        kv = self.runner.kv_pool
+        return {
+            "kv_total_tokens": kv.size,
+            "kv_free_tokens": kv.available_size,
+            "kv_available_tokens": kv.available_size + self.cache.evictable_size,
+            "kv_cached_tokens": self.cache.cached_size,
+            "cache_nodes": self.cache.num_nodes,
+            "evicted_tokens": self.cache.evicted_tokens,
+            "cache_hit_rate": self.stats.cache_hit_rate,
+            "prompt_tokens": self.stats.prompt_tokens,
+            "cached_prompt_tokens": self.stats.cached_tokens,
+            "retractions": self.stats.retractions,
+            "running_requests": len(self.running) + (self.chunked is not None),
+            "waiting_requests": len(self.waiting),
+        }
 
 
 def eos_token_ids(config, tokenizer) -> set[int]:

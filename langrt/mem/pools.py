@@ -31,11 +31,15 @@ class TokenToKVPool:
         self.size = size
         self.dtype = dtype
         self.device = torch.device(device)
-        shape = (size, num_kv_heads, head_dim)
-        # torch.empty: on CPU the pages are committed only when first written.
-        self.k_buffers = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_buffers = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self._free = torch.arange(size, dtype=torch.int64)
+        # Zeroed up front, in one block: on CPU, memory first touched during serving costs a
+        # page fault per 4 KB on the hot path (measured: ~10% of decode time while a cache
+        # grows into fresh pages); and a masked-out stale slot must hold finite values, since
+        # NaN * 0 attention weight is still NaN.
+        self._buffer = torch.zeros((2, num_layers, size, num_kv_heads, head_dim), dtype=dtype, device=device)
+        self.k_buffers = list(self._buffer[0])
+        self.v_buffers = list(self._buffer[1])
+        # A stack: the most recently freed slots are reused first (their pages are warm).
+        self._free = torch.arange(size - 1, -1, -1, dtype=torch.int64)
 
     @staticmethod
     def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
@@ -49,12 +53,13 @@ class TokenToKVPool:
         """`n` free slot ids (int64, on the pool's device), or None when fewer are free."""
         if n > self._free.numel():
             return None
-        slots, self._free = self._free[:n], self._free[n:]
+        split = self._free.numel() - n
+        slots, self._free = self._free[split:].flip(0), self._free[:split]
         return slots.to(self.device)
 
     def free(self, slots: torch.Tensor) -> None:
         if slots.numel():
-            self._free = torch.cat([self._free, slots.to("cpu", torch.int64)])
+            self._free = torch.cat([self._free, slots.to("cpu", torch.int64).flip(0)])
 
     def write(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store new K/V ([T, num_kv_heads, head_dim]) of one layer into `slots` ([T])."""

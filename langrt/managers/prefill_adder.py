@@ -1,0 +1,117 @@
+"""Prefill admission: which waiting requests join this step's prefill batch, and how much of each.
+
+Limits, checked per request in policy order:
+- rows: a free `req_to_token` row;
+- tokens: at most `token_budget` new prompt tokens per step (chunked prefill); a request longer
+  than what is left is admitted for a chunk and continues next step (one chunked request at a
+  time);
+- memory: its uncomputed tokens plus an estimate of its output (`max_new_tokens x ratio`) must fit
+  in free + evictable slots, less what running requests are expected to need. Underestimates are
+  corrected at decode time by retraction.
+- sharing: a request whose prompt shares more than `IN_BATCH_SHARE_TOKENS` uncached tokens with a
+  request already in this batch waits one step, so the shared part is computed once and reused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from langrt.managers.req import Req
+from langrt.mem.prefix_cache import PrefixCache, PrefixMatch
+
+# Shared uncached tokens above which a request waits for its batch-mate to cache them.
+IN_BATCH_SHARE_TOKENS = 32
+
+
+@dataclass
+class PrefillItem:
+    """One request's share of a prefill batch: tokens [chunk_start, chunk_start + extend_len)."""
+
+    req: Req
+    chunk_start: int
+    extend_len: int
+    completes_prompt: bool  # the last chunk: the request samples after this pass
+
+
+def reserved_tokens(req: Req, ratio: float) -> int:
+    """Slots `req` is expected to still need for its output."""
+    return math.ceil(max(0, req.remaining_new_tokens) * ratio)
+
+
+class PrefillAdder:
+    def __init__(self, runner, cache: PrefixCache, token_budget: float, reserved: int, ratio: float):
+        self.runner = runner
+        self.cache = cache
+        self.budget = token_budget
+        self.reserved = reserved
+        self.ratio = ratio
+        self.items: list[PrefillItem] = []
+        self.chunked: Req | None = None  # the request left mid-prompt by this batch
+
+    @property
+    def available(self) -> int:
+        return self.runner.kv_pool.available_size + self.cache.evictable_size - self.reserved
+
+    @property
+    def exhausted(self) -> bool:
+        return self.budget <= 0 or self.chunked is not None or self.runner.req_pool.available_size == 0
+
+    def add_continuing(self, req: Req) -> None:
+        """The chunked request of the previous step: its room was counted at admission (and is
+        part of `reserved`, which the caller computed without it)."""
+        self._take(req, req.seq_len - req.kv_len)
+
+    def try_add(self, req: Req, match: PrefixMatch | None) -> bool:
+        """Admit `req` (or a first chunk of it). False when it must wait: no room, or sharing."""
+        if self.exhausted:
+            return False
+        if match is None:
+            match = self.cache.match(req.all_ids[: req.max_prefix_len])
+        if self._should_wait_for_batch_mate(req, match.length):
+            return False
+        req.req_pool_idx = self.runner.req_pool.alloc()
+        self.cache.adopt(req, match)
+        need = req.seq_len - req.kv_len + reserved_tokens(req, self.ratio)
+        if need > self.available:
+            self.cache.cache_finished(req)  # nothing computed: just releases the lock
+            self.runner.req_pool.free(req.req_pool_idx)
+            req.req_pool_idx = None
+            req.kv_len = 0
+            return False
+        self.reserved += reserved_tokens(req, self.ratio)
+        self._take(req, req.seq_len - req.kv_len)
+        return True
+
+    def _take(self, req: Req, uncomputed: int) -> None:
+        """Give `req` slots for as much of its uncomputed part as the budget allows."""
+        extend = int(min(uncomputed, self.budget))
+        self._allocate(req, extend)
+        self.items.append(PrefillItem(req, req.kv_len, extend, completes_prompt=extend == uncomputed))
+        self.budget -= extend
+        if extend < uncomputed:
+            self.chunked = req
+            self.reserved += uncomputed - extend  # later chunks
+
+    def _allocate(self, req: Req, n: int) -> None:
+        kv = self.runner.kv_pool
+        if kv.available_size < n:
+            self.cache.evict(n - kv.available_size)
+        slots = kv.alloc(n)
+        assert slots is not None, "admission counted free + evictable slots"
+        self.runner.req_pool.write(req.req_pool_idx, req.kv_len, slots)
+
+    def _should_wait_for_batch_mate(self, req: Req, matched: int) -> bool:
+        if not self.cache.reuses_prefixes or not self.items:
+            return False
+        ids = req.all_ids
+        shared = max(_common_prefix(ids, item.req.all_ids) for item in self.items)
+        return shared - matched > IN_BATCH_SHARE_TOKENS
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,186 @@
+"""What happens to a request's KV slots: shared through the radix tree, or private and freed.
+
+The scheduler talks to a `PrefixCache` only; `RadixPrefixCache` shares every computed prefix,
+`NoPrefixCache` (for --disable-radix-cache, the baseline of every benchmark) shares nothing and
+runs the same code path.
+
+A request's row in `req_to_token` has two regions:
+    [0, cached_len)       slots owned by the tree, locked by the request (`req.cache_node`)
+    [cached_len, kv_len)  slots private to the request (newly computed, not yet inserted)
+Positions from kv_len on have no K/V yet.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+import torch
+
+from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
+from langrt.mem.radix_cache import PrefixMatch, RadixCache, TreeNode
+
+
+class PrefixCache(ABC):
+    """Contract shared by both implementations.
+
+    - `match(ids)`: the longest reusable prefix of `ids` (no locks taken).
+    - `adopt(req, match)`: at admission, before any allocation: the request's row gets the
+      match's slots, its path is locked, `req.kv_len = req.cached_len = match.length`.
+    - `cache_unfinished(req)`: after a prefill (or a chunk of one): the computed tokens
+      [0, kv_len) become shared; the row is rewritten to the tree's slots; the lock moves down.
+    - `cache_finished(req)`: the request gives up its slots (finished, aborted or retracted):
+      they go to the tree (or back to the pool), its lock is released. The row itself is the
+      caller's to free.
+    - `evict(n)`: free at least n slots from unlocked cached prefixes if possible.
+    Nothing here allocates slots; every slot it receives is either kept or freed exactly once.
+    """
+
+    reuses_prefixes: bool  # False for a cache that never matches (the scheduler then skips
+    # work that only pays off with reuse, such as holding back requests to share a prefix)
+
+    @abstractmethod
+    def match(self, ids: Sequence[int]) -> PrefixMatch: ...
+
+    @abstractmethod
+    def adopt(self, req, match: PrefixMatch) -> None: ...
+
+    @abstractmethod
+    def cache_unfinished(self, req) -> None: ...
+
+    @abstractmethod
+    def cache_finished(self, req) -> None: ...
+
+    @abstractmethod
+    def evict(self, num_tokens: int) -> int: ...
+
+    @abstractmethod
+    def flush(self) -> bool:
+        """Drop every cached prefix; False (and nothing changes) while any is locked."""
+
+    @property
+    @abstractmethod
+    def evictable_size(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def cached_size(self) -> int:
+        """Slots the cache owns (locked or not)."""
+
+    @property
+    @abstractmethod
+    def evicted_tokens(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def num_nodes(self) -> int: ...
+
+
+class RadixPrefixCache(PrefixCache):
+    reuses_prefixes = True
+
+    def __init__(self, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool):
+        self.req_pool = req_pool
+        self.kv_pool = kv_pool
+        self.tree = RadixCache(kv_pool.free)
+
+    def match(self, ids: Sequence[int]) -> PrefixMatch:
+        return self.tree.match_prefix(ids)
+
+    def adopt(self, req, match: PrefixMatch) -> None:
+        self.req_pool.write(req.req_pool_idx, 0, match.slots)
+        self.tree.lock(match.node)
+        req.cache_node = match.node
+        req.kv_len = req.cached_len = match.length
+
+    def cache_unfinished(self, req) -> None:
+        ids = req.all_ids[: req.kv_len]
+        self._insert(req, ids)
+        match = self.tree.match_prefix(ids)
+        assert match.length == req.kv_len, "what was just inserted must match"
+        self.req_pool.write(req.req_pool_idx, 0, match.slots)
+        self.tree.lock(match.node)
+        self._unlock(req)
+        req.cache_node = match.node
+        req.cached_len = req.kv_len
+
+    def cache_finished(self, req) -> None:
+        self._insert(req, req.all_ids[: req.kv_len])
+        self._unlock(req)
+        req.cached_len = 0
+
+    def _insert(self, req, ids: list[int]) -> None:
+        slots = self.req_pool.slots(req.req_pool_idx, req.kv_len)
+        already = self.tree.insert(ids, slots)
+        # Tokens another request cached meanwhile: the tree keeps its slots, ours are duplicates.
+        self.kv_pool.free(slots[req.cached_len : already])
+
+    def _unlock(self, req) -> None:
+        if req.cache_node is not None:
+            self.tree.unlock(req.cache_node)
+            req.cache_node = None
+
+    def evict(self, num_tokens: int) -> int:
+        return self.tree.evict(num_tokens)
+
+    def flush(self) -> bool:
+        if self.tree.protected_size:
+            return False
+        self.kv_pool.free(self.tree.all_slots())
+        self.tree.reset()
+        return True
+
+    @property
+    def evictable_size(self) -> int:
+        return self.tree.evictable_size
+
+    @property
+    def cached_size(self) -> int:
+        return self.tree.total_size
+
+    @property
+    def evicted_tokens(self) -> int:
+        return self.tree.evicted_tokens
+
+    @property
+    def num_nodes(self) -> int:
+        return self.tree.num_nodes
+
+
+class NoPrefixCache(PrefixCache):
+    """Never matches, keeps nothing: a finished request's slots go straight back to the pool."""
+
+    _EMPTY = PrefixMatch(torch.empty(0, dtype=torch.int64), None)
+    reuses_prefixes = False
+
+    def __init__(self, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool):
+        self.req_pool = req_pool
+        self.kv_pool = kv_pool
+
+    def match(self, ids: Sequence[int]) -> PrefixMatch:
+        return self._EMPTY
+
+    def adopt(self, req, match: PrefixMatch) -> None:
+        req.kv_len = req.cached_len = 0
+        req.cache_node = None
+
+    def cache_unfinished(self, req) -> None:
+        pass  # the slots stay private to the request
+
+    def cache_finished(self, req) -> None:
+        self.kv_pool.free(self.req_pool.slots(req.req_pool_idx, req.kv_len))
+
+    def evict(self, num_tokens: int) -> int:
+        return 0
+
+    def flush(self) -> bool:
+        return True
+
+    evictable_size = cached_size = evicted_tokens = num_nodes = property(lambda self: 0)
+
+
+def create_prefix_cache(enabled: bool, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool) -> PrefixCache:
+    return (RadixPrefixCache if enabled else NoPrefixCache)(req_pool, kv_pool)
+
+
+__all__ = ["PrefixCache", "PrefixMatch", "RadixPrefixCache", "NoPrefixCache", "TreeNode", "create_prefix_cache"]
