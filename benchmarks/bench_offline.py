@@ -54,7 +54,7 @@ class LangrtRunner:
     name = "langrt"
 
     def __init__(self, dtype: str):
-        self.engine = langrt.Engine(dtype=dtype, progress=False, log_level="warning", max_total_tokens=65536)
+        self.engine = langrt.Engine(dtype=dtype, log_level="warning", max_total_tokens=65536)
         self.tokenizer = self.engine.tokenizer
 
     def generate(self, texts: list[str], new_tokens: int) -> int:
@@ -101,6 +101,16 @@ def timed(runner, texts, new_tokens, repeats: int) -> dict:
     return best
 
 
+def model_weight_bytes(dtype: str) -> int:
+    """Bytes of the built-in model's weights in `dtype` (read once per decode step)."""
+    from langrt.model.loader import ModelSource
+
+    c = ModelSource.resolve(None).model_config()
+    per_layer = c.hidden_size * (c.q_size + 2 * c.kv_size) + c.q_size * c.hidden_size + 3 * c.hidden_size * c.intermediate_size
+    params = c.num_layers * per_layer + c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2)
+    return params * (2 if dtype == "bfloat16" else 4)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short outputs, one repeat")
@@ -111,7 +121,7 @@ def main() -> None:
     torch.set_num_threads(torch.get_num_threads())
 
     ours = LangrtRunner(args.dtype)
-    weight_bytes = sum(p.numel() * p.element_size() for p in ours.engine.runner.model.parameters())
+    weight_bytes = model_weight_bytes(args.dtype)
     baselines = [HFRunner(dtype) for dtype in ("bfloat16", "float32")]
     bandwidth = measure_bandwidth_gbs()
     results = {"dtype": args.dtype, "new_tokens": new_tokens, "bandwidth_gbs": bandwidth,

@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small workloads (a smoke run)")
     args = parser.parse_args()
     q = args.quick
-    model_args = dict(progress=False, log_level="warning")
+    model_args = dict(log_level="warning")
     on = langrt.Engine(max_total_tokens=65536, **model_args)
     off = langrt.Engine(max_total_tokens=65536, disable_radix_cache=True, **model_args)
     results = {"model": "SmolLM2-135M-Instruct (built-in)", "dtype": on.args.dtype, "quick": q}

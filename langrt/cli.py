@@ -1,5 +1,6 @@
 """The `langrt` command. Server flags are generated from ServerArgs, so they cannot drift.
 
+    langrt launch [--model-path PATH] [--port 30000]     # the HTTP server
     langrt generate "What is the capital of France?" --chat --max-new-tokens 32
 """
 
@@ -42,20 +43,28 @@ def _generate(ns: argparse.Namespace) -> int:
     from langrt.engine import Engine
 
     args = server_args_from(ns)
-    engine = Engine(progress=True, **dataclasses.asdict(args))
-    prompt = ns.prompt
-    if ns.chat:
-        messages = [{"role": "user", "content": prompt}]
-        prompt = engine.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    params = {"max_new_tokens": ns.max_new_tokens, "temperature": ns.temperature}
-    out = engine.generate(prompt, params)
+    with Engine(**dataclasses.asdict(args)) as engine:
+        prompt = ns.prompt
+        if ns.chat:
+            messages = [{"role": "user", "content": prompt}]
+            prompt = engine.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        out = engine.generate(prompt, {"max_new_tokens": ns.max_new_tokens, "temperature": ns.temperature})
     print(out["text"])
     return 0
+
+
+def _launch(ns: argparse.Namespace) -> int:
+    from langrt.entrypoints.http_server import launch
+
+    return launch(server_args_from(ns))
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="langrt", description="langrt: a prefix-caching LLM runtime")
     commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("launch", help="serve the native and OpenAI-compatible HTTP APIs")
+    add_server_args(serve)
+    serve.set_defaults(handler=_launch)
     gen = commands.add_parser("generate", help="generate a completion offline (no server)")
     gen.add_argument("prompt", help="the prompt text")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template as a user turn")

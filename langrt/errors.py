@@ -23,8 +23,16 @@ class UnsupportedSchema(InvalidRequest):
     """A JSON schema uses a keyword langrt cannot enforce exactly (HTTP 400)."""
 
 
-class CapacityExceeded(LangrtError):
-    """The server cannot take this request now or ever (HTTP 503 / 400)."""
+class CapacityExceeded(InvalidRequest):
+    """The request can never fit this server (its KV pool is too small for it): HTTP 400."""
+
+
+class Overloaded(LangrtError):
+    """Too many requests are queued; retrying later will work (HTTP 503)."""
+
+
+class ServerUnavailable(LangrtError):
+    """A runtime process died, or the server is shutting down (HTTP 503)."""
 
 
 class ModelLoadError(LangrtError):

@@ -37,6 +37,16 @@ class ServerArgs:
     chunked_prefill_size: int | None = _flag("prompt tokens computed per forward pass at most; longer prompts are prefilled in chunks (-1: no limit); default 8192 cuda, 2048 cpu", default=None)
     disable_radix_cache: bool = _flag("do not reuse KV across requests (the baseline for benchmarks)", default=False)
     schedule_policy: str = _flag("admission order of waiting requests", SCHEDULE_POLICIES, default="lpm")
+    max_queued_requests: int = _flag("requests waiting beyond the running batch at most; more get HTTP 503", default=4096)
+    host: str = _flag("HTTP address to bind (127.0.0.1: this machine only)", default="127.0.0.1")
+    port: int = _flag("HTTP port", default=30000)
+    api_key: str | None = _flag("require 'Authorization: Bearer KEY' on every route but /health", default=None)
+    served_model_name: str | None = _flag("model name reported by the OpenAI API (default: the model path)", default=None)
+    chat_template: str | None = _flag("chat template for /v1/chat/completions: a name (chatml, llama-3-instruct, qwen, default) or a .jinja file (default: the tokenizer's)", default=None)
+    max_request_bytes: int = _flag("largest HTTP request body accepted; larger get 413", default=16 * 1024 * 1024)
+    tp_size: int = _flag("tensor parallel size (only 1: one device per server)", default=1)
+    quantization: str | None = _flag("weight quantization (none supported yet: weights are served in --dtype)", default=None)
+    enable_torch_compile: bool = _flag("compile the model with torch.compile (slower start; measure before using)", default=False)
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
     num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
     log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")
@@ -47,9 +57,22 @@ class ServerArgs:
             value = getattr(self, f.name)
             if choices and value not in choices:
                 raise ValueError(f"--{_flag_name(f.name)} must be one of {', '.join(choices)}; got {value!r}")
-        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads")
+        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads", "max_request_bytes")
+        if self.max_queued_requests < 0:
+            raise ValueError(f"--max-queued-requests must be >= 0; got {self.max_queued_requests}")
         if self.chunked_prefill_size is not None and (self.chunked_prefill_size == 0 or self.chunked_prefill_size < -1):
             raise ValueError(f"--chunked-prefill-size must be positive or -1; got {self.chunked_prefill_size}")
+        if self.tp_size != 1:
+            raise ValueError(
+                f"--tp-size {self.tp_size}: tensor parallelism is not implemented; langrt serves a model on one device (--tp-size 1)"
+            )
+        if self.quantization not in (None, "none"):
+            raise ValueError(
+                f"--quantization {self.quantization!r} is not supported; weights are served unquantized in --dtype "
+                "(GGUF files are dequantized on load)"
+            )
+        if not 0 < self.port < 65536:
+            raise ValueError(f"--port must be in 1..65535; got {self.port}")
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
             raise ValueError(f"--mem-fraction-static must be in (0, 1); got {self.mem_fraction_static}")
 
@@ -73,6 +96,12 @@ class ServerArgs:
             chunked_prefill_size=self.chunked_prefill_size or (8192 if device == "cuda" else 2048),
             num_threads=self.num_threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
         )
+
+    def to_json(self) -> dict:
+        """Every setting, for /get_server_info (the API key itself is never reported)."""
+        out = dataclasses.asdict(self)
+        out["api_key"] = "<set>" if self.api_key else None
+        return out
 
     @property
     def torch_dtype(self):

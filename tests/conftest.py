@@ -69,3 +69,21 @@ def tiny_qwen2_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def smollm_path():
     return builtin_model_path()
+
+
+@pytest.fixture
+def new_engine():
+    """Make langrt.Engines (quiet, fp32 unless told) that are shut down after the test."""
+    import langrt
+
+    made = []
+
+    def make(model_path=None, **kw):
+        settings = {"log_level": "warning", **kw}
+        engine = langrt.Engine(None if model_path is None else str(model_path), **settings)
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        engine.shutdown()

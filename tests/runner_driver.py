@@ -16,6 +16,15 @@ def make_runner(model_path, dtype="float32", **kw) -> ModelRunner:
     return ModelRunner(args, source, source.model_config(), progress=False)
 
 
+def make_scheduler(model_path, dtype="float32", **kw):
+    """A Scheduler in this process (no child processes), to step by hand."""
+    from langrt.managers.scheduler import Scheduler
+    from langrt.model.tokenizer import load_tokenizer
+
+    runner = make_runner(model_path, dtype=dtype, **kw)
+    return Scheduler(runner, load_tokenizer(model_path), runner.args)
+
+
 class RunnerDriver:
     """Tracks each sequence's row, length and tokens; returns logits for every new token."""
 

@@ -13,10 +13,11 @@ PROMPTS = ["Hello there, how are you", "Once upon a time", "1, 2, 3,", "The quic
 
 @pytest.fixture(scope="module")
 def engine(tiny_llama_dir):
-    return langrt.Engine(
+    with langrt.Engine(
         str(tiny_llama_dir), dtype="float32", max_total_tokens=4096, max_running_requests=32,
-        context_length=512, progress=False, log_level="warning",
-    )  # fmt: skip
+        context_length=512, log_level="warning",
+    ) as engine:  # fmt: skip
+        yield engine
 
 
 def greedy(n, **kw):
@@ -24,12 +25,11 @@ def greedy(n, **kw):
 
 
 def assert_pools_empty(engine):
-    """Idle: every slot is free or in the cache unlocked (evictable), every row is free."""
+    """Idle: every slot is free or in the cache unlocked (evictable), nothing queued or running."""
     stats = engine.cache_stats()
     assert stats["kv_available_tokens"] == stats["kv_total_tokens"], "a KV slot leaked or stayed locked"
     assert stats["kv_free_tokens"] + stats["kv_cached_tokens"] == stats["kv_total_tokens"]
-    runner = engine.runner
-    assert runner.req_pool.available_size == runner.req_pool.size, "a request row leaked"
+    assert stats["running_requests"] == stats["waiting_requests"] == stats["in_flight_requests"] == 0
 
 
 def test_result_shape(engine):
@@ -164,7 +164,7 @@ def test_bad_input_names_the_field(engine, prompt, params, param):
 def test_bad_batch_runs_nothing(engine):
     with pytest.raises(InvalidRequest):
         engine.generate(["fine", "also fine"], [greedy(4), {"top_k": 0}])
-    assert not engine.scheduler.has_work
+    assert_pools_empty(engine)
 
 
 def test_out_of_vocab_ids(engine):
@@ -173,9 +173,9 @@ def test_out_of_vocab_ids(engine):
     assert info.value.param == "input_ids"
 
 
-def test_request_larger_than_pool(tiny_llama_dir):
-    small = langrt.Engine(
-        str(tiny_llama_dir), dtype="float32", max_total_tokens=64, context_length=512, progress=False,
+def test_request_larger_than_pool(tiny_llama_dir, new_engine):
+    small = new_engine(
+        str(tiny_llama_dir), dtype="float32", max_total_tokens=64, context_length=512,
         log_level="warning",
     )  # fmt: skip
     with pytest.raises(CapacityExceeded, match="64"):
@@ -186,10 +186,10 @@ def test_request_larger_than_pool(tiny_llama_dir):
     assert_pools_empty(small)
 
 
-def test_many_requests_more_than_rows(tiny_llama_dir):
-    eng = langrt.Engine(
+def test_many_requests_more_than_rows(tiny_llama_dir, new_engine):
+    eng = new_engine(
         str(tiny_llama_dir), dtype="float32", max_total_tokens=2048, max_running_requests=3,
-        context_length=256, progress=False, log_level="warning",
+        context_length=256, log_level="warning",
     )  # fmt: skip
     outs = eng.generate([f"prompt number {i}" for i in range(10)], greedy(8))
     assert [o["meta_info"]["completion_tokens"] for o in outs] == [8] * 10

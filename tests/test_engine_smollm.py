@@ -22,13 +22,15 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module")
 def engine():
-    return langrt.Engine(progress=False, log_level="warning", max_total_tokens=16384)
+    with langrt.Engine(log_level="warning", max_total_tokens=16384) as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")
 def engine_no_cache():
     """Without prefix reuse, a request's computation depends only on the batch it runs in."""
-    return langrt.Engine(progress=False, log_level="warning", max_total_tokens=16384, disable_radix_cache=True)
+    with langrt.Engine(log_level="warning", max_total_tokens=16384, disable_radix_cache=True) as engine:
+        yield engine
 
 
 def chat(engine, question: str) -> str:
@@ -54,13 +56,13 @@ def test_batch_of_eight_equals_each_alone(engine_no_cache):
     assert [o["output_ids"] for o in batched] == [o["output_ids"] for o in alone]
 
 
-def test_cache_on_and_off_agree_in_fp32():
+def test_cache_on_and_off_agree_in_fp32(new_engine):
     """32 questions after one ~600-token shared preamble: reusing the preamble's K/V changes
     nothing (in fp32; in bf16 the CPU GEMM's rounding depends on the row count, so a near-tie
     token can flip: see the issue notes)."""
     preamble = " ".join(f"Fact {i}: {i} is {'even' if i % 2 == 0 else 'odd'}." for i in range(60))
-    settings = dict(progress=False, log_level="warning", max_total_tokens=32768, dtype="float32")
-    on, off = langrt.Engine(**settings), langrt.Engine(disable_radix_cache=True, **settings)
+    settings = dict(log_level="warning", max_total_tokens=32768, dtype="float32")
+    on, off = new_engine(**settings), new_engine(disable_radix_cache=True, **settings)
     messages = [[{"role": "system", "content": preamble}, {"role": "user", "content": f"Is {n} even?"}] for n in range(32)]
     prompts = [on.tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
     assert len(on.tokenizer.encode(prompts[0])) >= 600

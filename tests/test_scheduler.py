@@ -9,17 +9,25 @@ import torch
 
 import langrt
 from langrt.managers.req import Req
+from runner_driver import make_scheduler
 from langrt.sampling.sampling_params import SamplingParams
 
 
-def make_engine(path, **kw):
-    settings = dict(dtype="float32", max_total_tokens=32768, context_length=2048, progress=False, log_level="warning")
-    return langrt.Engine(str(path), **{**settings, **kw})
+SETTINGS = dict(dtype="float32", max_total_tokens=32768, context_length=2048, log_level="warning")
+
+
+@pytest.fixture
+def make_engine(new_engine):
+    return lambda path, **kw: new_engine(path, **{**SETTINGS, **kw})
 
 
 @pytest.fixture(scope="module")
 def engines(tiny_llama_dir):
-    return make_engine(tiny_llama_dir), make_engine(tiny_llama_dir, disable_radix_cache=True)
+    on = langrt.Engine(str(tiny_llama_dir), **SETTINGS)
+    off = langrt.Engine(str(tiny_llama_dir), disable_radix_cache=True, **SETTINGS)
+    yield on, off
+    on.shutdown()
+    off.shutdown()
 
 
 def tokens(seed: int, n: int) -> list[int]:
@@ -84,7 +92,7 @@ def test_n_continuations_of_one_prefix(engines):
     assert_idle_and_clean(on)
 
 
-def test_kv_pressure_retracts_and_finishes_everything(tiny_llama_dir):
+def test_kv_pressure_retracts_and_finishes_everything(tiny_llama_dir, make_engine):
     prompts = [tokens(200 + i, 100) for i in range(32)]
     params = greedy(400)
     big = make_engine(tiny_llama_dir).generate(input_ids=prompts, sampling_params=params)
@@ -96,7 +104,7 @@ def test_kv_pressure_retracts_and_finishes_everything(tiny_llama_dir):
     assert_idle_and_clean(small_engine)
 
 
-def test_chunked_prefill_matches_whole_prefill(tiny_llama_dir):
+def test_chunked_prefill_matches_whole_prefill(tiny_llama_dir, make_engine):
     prompt = tokens(3, 1500)
     kwargs = dict(input_ids=prompt, sampling_params=greedy(8), return_logprob=True, logprob_start_len=0)
     whole = make_engine(tiny_llama_dir, chunked_prefill_size=-1).generate(**kwargs)
@@ -109,8 +117,7 @@ def test_chunked_prefill_matches_whole_prefill(tiny_llama_dir):
 
 
 def test_decode_keeps_going_while_a_long_prompt_is_chunked(tiny_llama_dir):
-    engine = make_engine(tiny_llama_dir, chunked_prefill_size=128)
-    scheduler = engine.scheduler
+    scheduler = make_scheduler(tiny_llama_dir, chunked_prefill_size=128, max_total_tokens=8192, context_length=2048)
     short = Req("short", tokens(4, 10), SamplingParams(max_new_tokens=100, temperature=0, ignore_eos=True))
     long = Req("long", tokens(5, 1000), SamplingParams(max_new_tokens=4, temperature=0, ignore_eos=True))
     scheduler.add_request(short)
@@ -162,11 +169,11 @@ def optimal_hit_rate(prompts: list[list[int]]) -> float:
 
 
 @pytest.mark.parametrize("policy", ["lpm", "dfs-weight", "fcfs", "random"])
-def test_policies_agree_on_outputs_and_lpm_is_near_optimal(tiny_llama_dir, policy):
+def test_policies_agree_on_outputs_and_lpm_is_near_optimal(tiny_llama_dir, make_engine, engines, policy):
     prompts = prefix_groups(8, 16, 200)
     engine = make_engine(tiny_llama_dir, schedule_policy=policy, max_total_tokens=4096)
     outs = engine.generate(input_ids=prompts, sampling_params=greedy(4))
-    reference = make_engine(tiny_llama_dir, disable_radix_cache=True).generate(input_ids=prompts, sampling_params=greedy(4))
+    reference = engines[1].generate(input_ids=prompts, sampling_params=greedy(4))
     assert ids_of(outs) == ids_of(reference)
     hit_rate = engine.cache_stats()["cache_hit_rate"]
     if policy in ("lpm", "dfs-weight"):
@@ -184,10 +191,10 @@ def test_flush_cache_forgets_prefixes(engines):
     assert on.generate(input_ids=prompt, sampling_params=greedy(2))["meta_info"]["cached_tokens"] == 0
 
 
-def test_flush_is_refused_while_requests_wait(engines):
-    on, _ = engines
-    on.scheduler.add_request(Req("w", tokens(8, 10), SamplingParams(max_new_tokens=2)))
-    assert not on.flush_cache()
-    while on.scheduler.has_work:
-        on.scheduler.step()
-    assert on.flush_cache()
+def test_flush_is_refused_while_requests_wait(tiny_llama_dir):
+    scheduler = make_scheduler(tiny_llama_dir, max_total_tokens=4096, context_length=512)
+    scheduler.add_request(Req("w", tokens(8, 10), SamplingParams(max_new_tokens=2)))
+    assert not scheduler.flush_cache()
+    while scheduler.has_work:
+        scheduler.step()
+    assert scheduler.flush_cache()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 # Prompt tokens kept as left context, so the first output token decodes with its leading space.
-_CONTEXT_TOKENS = 5
+CONTEXT_TOKENS = 5
 REPLACEMENT_CHAR = "\ufffd"
 
 
@@ -29,7 +29,7 @@ class IncrementalDecoder:
             skip_special_tokens=skip_special_tokens,
             spaces_between_special_tokens=spaces_between_special_tokens,
         )
-        self.ids: list[int] = list(prompt_ids[-_CONTEXT_TOKENS:])
+        self.ids: list[int] = list(prompt_ids[-CONTEXT_TOKENS:])
         self.prefix_offset = 0  # start of the decode window (context for the next emission)
         self.read_offset = len(self.ids)  # ids before this have been emitted as text
         self.text = ""

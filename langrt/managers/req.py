@@ -51,6 +51,16 @@ class LogprobRecord:
 
 
 @dataclass
+class SentMarks:
+    """How much of a request's output has been reported (ids, logprob entries)."""
+
+    output_ids: int = 0
+    input_logprobs: int = 0
+    output_logprobs: int = 0
+    settings: bool = False
+
+
+@dataclass
 class Req:
     rid: str
     input_ids: list[int]
@@ -58,6 +68,7 @@ class Req:
     return_logprob: bool = False
     logprob_start_len: int = -1  # -1: output only
     top_logprobs_num: int = 0
+    stream: bool = False
 
     output_ids: list[int] = field(default_factory=list)
     req_pool_idx: int | None = None
@@ -71,10 +82,11 @@ class Req:
     admit_seq: int = 0  # order of the latest admission (the youngest is retracted first)
     finish_reason: FinishReason | None = None
     generator: torch.Generator | None = None
-    decoder: IncrementalDecoder | None = None
-    output_text: str = ""  # final text, set by finish() (stop strings trimmed)
+    decoder: IncrementalDecoder | None = None  # only when stop strings need the text
+    text_end: int | None = None  # a stop string matched: the output text ends here
     input_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     output_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
+    sent: "SentMarks" = field(default_factory=lambda: SentMarks())
 
     def __post_init__(self):
         assert self.input_ids, "a request needs at least one prompt token"
@@ -96,6 +108,14 @@ class Req:
         return self.input_ids + self.output_ids
 
     @property
+    def visible_output_ids(self) -> list[int]:
+        """Output ids that make up the text: a matched stop token is not part of it."""
+        r = self.finish_reason
+        if r is not None and r.type == "stop" and isinstance(r.matched, int):
+            return self.output_ids[:-1]
+        return self.output_ids
+
+    @property
     def input_logprob_start(self) -> int:
         """First prompt position whose logprob is reported (== prompt_len: none)."""
         if not self.return_logprob or self.logprob_start_len < 0:
@@ -103,12 +123,9 @@ class Req:
         return min(self.logprob_start_len, self.prompt_len)
 
     def finish(self, reason: FinishReason, text_end: int | None = None) -> None:
-        """Mark finished; the output text is the decoded text, cut at `text_end` if given."""
+        """Mark finished; `text_end`: the output text is cut there (a stop string matched)."""
         self.finish_reason = reason
-        if text_end is None:
-            self.decoder.flush()
-            text_end = len(self.decoder.text)
-        self.output_text = self.decoder.text[:text_end]
+        self.text_end = text_end
 
     @property
     def max_prefix_len(self) -> int:
@@ -149,9 +166,10 @@ class StopChecker:
         if may_stop and (token_id in p.stop_token_ids or (not p.ignore_eos and token_id in self.eos_token_ids)):
             req.finish(FinishReason.by_stop(token_id))  # the stop token itself is not detokenized
             return
-        new_text = req.decoder.push([token_id])
-        if may_stop and new_text and self._check_stop_strings(req, len(new_text)):
-            return
+        if req.decoder is not None:
+            new_text = req.decoder.push([token_id])
+            if may_stop and new_text and self._check_stop_strings(req, len(new_text)):
+                return
         if n_out >= p.max_new_tokens or req.seq_len >= self.context_len:
             req.finish(FinishReason.by_length(n_out))
 

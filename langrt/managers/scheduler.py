@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-from langrt.errors import CapacityExceeded, InvalidRequest
 from langrt.managers.incremental_decoder import IncrementalDecoder
 from langrt.managers.logprob_collector import OutputLogprobs, collect_input_logprobs
 from langrt.managers.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
 from langrt.managers.req import FinishReason, Req, StopChecker
 from langrt.managers.schedule_policy import SchedulePolicy
+from langrt.managers.validation import Limits, validate_request
 from langrt.mem.prefix_cache import create_prefix_cache
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.model_runner import ModelRunner
@@ -60,6 +60,7 @@ class Scheduler:
         self.runner = runner
         self.tokenizer = tokenizer
         self.context_len = runner.plan.context_len
+        self.limits = Limits(self.context_len, runner.vocab_size, runner.kv_pool.size)
         self.token_budget = args.chunked_prefill_size if args.chunked_prefill_size > 0 else float("inf")
         self.stop_checker = StopChecker(eos_token_ids(runner.config, tokenizer), self.context_len)
         self.cache = create_prefix_cache(not args.disable_radix_cache, runner.req_pool, runner.kv_pool)
@@ -76,31 +77,15 @@ class Scheduler:
 
     def validate(self, req: Req) -> None:
         """Refuse what can never run: raise InvalidRequest / CapacityExceeded naming the cause."""
-        vocab = self.runner.vocab_size
-        if any(not 0 <= t < vocab for t in req.input_ids):
-            raise InvalidRequest(f"input_ids contain token ids outside [0, {vocab})", param="input_ids")
-        if req.prompt_len >= self.context_len:
-            raise InvalidRequest(
-                f"the prompt has {req.prompt_len} tokens; the context length is {self.context_len}", param="prompt"
-            )
-        if req.prompt_len + req.params.max_new_tokens > self.context_len:
-            raise InvalidRequest(
-                f"prompt ({req.prompt_len} tokens) + max_new_tokens ({req.params.max_new_tokens}) "
-                f"exceeds the context length {self.context_len}",
-                param="max_new_tokens",
-            )
-        if req.max_seq_len(self.context_len) > self.runner.kv_pool.size:
-            raise CapacityExceeded(
-                f"the request needs up to {req.max_seq_len(self.context_len)} KV slots; "
-                f"the pool holds {self.runner.kv_pool.size} (raise --max-total-tokens)"
-            )
+        validate_request(req.input_ids, req.params, self.limits)
 
     def add_request(self, req: Req) -> None:
         self.validate(req)
         p = req.params
-        req.decoder = IncrementalDecoder(
-            self.tokenizer, req.input_ids, p.skip_special_tokens, p.spaces_between_special_tokens
-        )
+        if p.stop or p.stop_regex:  # only stop strings need the text here
+            req.decoder = IncrementalDecoder(
+                self.tokenizer, req.input_ids, p.skip_special_tokens, p.spaces_between_special_tokens
+            )
         if p.seed is not None and not p.is_greedy:
             req.generator = make_generator(p.seed, self.runner.device)
         self.waiting.append(req)
@@ -113,11 +98,33 @@ class Scheduler:
         """Empty the prefix cache; False while requests are queued or running."""
         return not self.has_work and self.cache.flush()
 
+    def abort(self, rid: str, message: str) -> Req | None:
+        """Finish request `rid` now with an abort reason, releasing what it holds (between
+        steps). None if no such request is queued or running."""
+        for req in self.waiting:
+            if req.rid == rid:
+                self.waiting.remove(req)
+                req.finish(FinishReason.by_abort(message))
+                return req
+        for req in self.running + ([self.chunked] if self.chunked else []):
+            if req.rid == rid:
+                req.finish(FinishReason.by_abort(message))
+                self.cache.cache_finished(req)
+                self.runner.req_pool.free(req.req_pool_idx)
+                req.req_pool_idx = None
+                if req is self.chunked:
+                    self.chunked = None
+                else:
+                    self.running.remove(req)
+                return req
+        return None
+
     # ---- one step ----------------------------------------------------------------------
 
     @torch.inference_mode()
     def step(self) -> list[Req]:
-        """Run one forward pass; return the requests that finished in it."""
+        """Run one forward pass; return the requests whose output changed in it (a new token,
+        input logprobs, or finishing)."""
         decode, retracted = self._prepare_decode()
         prefill = [] if retracted else self._admit()
         if not decode and not prefill:
@@ -137,7 +144,7 @@ class Scheduler:
                 break
             victim = self.chunked or max(self.running, key=lambda r: r.admit_seq, default=None)
             if victim is None or (victim is not self.chunked and len(self.running) == 1):
-                raise CapacityExceeded("the KV pool cannot hold even one running request")
+                raise RuntimeError("the KV pool cannot hold even one running request (admission should prevent this)")
             self._retract(victim)
             retracted = True
         if not self.running:
@@ -236,19 +243,21 @@ class Scheduler:
 
     def _settle(self, decode: list[Req], prefill: list[PrefillItem]) -> list[Req]:
         """Finished requests leave (their tokens to the cache); new prefixes become shared."""
-        finished = []
-        for req in decode + [item.req for item in prefill]:
+        changed = list(decode)
+        for item in prefill:
+            if item.completes_prompt or item.req.return_logprob:
+                changed.append(item.req)
+        for req in changed:
             if req.finished:
                 self.cache.cache_finished(req)
                 self.runner.req_pool.free(req.req_pool_idx)
                 req.req_pool_idx = None
-                finished.append(req)
         for item in prefill:
             if not item.req.finished:
                 self.cache.cache_unfinished(item.req)
         newly_running = [i.req for i in prefill if i.completes_prompt and not i.req.finished]
         self.running = [r for r in self.running if not r.finished] + newly_running
-        return finished
+        return changed
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor) -> None:
         """Pick each request's next token from its [V] logits row, then check stops."""

@@ -8,7 +8,15 @@ forms one sequence without copying.
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from langrt.mem.prefault import Prefaulter
+
+# CPU allocations this large are fresh kernel mappings (glibc's mmap threshold is at most 32 MB),
+# hence zero-filled.
+_FRESH_MAPPING_BYTES = 64 * 1024 * 1024
 
 
 class TokenToKVPool:
@@ -31,11 +39,18 @@ class TokenToKVPool:
         self.size = size
         self.dtype = dtype
         self.device = torch.device(device)
-        # Zeroed up front, in one block: on CPU, memory first touched during serving costs a
-        # page fault per 4 KB on the hot path (measured: ~10% of decode time while a cache
-        # grows into fresh pages); and a masked-out stale slot must hold finite values, since
-        # NaN * 0 attention weight is still NaN.
-        self._buffer = torch.zeros((2, num_layers, size, num_kv_heads, head_dim), dtype=dtype, device=device)
+        # One block, all zeros: a masked-out stale slot must hold finite values (NaN * 0 attention
+        # weight is still NaN). A large CPU block comes straight from the kernel, already zero,
+        # and its pages are committed while the scheduler is idle (`prefault`, see prefault.py);
+        # a small one may be recycled heap memory and is zeroed here.
+        shape = (2, num_layers, size, num_kv_heads, head_dim)
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        self.prefault: Prefaulter | None = None
+        if self.device.type == "cpu" and nbytes >= _FRESH_MAPPING_BYTES:
+            self._buffer = torch.empty(shape, dtype=dtype, device=device)
+            self.prefault = Prefaulter(self._buffer)
+        else:
+            self._buffer = torch.zeros(shape, dtype=dtype, device=device)
         self.k_buffers = list(self._buffer[0])
         self.v_buffers = list(self._buffer[1])
         # A stack: the most recently freed slots are reused first (their pages are warm).

@@ -50,6 +50,17 @@ class Linear(nn.Module):
         return linear(x, self.weight, self.bias)
 
 
+class Embedding(nn.Module):
+    """Token embeddings; like Linear, created uninitialized (the loader fills every weight)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return nn.functional.embedding(ids, self.weight)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     if x.shape[0] == 1 and x.dim() == 2 and x.device.type == "cpu":
         y = torch.mv(weight, x[0]).unsqueeze(0)

@@ -14,7 +14,7 @@ from torch import nn
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
-from langrt.model.layers import Linear, RMSNorm, RotaryEmbedding, apply_rotary, linear, silu_and_mul
+from langrt.model.layers import Embedding, Linear, RMSNorm, RotaryEmbedding, apply_rotary, linear, silu_and_mul
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin for this pass's positions
 
@@ -72,7 +72,7 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(

@@ -7,13 +7,13 @@ built-in model everywhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import torch
-from tqdm import tqdm
 
 from langrt.errors import ModelLoadError
 from langrt.model.config import ModelConfig
@@ -65,6 +65,8 @@ class ModelSource:
         return GGUFFile(self.path)
 
     def iter_weights(self, dtype: torch.dtype, progress: bool) -> Iterator[tuple[str, torch.Tensor]]:
+        from tqdm import tqdm  # here: importing it creates a multiprocessing lock
+
         if self.is_gguf:
             gguf = self._gguf()
             yield from tqdm(gguf.iter_weights(dtype), total=gguf.num_tensors, desc="Loading GGUF", disable=not progress)
@@ -94,10 +96,8 @@ def load_model(
         raise ModelLoadError(f"unknown load format {load_format!r}; choose from {LOAD_FORMATS}")
     if load_format == "gguf" and not source.is_gguf or load_format == "safetensors" and source.is_gguf:
         raise ModelLoadError(f"load format {load_format!r} does not match model path {source.path}")
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config)
-    model = model.to_empty(device=device).to(dtype)
-    _rebuild_rotary_tables(model, config, device)
+    with torch.device(device), _default_dtype(dtype):
+        model = LlamaForCausalLM(config)  # parameters uninitialized: filled below
     if load_format == "dummy":
         _fill_dummy(model, seed)
     else:
@@ -105,12 +105,15 @@ def load_model(
     return model.eval().requires_grad_(False)
 
 
-def _rebuild_rotary_tables(model: LlamaForCausalLM, config: ModelConfig, device: torch.device) -> None:
-    """Buffers built on the meta device hold no values; compute them for real."""
-    from langrt.model.layers import RotaryEmbedding
-
-    with torch.device(device):
-        model.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling)
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    """Parameters are created in the serving dtype directly (no float32 copy first)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def _fill_dummy(model: LlamaForCausalLM, seed: int) -> None:

@@ -1,0 +1,203 @@
+"""SGLang's native HTTP API (API.md §7): /generate and the server routes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import AsyncIterator
+
+from aiohttp import web
+
+from langrt.errors import InvalidRequest
+from langrt.managers.req_state import ReqState
+from langrt.managers.tokenizer_manager import TokenizerManager, make_generate_input
+from langrt.version import __version__
+
+from langrt.entrypoints.errors import error_body, error_response, status_of
+
+GENERATE_FIELDS = {
+    "text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len", "top_logprobs_num",
+    "return_text_in_logprobs", "stream", "image_data",
+}  # fmt: skip
+
+
+async def read_json(request: web.Request, allowed: set[str] | None = None) -> dict:
+    """The body as a JSON object; unknown fields refused when `allowed` is given."""
+    body = await request.json()
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    if allowed is not None:
+        unknown = sorted(set(body) - allowed)
+        if unknown:
+            raise InvalidRequest(f"unknown field {unknown[0]!r}", param=unknown[0])
+    return body
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    manager: TokenizerManager = request.app["manager"]
+    body = await read_json(request, GENERATE_FIELDS)
+    if body.pop("image_data", None) is not None:
+        raise InvalidRequest("this model is text-only: image_data is not supported", param="image_data")
+    inp, is_batch = make_generate_input(manager.tokenize, **body)
+    states = manager.submit(inp)
+    if inp.stream:
+        return await stream_events(request, manager, states, lambda i, s: s.response(manager.tokenizer), len(states) > 1)
+    await wait_all(manager, states)
+    results = [s.response(manager.tokenizer) for s in states]
+    return web.json_response(results if is_batch else results[0])
+
+
+async def wait_all(manager: TokenizerManager, states: list[ReqState]) -> None:
+    """Wait for every state; if the client goes away (the handler is cancelled), abort them."""
+    try:
+        for state in states:
+            await state.wait()
+    except BaseException:
+        for state in states:
+            manager.abort(state)
+        raise
+
+
+async def merged_snapshots(states: list[ReqState]) -> AsyncIterator[tuple[int, ReqState]]:
+    """(index, state) after every update of any of the states, until all finish."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, state: ReqState):
+        try:
+            async for snapshot in state.snapshots():
+                await queue.put((i, snapshot, None))
+        except Exception as e:  # noqa: BLE001 - forwarded to the consumer
+            await queue.put((i, state, e))
+        await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(states)]
+    try:
+        remaining = len(states)
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+                continue
+            i, state, error = item
+            if error is not None:
+                raise error
+            yield i, state
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def start_sse(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    return response
+
+
+async def send_event(response: web.StreamResponse, payload) -> None:
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    await response.write(f"data: {data}\n\n".encode())
+
+
+async def stream_events(
+    request, manager: TokenizerManager, states, render, indexed: bool, done: bool = True
+) -> web.StreamResponse:
+    """SSE: one event per update (render(index, state) -> payload or None to skip), then
+    [DONE] (unless `done` is False: the caller adds more). A failure mid-stream becomes an error
+    event; a vanished client aborts the requests."""
+    response = await start_sse(request)
+    try:
+        async for i, state in merged_snapshots(states):
+            payload = render(i, state)
+            if payload is None:
+                continue
+            if indexed:
+                payload["index"] = i
+            await send_event(response, payload)
+    except (ConnectionError, asyncio.CancelledError):
+        for state in states:
+            manager.abort(state)
+        raise
+    except Exception as e:  # noqa: BLE001
+        for state in states:
+            manager.abort(state)
+        status, message, param = status_of(e)
+        await send_event(response, error_body(status, message, param))
+    if done:
+        await send_event(response, "[DONE]")
+        await response.write_eof()
+    return response
+
+
+async def get_model_info(request: web.Request) -> web.Response:
+    app = request.app
+    tokenizer = app["manager"].tokenizer
+    ready = app["manager"].ready
+    return web.json_response(
+        {
+            "model_path": app["model_path"],
+            "tokenizer_path": app["tokenizer_path"],
+            "is_generation": True,
+            "chat_template": getattr(tokenizer, "chat_template", None),
+            "stop_strings": [tokenizer.eos_token] if getattr(tokenizer, "eos_token", None) else [],
+            "context_length": ready.context_len,
+            "vocab_size": ready.vocab_size,
+        }
+    )
+
+
+async def get_server_info(request: web.Request) -> web.Response:
+    manager: TokenizerManager = request.app["manager"]
+    stats = await manager.server_stats()
+    return web.json_response({**manager.args.to_json(), "model_path": request.app["model_path"], "version": __version__, **stats})
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    if request.can_read_body:
+        await read_json(request)  # SGLang's frontend sends {"empty_cache": true}; nothing to honour
+    if await request.app["manager"].control("flush_cache"):
+        return web.Response(text="Cache flushed.\n")
+    return error_response(400, "cannot flush the cache while requests are queued or running; retry when idle")
+
+
+async def health(request: web.Request) -> web.Response:
+    manager: TokenizerManager = request.app["manager"]
+    if manager.healthy:
+        return web.Response(text="ok\n")
+    return error_response(503, f"not serving: {manager.failure or 'starting'}")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    manager: TokenizerManager = request.app["manager"]
+    stats = await manager.server_stats()
+    total = stats["kv_total_tokens"]
+    gauges = {
+        "running_requests": stats["running_requests"],
+        "waiting_requests": stats["waiting_requests"],
+        "cache_hit_rate": stats["cache_hit_rate"],
+        "kv_usage": 1 - stats["kv_available_tokens"] / total,
+        "kv_cached_tokens": stats["kv_cached_tokens"],
+        "kv_total_tokens": total,
+    }
+    return web.Response(text=manager.metrics.render(gauges), content_type="text/plain", charset="utf-8")
+
+
+async def concate_and_append_request(request: web.Request) -> web.Response:
+    body = await read_json(request, {"src_rids", "dst_rid"})
+    if not isinstance(body.get("src_rids"), list) or not isinstance(body.get("dst_rid"), str):
+        raise InvalidRequest("expected src_rids (a list) and dst_rid (a string)", param="src_rids")
+    # Accepted and not acted on: the radix cache already shares whatever prefix the next
+    # request repeats, which is what this call exists to arrange.
+    return web.json_response({"success": True})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/generate", generate)
+    app.router.add_get("/get_model_info", get_model_info)
+    app.router.add_get("/get_server_info", get_server_info)
+    app.router.add_get("/server_info", get_server_info)
+    app.router.add_route("GET", "/flush_cache", flush_cache)
+    app.router.add_route("POST", "/flush_cache", flush_cache)
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/concate_and_append_request", concate_and_append_request)

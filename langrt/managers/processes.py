@@ -1,0 +1,58 @@
+"""Starting, watching and stopping the scheduler and detokenizer processes."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+from dataclasses import dataclass
+
+from langrt.ipc import Endpoints
+from langrt.managers.detokenizer_process import run_detokenizer_process
+from langrt.managers.scheduler_process import run_scheduler_process
+from langrt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ChildProcesses:
+    endpoints: Endpoints
+    scheduler: mp.Process
+    detokenizer: mp.Process
+
+    @classmethod
+    def start(cls, args: ServerArgs) -> "ChildProcesses":
+        # spawn, not fork: the children start clean (no inherited threads, sockets or CUDA state).
+        ctx = mp.get_context("spawn")
+        endpoints = Endpoints.create()
+        parent = os.getpid()
+        scheduler = ctx.Process(
+            target=run_scheduler_process, args=(args, endpoints, parent), name="langrt-scheduler", daemon=True
+        )
+        detokenizer = ctx.Process(
+            target=run_detokenizer_process, args=(args, endpoints, parent), name="langrt-detokenizer", daemon=True
+        )
+        scheduler.start()
+        detokenizer.start()
+        return cls(endpoints, scheduler, detokenizer)
+
+    @property
+    def processes(self) -> list[mp.Process]:
+        return [self.scheduler, self.detokenizer]
+
+    def dead(self) -> list[str]:
+        """Names (and exit codes) of children that have exited."""
+        return [f"{p.name} (exit code {p.exitcode})" for p in self.processes if not p.is_alive()]
+
+    def stop(self, timeout_s: float = 3.0) -> None:
+        """Terminate both children and remove the ipc directory."""
+        for p in self.processes:
+            if p.is_alive():
+                p.terminate()
+        for p in self.processes:
+            p.join(timeout_s)
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+        self.endpoints.remove()

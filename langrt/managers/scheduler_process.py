@@ -1,0 +1,183 @@
+"""The scheduler process: the only one that touches the model.
+
+Loop: take every waiting message without blocking (block only when idle) -> one scheduler step
+-> send the requests' progress to the detokenizer. It never waits on the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+import zmq
+
+from langrt.errors import InvalidRequest
+from langrt.ipc import Endpoints, PullQueue, PushQueue
+from langrt.managers.incremental_decoder import CONTEXT_TOKENS
+from langrt.managers.req import Req
+from langrt.managers.scheduler import Scheduler
+from langrt.messages import (
+    AbortRequest,
+    ControlReply,
+    ControlRequest,
+    DecodeSettings,
+    GenerateRequest,
+    RequestFailed,
+    SchedulerReady,
+    TokenUpdate,
+    TokenUpdates,
+)
+from langrt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Child process set-up: it must not outlive the process that started it (even one killed
+    with -9); Ctrl-C is the parent's to handle (it stops the children); SIGTERM exits cleanly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def configure_logging(level: str, name: str) -> None:
+    logging.basicConfig(level=level.upper(), format=f"[langrt {name}] %(message)s", stream=sys.stderr)
+
+
+def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: int) -> None:
+    """Entry point of the scheduler process (spawned)."""
+    exit_with_parent(parent_pid)
+    configure_logging(args.log_level, "scheduler")
+    context = zmq.Context()
+    inbox: PullQueue = PullQueue(context, endpoints.scheduler)
+    outbox: PushQueue = PushQueue(context, endpoints.detokenizer)
+    try:
+        scheduler = build_scheduler(args)
+        outbox.put(ready_message(scheduler, args))
+        SchedulerLoop(scheduler, inbox, outbox).run()
+    except Exception:
+        logger.exception("the scheduler failed")
+        sys.exit(1)
+
+
+def build_scheduler(args: ServerArgs) -> Scheduler:
+    from langrt.model.loader import ModelSource
+    from langrt.model.model_runner import ModelRunner
+    from langrt.model.tokenizer import load_tokenizer
+
+    source = ModelSource.resolve(args.model_path)
+    config = source.model_config()
+    tokenizer = load_tokenizer(args.tokenizer_path or source.path)
+    runner = ModelRunner(args, source, config, progress=args.log_level in ("debug", "info"))
+    return Scheduler(runner, tokenizer, args)
+
+
+def ready_message(scheduler: Scheduler, args: ServerArgs) -> SchedulerReady:
+    runner = scheduler.runner
+    return SchedulerReady(
+        context_len=runner.plan.context_len,
+        vocab_size=runner.vocab_size,
+        max_total_tokens=runner.plan.max_total_tokens,
+        max_running_requests=runner.plan.max_running_requests,
+        model_info={"model_type": runner.config.model_type, "dtype": args.dtype, "device": args.device},
+    )
+
+
+class SchedulerLoop:
+    def __init__(self, scheduler: Scheduler, inbox: PullQueue, outbox: PushQueue):
+        self.scheduler = scheduler
+        self.inbox = inbox
+        self.outbox = outbox
+        self.handlers = {
+            GenerateRequest: self._on_generate,
+            AbortRequest: self._on_abort,
+            ControlRequest: self._on_control,
+        }
+
+    def run(self) -> None:
+        while True:
+            self.run_once(block=not self.scheduler.has_work)
+
+    def run_once(self, block: bool) -> None:
+        messages = self.inbox.drain()
+        if not messages and block:
+            prefault = self.scheduler.runner.kv_pool.prefault
+            if prefault is not None and not prefault.done:
+                prefault.step()  # idle: commit the next chunk of KV pages, then look again
+                return
+            first = self.inbox.get(timeout_s=1.0)
+            messages = ([first] if first is not None else []) + self.inbox.drain()
+        for message in messages:
+            self.handlers[type(message)](message)
+        if self.scheduler.has_work:
+            self._send(self.scheduler.step())
+
+    def _on_generate(self, m: GenerateRequest) -> None:
+        req = Req(
+            rid=m.rid, input_ids=list(m.input_ids), params=m.params, return_logprob=m.return_logprob,
+            logprob_start_len=m.logprob_start_len, top_logprobs_num=m.top_logprobs_num, stream=m.stream,
+        )  # fmt: skip
+        try:
+            self.scheduler.add_request(req)
+        except InvalidRequest as e:
+            self.outbox.put(RequestFailed(m.rid, e.message, 400, e.param))
+
+    def _on_abort(self, m: AbortRequest) -> None:
+        req = self.scheduler.abort(m.rid, m.message)
+        if req is not None:
+            self._send([req])
+
+    def _on_control(self, m: ControlRequest) -> None:
+        if m.kind == "flush_cache":
+            payload = self.scheduler.flush_cache()
+        else:
+            payload = self.scheduler.cache_stats()
+        self.outbox.put(ControlReply(m.kind, m.request_id, payload))
+
+    def _send(self, reqs: list[Req]) -> None:
+        updates = [token_update(r) for r in reqs if r.stream or r.finished]
+        if updates:
+            self.outbox.put(TokenUpdates(updates))
+
+
+def token_update(req: Req) -> TokenUpdate:
+    """What `req` produced since its last update (and marks it sent)."""
+    sent = req.sent
+    visible = req.visible_output_ids
+    update = TokenUpdate(
+        rid=req.rid,
+        new_ids=req.output_ids[sent.output_ids :],
+        visible_new_ids=visible[sent.output_ids :],
+        prompt_tokens=req.prompt_len,
+        cached_tokens=req.cached_tokens,
+        completion_tokens=len(req.output_ids),
+        finish_reason=req.finish_reason.to_json() if req.finished else None,
+        text_end=req.text_end,
+        input_logprobs=_entries(req.input_logprobs, sent.input_logprobs),
+        output_logprobs=_entries(req.output_logprobs, sent.output_logprobs),
+    )
+    if not sent.settings:
+        p = req.params
+        hold = max(map(len, p.stop), default=1) - 1
+        update.settings = DecodeSettings(
+            req.input_ids[-CONTEXT_TOKENS:], p.skip_special_tokens, p.spaces_between_special_tokens, hold
+        )
+        sent.settings = True
+    sent.output_ids = len(req.output_ids)
+    sent.input_logprobs = len(req.input_logprobs.values)
+    sent.output_logprobs = len(req.output_logprobs.values)
+    return update
+
+
+def _entries(record, start: int) -> list:
+    return list(zip(record.values[start:], record.token_ids[start:], record.top[start:]))

@@ -1,0 +1,315 @@
+"""The main process's side of the runtime: tokenize, validate, send; gather replies.
+
+Used by both the HTTP server and `langrt.Engine`, on an asyncio loop. A request becomes one or
+more `GenerateRequest`s (n > 1 fans out) sent to the scheduler; the detokenizer's `TextUpdates`
+come back through one receive task that updates each request's `ReqState`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from langrt.errors import InvalidRequest, Overloaded, ServerUnavailable
+from langrt.ipc import AsyncPullQueue, PushQueue
+from langrt.managers.metrics import Metrics
+from langrt.managers.processes import ChildProcesses
+from langrt.managers.req_state import ReqState
+from langrt.managers.validation import Limits, validate_request
+from langrt.messages import (
+    AbortRequest,
+    ControlReply,
+    ControlRequest,
+    GenerateRequest,
+    RequestFailed,
+    SchedulerReady,
+    TextUpdates,
+)
+from langrt.sampling.sampling_params import SamplingParams
+from langrt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GenerateInput:
+    """One /generate call (or Engine.generate): prompts as token ids, one entry per prompt."""
+
+    input_ids: list[list[int]]
+    params: list[SamplingParams]
+    rids: list[str | None]
+    return_logprob: list[bool]
+    logprob_start_len: list[int]
+    top_logprobs_num: list[int]
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+
+    def __post_init__(self):
+        n = len(self.input_ids)
+        for name in ("params", "rids", "return_logprob", "logprob_start_len", "top_logprobs_num"):
+            assert len(getattr(self, name)) == n, f"{name} must have one entry per prompt"
+
+
+class TokenizerManager:
+    def __init__(self, args: ServerArgs, tokenizer, children: ChildProcesses):
+        self.args = args
+        self.tokenizer = tokenizer
+        self.children = children
+        self.context = zmq.asyncio.Context()
+        self.to_scheduler: PushQueue = PushQueue(zmq.Context.instance(), children.endpoints.scheduler)
+        self.inbox: AsyncPullQueue = AsyncPullQueue(self.context, children.endpoints.main)
+        self.states: dict[str, ReqState] = {}
+        self.replies: dict[int, asyncio.Future] = {}
+        self.request_ids = itertools.count()
+        self.metrics = Metrics()
+        self.ready: SchedulerReady | None = None
+        self.limits: Limits | None = None
+        self.failure: str | None = None  # why the runtime stopped serving
+        self._tasks: list[asyncio.Task] = []
+
+    # ---- life cycle ----------------------------------------------------------------------
+
+    async def start(self, timeout_s: float = 600.0) -> None:
+        """Wait for the scheduler to load the model, then serve replies and watch the children."""
+        deadline = time.monotonic() + timeout_s
+        while self.ready is None:
+            if self.children.dead():
+                raise RuntimeError(f"langrt failed to start: {', '.join(self.children.dead())} exited (see its log above)")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the model did not load within {timeout_s:.0f} s")
+            try:
+                message = await asyncio.wait_for(self.inbox.get(), timeout=0.2)
+            except asyncio.TimeoutError:
+                continue
+            if isinstance(message, SchedulerReady):
+                self.ready = message
+        self.limits = Limits(self.ready.context_len, self.ready.vocab_size, self.ready.max_total_tokens)
+        self._tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._watch_children())]
+
+    @property
+    def healthy(self) -> bool:
+        return self.ready is not None and self.failure is None
+
+    async def abort_all(self, message: str, grace_s: float) -> None:
+        """Abort every request in flight and give them `grace_s` to receive that status."""
+        states = list(self.states.values())
+        for state in states:
+            self.abort(state, message)
+        deadline = time.monotonic() + grace_s
+        while self.states and time.monotonic() < deadline and self.failure is None:
+            await asyncio.sleep(0.02)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._fail_all(ServerUnavailable(self.failure or "the server is shutting down"))
+        self.inbox.close()
+        self.to_scheduler.close()
+
+    async def _watch_children(self) -> None:
+        while self.failure is None:
+            dead = self.children.dead()
+            if dead:
+                self.failure = f"{', '.join(dead)} exited"
+                logger.error("langrt runtime failure: %s", self.failure)
+                self._fail_all(ServerUnavailable(f"the runtime stopped: {self.failure}"))
+                return
+            await asyncio.sleep(0.1)
+
+    def _fail_all(self, error: Exception) -> None:
+        for state in self.states.values():
+            state.fail(error)
+        self.states.clear()
+        for future in self.replies.values():
+            if not future.done():
+                future.set_exception(error)
+
+    # ---- requests ------------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=True)
+
+    def submit(self, inp: GenerateInput) -> list[ReqState]:
+        """Validate every prompt, then send them all (n > 1 fans out); nothing is sent if any
+        prompt is invalid. Returns one state per generated sequence, in order."""
+        if not self.healthy:
+            raise ServerUnavailable(f"the runtime is not serving: {self.failure or 'still starting'}")
+        requests = [r for i in range(len(inp.input_ids)) for r in self._expand(inp, i)]
+        for request in requests:
+            validate_request(request.input_ids, request.params, self.limits)
+        rids = [r.rid for r in requests]
+        if len(set(rids)) < len(rids) or any(rid in self.states for rid in rids):
+            raise InvalidRequest("request ids must be unique among requests in flight", param="rid")
+        capacity = self.ready.max_running_requests + self.args.max_queued_requests
+        if len(self.states) + len(requests) > capacity:
+            raise Overloaded(
+                f"the server is overloaded: {len(self.states)} requests in flight (limit {capacity}); retry later"
+            )
+        states = []
+        for request in requests:
+            state = ReqState(request.rid, request.return_logprob, request.top_logprobs_num, inp.return_text_in_logprobs)
+            self.states[request.rid] = state
+            states.append(state)
+            self.to_scheduler.put(request)
+        return states
+
+    def _expand(self, inp: GenerateInput, i: int) -> list[GenerateRequest]:
+        params = inp.params[i]
+        base = inp.rids[i] or uuid.uuid4().hex
+        out = []
+        for j in range(params.n):
+            p = params if params.seed is None or j == 0 else dataclasses.replace(params, seed=params.seed + j)
+            out.append(
+                GenerateRequest(
+                    rid=base if params.n == 1 else f"{base}-{j}",
+                    input_ids=inp.input_ids[i],
+                    params=p,
+                    return_logprob=inp.return_logprob[i],
+                    logprob_start_len=inp.logprob_start_len[i],
+                    top_logprobs_num=inp.top_logprobs_num[i],
+                    stream=inp.stream,
+                )
+            )
+        return out
+
+    def abort(self, state: ReqState, message: str = "aborted by the client") -> None:
+        if not state.finished:
+            self.to_scheduler.put(AbortRequest(state.rid, message))
+
+    async def control(self, kind: str) -> Any:
+        request_id = next(self.request_ids)
+        future = asyncio.get_running_loop().create_future()
+        self.replies[request_id] = future
+        self.to_scheduler.put(ControlRequest(kind, request_id))
+        try:
+            return await future
+        finally:
+            self.replies.pop(request_id, None)
+
+    # ---- replies -------------------------------------------------------------------------
+
+    async def _receive_loop(self) -> None:
+        while True:
+            message = await self.inbox.get()
+            if isinstance(message, TextUpdates):
+                for update in message.updates:
+                    self._on_update(update)
+            elif isinstance(message, RequestFailed):
+                self._on_failed(message)
+            elif isinstance(message, ControlReply):
+                future = self.replies.get(message.request_id)
+                if future is not None and not future.done():
+                    future.set_result(message.payload)
+
+    def _on_update(self, update) -> None:
+        state = self.states.get(update.token.rid)
+        if state is None:
+            return  # the client is gone
+        state.apply(update)
+        if state.finished:
+            self._retire(state)
+
+    def _on_failed(self, message: RequestFailed) -> None:
+        state = self.states.get(message.rid)
+        if state is not None:
+            if message.status == 400:
+                state.fail(InvalidRequest(message.message, message.param))
+            else:
+                state.fail(ServerUnavailable(message.message))
+            self._retire(state)
+
+    def _retire(self, state: ReqState) -> None:
+        self.states.pop(state.rid, None)
+        self.metrics.on_finish(state)
+
+    async def server_stats(self) -> dict[str, Any]:
+        stats = await self.control("server_info")
+        stats["in_flight_requests"] = len(self.states)
+        stats["processes"] = {
+            "scheduler": self.children.scheduler.pid,
+            "detokenizer": self.children.detokenizer.pid,
+            "ipc_directory": self.children.endpoints.directory,
+        }
+        return stats
+
+
+def make_generate_input(
+    tokenize,
+    text=None,
+    input_ids=None,
+    sampling_params=None,
+    rid=None,
+    return_logprob=False,
+    logprob_start_len=None,
+    top_logprobs_num=None,
+    return_text_in_logprobs=False,
+    stream=False,
+) -> tuple[GenerateInput, bool]:
+    """Check and normalize the native API's fields (also Engine.generate's arguments).
+    Returns the input and whether the caller asked for a batch (a list answer)."""
+    prompts, is_batch = _prompts(tokenize, text, input_ids)
+    n = len(prompts)
+    params = [p if isinstance(p, SamplingParams) else SamplingParams.from_dict(p) for p in _per_item(sampling_params, n, "sampling_params", (dict, SamplingParams, type(None)))]
+    inp = GenerateInput(
+        input_ids=prompts,
+        params=params,
+        rids=_per_item(rid, n, "rid", (str, type(None))),
+        return_logprob=_per_item(return_logprob, n, "return_logprob", (bool, type(None))),
+        logprob_start_len=_per_item(logprob_start_len, n, "logprob_start_len", (int, type(None))),
+        top_logprobs_num=_per_item(top_logprobs_num, n, "top_logprobs_num", (int, type(None))),
+        return_text_in_logprobs=_flag(return_text_in_logprobs, "return_text_in_logprobs"),
+        stream=_flag(stream, "stream"),
+    )
+    inp.return_logprob = [bool(v) for v in inp.return_logprob]
+    inp.logprob_start_len = [-1 if v is None else v for v in inp.logprob_start_len]
+    inp.top_logprobs_num = [v or 0 for v in inp.top_logprobs_num]
+    if any(v < -1 for v in inp.logprob_start_len):
+        raise InvalidRequest("logprob_start_len must be >= -1 (-1: output logprobs only)", param="logprob_start_len")
+    if any(v < 0 for v in inp.top_logprobs_num):
+        raise InvalidRequest("top_logprobs_num must be >= 0", param="top_logprobs_num")
+    return inp, is_batch or any(p.n > 1 for p in params)
+
+
+def _prompts(tokenize, text, input_ids) -> tuple[list[list[int]], bool]:
+    if (text is None) == (input_ids is None):
+        raise InvalidRequest("give exactly one of text and input_ids", param="text")
+    if text is not None:
+        texts = [text] if isinstance(text, str) else text
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+            raise InvalidRequest("text must be a non-empty string or a non-empty list of them", param="text")
+        return [tokenize(t) for t in texts], not isinstance(text, str)
+    is_batch = isinstance(input_ids, list) and bool(input_ids) and isinstance(input_ids[0], list)
+    batch = input_ids if is_batch else [input_ids]
+    if not all(isinstance(ids, list) and ids and all(type(t) is int for t in ids) for ids in batch):
+        raise InvalidRequest("input_ids must be a non-empty list of token ids, or a list of them", param="input_ids")
+    return [list(ids) for ids in batch], is_batch
+
+
+def _per_item(value, n: int, name: str, types: tuple) -> list:
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise InvalidRequest(f"{name} has {len(value)} entries for {n} prompts", param=name)
+        items = list(value)
+    else:
+        items = [value] * n
+    for item in items:
+        if not isinstance(item, types) or (isinstance(item, bool) and bool not in types):
+            raise InvalidRequest(f"{name} has a value of the wrong type: {item!r}", param=name)
+    return items
+
+
+def _flag(value, name: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{name} must be true or false", param=name)
+    return value

@@ -1,0 +1,46 @@
+"""Checks that refuse a request which could never run, with an error naming the cause.
+
+The main process runs them before a request is sent (so the client gets a 400 at once), and the
+scheduler again on arrival (the limits are its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from langrt.errors import CapacityExceeded, InvalidRequest
+from langrt.sampling.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class Limits:
+    context_len: int
+    vocab_size: int
+    kv_pool_size: int
+
+
+def validate_request(input_ids: Sequence[int], params: SamplingParams, limits: Limits) -> None:
+    if not input_ids:
+        raise InvalidRequest("the prompt is empty", param="text")
+    vocab = limits.vocab_size
+    if any(not (isinstance(t, int) and 0 <= t < vocab) for t in input_ids):
+        raise InvalidRequest(f"input_ids contain token ids outside [0, {vocab})", param="input_ids")
+    prompt_len = len(input_ids)
+    if prompt_len >= limits.context_len:
+        raise InvalidRequest(f"the prompt has {prompt_len} tokens; the context length is {limits.context_len}", param="prompt")
+    if prompt_len + params.max_new_tokens > limits.context_len:
+        raise InvalidRequest(
+            f"prompt ({prompt_len} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the context "
+            f"length {limits.context_len}",
+            param="max_new_tokens",
+        )
+    need = prompt_len + params.max_new_tokens
+    if need > limits.kv_pool_size:
+        raise CapacityExceeded(
+            f"the request needs up to {need} KV slots; the pool holds {limits.kv_pool_size} (raise --max-total-tokens)",
+            param="max_new_tokens",
+        )
+    for name in ("regex", "json_schema", "ebnf"):
+        if getattr(params, name) is not None:
+            raise InvalidRequest(f"constrained decoding ({name}) is not available in this version of langrt", param=name)

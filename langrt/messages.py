@@ -1,0 +1,119 @@
+"""Every message that crosses a process boundary, as small dataclasses.
+
+    main (TokenizerManager) --GenerateRequest / AbortRequest / ControlRequest--> scheduler
+    scheduler --TokenUpdates / ControlReply / SchedulerReady / RequestFailed--> detokenizer
+    detokenizer --TextUpdates (and everything else, passed through in order)--> main
+
+They travel pickled over ZMQ `ipc://` sockets in a private 0700 directory (see `ipc.py`); a
+pickle from a stranger is code execution, so nothing here is ever read from a network socket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from langrt.sampling.sampling_params import SamplingParams
+
+# ---- main -> scheduler ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    rid: str
+    input_ids: list[int]
+    params: SamplingParams
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    rid: str
+    message: str = "aborted by the client"
+
+
+@dataclass(frozen=True)
+class ControlRequest:
+    """Requests answered by a ControlReply with the same `request_id` (one in flight per kind)."""
+
+    kind: str  # "flush_cache" | "server_info"
+    request_id: int
+
+
+# ---- scheduler -> detokenizer -> main -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchedulerReady:
+    """Sent once the model is loaded: what the main process needs to validate requests."""
+
+    context_len: int
+    vocab_size: int
+    max_total_tokens: int
+    max_running_requests: int
+    model_info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How a request's ids become text; sent with its first update."""
+
+    prompt_tail: list[int]
+    skip_special_tokens: bool
+    spaces_between_special_tokens: bool
+    stop_hold_chars: int  # text withheld from streams: a stop string may still start there
+
+
+@dataclass
+class TokenUpdate:
+    """One request's progress since its previous update."""
+
+    rid: str
+    new_ids: list[int]  # output ids since the last update
+    visible_new_ids: list[int]  # those to detokenize (a matched stop token is not)
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    settings: DecodeSettings | None = None  # first update only
+    finish_reason: dict[str, Any] | None = None
+    text_end: int | None = None  # at finish: cut the output text here (a stop string matched)
+    input_logprobs: list[tuple[float | None, int, list | None]] = field(default_factory=list)
+    output_logprobs: list[tuple[float, int, list | None]] = field(default_factory=list)
+
+
+@dataclass
+class TokenUpdates:
+    updates: list[TokenUpdate]
+
+
+@dataclass
+class TextUpdate:
+    """TokenUpdate plus the text the new ids add (`text_delta`), from the detokenizer."""
+
+    token: TokenUpdate
+    text_delta: str
+
+
+@dataclass
+class TextUpdates:
+    updates: list[TextUpdate]
+
+
+@dataclass(frozen=True)
+class ControlReply:
+    kind: str
+    request_id: int
+    payload: Any
+
+
+@dataclass(frozen=True)
+class RequestFailed:
+    """The scheduler refused or lost a request; `status` is the HTTP status to report."""
+
+    rid: str
+    message: str
+    status: int = 400
+    param: str | None = None

@@ -1,0 +1,151 @@
+"""Every error class of the HTTP server, while it keeps serving; disconnects; a dead child."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from server_utils import LaunchedServer
+
+AUTH = {"Authorization": "Bearer secret"}
+
+
+@pytest.fixture(scope="module")
+def guarded(tiny_llama_dir):
+    s = LaunchedServer(
+        "--model-path", str(tiny_llama_dir), "--api-key", "secret", "--max-request-bytes", "20000",
+        "--max-total-tokens", "8192", "--max-running-requests", "2", "--max-queued-requests", "1",
+        "--context-length", "2048", "--dtype", "float32",
+    )  # fmt: skip
+    yield s
+    s.stop()
+
+
+def long_body(n: int = 1200) -> dict:
+    return {"text": "Hello there", "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}}
+
+
+class Background(threading.Thread):
+    """A long streaming request that must finish untouched by what happens meanwhile."""
+
+    def __init__(self, server: LaunchedServer, n: int = 1200):
+        super().__init__(daemon=True)
+        self.server, self.n, self.events = server, n, None
+        self.start()
+
+    def run(self):
+        self.events = self.server.stream("/generate", {**long_body(self.n), "stream": True}, headers=AUTH)
+
+    def check(self):
+        self.join(120)
+        final = self.events[-2]
+        assert self.events[-1] == "[DONE]"
+        assert final["meta_info"]["completion_tokens"] == self.n
+        assert final["meta_info"]["finish_reason"] == {"type": "length", "length": self.n}
+
+
+def wait_running(server, at_least: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.get("/get_server_info", headers=AUTH)[1]["in_flight_requests"] >= at_least:
+            return
+        time.sleep(0.05)
+    raise TimeoutError("requests did not start")
+
+
+BAD_REQUESTS = [
+    ({"text": "hi", "sampling_params": {"temprature": 1}}, "temprature"),
+    ({"text": "hi", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens"),
+    ({"text": "hi", "sampling_params": {"top_p": 1.5}}, "top_p"),
+    ({"text": "hi", "sampling_params": {"n": 0}}, "n"),
+    ({"text": "hi", "sampling_params": {"regex": "a+", "json_schema": "{}"}}, "json_schema"),
+    ({"text": "hi", "sampling_params": {"regex": "(unclosed"}}, "regex"),
+    ({"text": "hi", "extra": 1}, "extra"),
+    ({"text": ""}, "text"),
+    ({"text": "hi", "input_ids": [1]}, "text"),
+    ({"input_ids": [1] * 2100}, "prompt"),
+    ({"input_ids": [1] * 1000, "sampling_params": {"max_new_tokens": 1500}}, "max_new_tokens"),
+    ({"input_ids": [1, 2, 10**9]}, "input_ids"),
+    ({"text": "hi", "return_logprob": "yes"}, "return_logprob"),
+]
+
+
+def test_errors_while_serving(guarded):
+    background = Background(guarded)
+    wait_running(guarded, 1)
+    for body, param in BAD_REQUESTS:
+        status, payload = guarded.post("/generate", body, headers=AUTH, check=False)
+        assert status == 400, (body, payload)
+        assert payload["error"]["param"] == param and payload["error"]["type"] == "invalid_request_error"
+        assert param in payload["error"]["message"], payload
+    status, payload = guarded.post("/generate", b"{not json", headers=AUTH, check=False)
+    assert status == 400 and "JSON" in payload["error"]["message"]
+    assert guarded.post("/generate", {"text": "hi"}, check=False)[0] == 401
+    assert guarded.post("/generate", {"text": "hi"}, headers={"Authorization": "Bearer wrong"}, check=False)[0] == 401
+    assert guarded.get("/v1/models", check=False)[0] == 401
+    assert guarded.get("/health")[0] == 200, "/health needs no key"
+    status, payload = guarded.post("/generate", {"text": "x" * 30000}, headers=AUTH, check=False)
+    assert status == 413 and payload["error"]["code"] == 413
+    assert guarded.get("/no/such/route", headers=AUTH, check=False)[0] == 404
+    status, payload = guarded.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": []}, headers=AUTH, check=False)
+    assert status == 400 and payload["error"]["param"] == "tools"
+    background.check()
+
+
+def test_full_queue_is_503_then_served(guarded):
+    backgrounds = [Background(guarded, 800), Background(guarded, 800)]
+    wait_running(guarded, 3 - 1)
+    time.sleep(0.2)
+    # Capacity: 2 running + 1 queued. One more fits, the next is refused.
+    extra = Background(guarded, 50)
+    wait_running(guarded, 3)
+    status, payload = guarded.post("/generate", long_body(5), headers=AUTH, check=False)
+    assert status == 503 and "overloaded" in payload["error"]["message"]
+    for b in backgrounds:
+        b.check()
+    extra.check()
+    status, _ = guarded.post("/generate", long_body(5), headers=AUTH)
+    assert status == 200, "a retry is served"
+
+
+def test_client_disconnect_frees_everything(guarded):
+    conn = http.client.HTTPConnection("127.0.0.1", guarded.port, timeout=30)
+    conn.request("POST", "/generate", json.dumps({**long_body(1500), "stream": True}), {**AUTH, "Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    for _ in range(3):
+        response.readline()
+    conn.sock.close()  # the client goes away mid-stream
+    conn.close()
+    deadline = time.monotonic() + 30
+    while True:
+        info = guarded.get("/get_server_info", headers=AUTH)[1]
+        if info["running_requests"] == info["waiting_requests"] == info["in_flight_requests"] == 0:
+            break
+        assert time.monotonic() < deadline, "the abandoned request kept running"
+        time.sleep(0.1)
+    assert info["kv_available_tokens"] == info["kv_total_tokens"], "a KV slot leaked"
+    assert guarded.post("/generate", long_body(3), headers=AUTH)[0] == 200
+
+
+def test_dead_scheduler_means_503_and_exit(tiny_llama_dir):
+    server = LaunchedServer("--model-path", str(tiny_llama_dir), "--max-total-tokens", "4096", "--dtype", "float32")
+    pids = server.get("/get_server_info")[1]["processes"]
+    ipc = pids["ipc_directory"]
+    assert os.stat(ipc).st_mode & 0o777 == 0o700, "the ipc directory is private"
+    os.kill(pids["scheduler"], signal.SIGKILL)
+    killed = time.monotonic()
+    statuses = set()
+    while server.process.poll() is None and time.monotonic() - killed < 10:
+        statuses.add(server.get("/health", check=False)[0])
+        time.sleep(0.05)
+    assert server.process.poll() is not None and server.process.returncode != 0
+    assert time.monotonic() - killed < 5, "the server exits within 5 s"
+    assert 503 in statuses
+    assert not os.path.exists(ipc), "the ipc files are removed"
