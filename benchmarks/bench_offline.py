@@ -103,7 +103,7 @@ def timed(runner, texts, new_tokens, repeats: int) -> dict:
 
 def model_weight_bytes(dtype: str) -> int:
     """Bytes of the built-in model's weights in `dtype` (read once per decode step)."""
-    from langrt.model.loader import ModelSource
+    from langrt.model.source import ModelSource
 
     c = ModelSource.resolve(None).model_config()
     per_layer = c.hidden_size * (c.q_size + 2 * c.kv_size) + c.q_size * c.hidden_size + 3 * c.hidden_size * c.intermediate_size

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from langrt.managers.processes import ChildProcesses
 from langrt.managers.tokenizer_manager import TokenizerManager, make_generate_input
-from langrt.model.loader import ModelSource
+from langrt.model.source import ModelSource
 from langrt.model.tokenizer import load_tokenizer
 from langrt.server_args import ServerArgs
 
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 class Engine:
     def __init__(self, model_path: str | None = None, **server_args: Any):
-        self.args = ServerArgs(model_path=model_path, **server_args).resolve()
+        self.args = ServerArgs(model_path=model_path, **server_args)  # resolved by the scheduler
         logging.basicConfig(level=self.args.log_level.upper(), format="[langrt] %(message)s")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="langrt-engine", daemon=True)
@@ -39,6 +39,7 @@ class Engine:
         try:
             self.tokenizer = load_tokenizer(self.args.tokenizer_path or ModelSource.resolve(self.args.model_path).path)
             self.manager = self._call(self._start())
+            self.args = self.manager.ready.args
         except BaseException:
             self.shutdown()
             raise

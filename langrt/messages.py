@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langrt.sampling.sampling_params import SamplingParams
+from langrt.server_args import ServerArgs
 
 # ---- main -> scheduler ----------------------------------------------------------------------
 
@@ -50,11 +51,11 @@ class ControlRequest:
 class SchedulerReady:
     """Sent once the model is loaded: what the main process needs to validate requests."""
 
+    args: ServerArgs  # with every `auto` resolved
     context_len: int
     vocab_size: int
     max_total_tokens: int
     max_running_requests: int
-    model_info: dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
-from langrt.model.loader import ModelSource
+from langrt.model.source import ModelSource
 from langrt.model.model_runner import ModelRunner
 from langrt.server_args import ServerArgs
 

@@ -17,7 +17,7 @@ from langrt.entrypoints.chat_templates import resolve_chat_template
 from langrt.entrypoints.errors import auth_middleware, error_middleware
 from langrt.managers.processes import ChildProcesses
 from langrt.managers.tokenizer_manager import TokenizerManager
-from langrt.model.loader import ModelSource
+from langrt.model.source import ModelSource
 from langrt.model.tokenizer import load_tokenizer
 from langrt.server_args import ServerArgs
 
@@ -90,4 +90,4 @@ async def _wait_for_end(manager: TokenizerManager) -> int:
 
 def launch(args: ServerArgs) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="[langrt] %(message)s")
-    return asyncio.run(serve(args.resolve()))
+    return asyncio.run(serve(args))

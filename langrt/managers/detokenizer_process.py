@@ -16,7 +16,7 @@ import zmq
 
 from langrt.ipc import Endpoints, PullQueue, PushQueue
 from langrt.managers.incremental_decoder import IncrementalDecoder
-from langrt.managers.scheduler_process import configure_logging, exit_with_parent
+from langrt.managers.child import configure_logging, exit_with_parent
 from langrt.messages import TextUpdate, TextUpdates, TokenUpdate, TokenUpdates
 from langrt.server_args import ServerArgs
 
@@ -60,13 +60,13 @@ def run_detokenizer_process(args: ServerArgs, endpoints: Endpoints, parent_pid: 
     """Entry point of the detokenizer process (spawned)."""
     exit_with_parent(parent_pid)
     configure_logging(args.log_level, "detokenizer")
-    from langrt.model.loader import ModelSource
-    from langrt.model.tokenizer import load_tokenizer
+    from langrt.model.source import ModelSource
+    from langrt.model.text_decoder import load_text_decoder
 
     context = zmq.Context()
     inbox: PullQueue = PullQueue(context, endpoints.detokenizer)
     outbox: PushQueue = PushQueue(context, endpoints.main)
-    tokenizer = load_tokenizer(args.tokenizer_path or ModelSource.resolve(args.model_path).path)
+    tokenizer = load_text_decoder(args.tokenizer_path or ModelSource.resolve(args.model_path).path)
     detokenizer = Detokenizer(tokenizer)
     while True:
         message = inbox.get()

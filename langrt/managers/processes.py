@@ -8,8 +8,7 @@ import os
 from dataclasses import dataclass
 
 from langrt.ipc import Endpoints
-from langrt.managers.detokenizer_process import run_detokenizer_process
-from langrt.managers.scheduler_process import run_scheduler_process
+from langrt.managers.child import detokenizer_main, scheduler_main
 from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -28,10 +27,10 @@ class ChildProcesses:
         endpoints = Endpoints.create()
         parent = os.getpid()
         scheduler = ctx.Process(
-            target=run_scheduler_process, args=(args, endpoints, parent), name="langrt-scheduler", daemon=True
+            target=scheduler_main, args=(args, endpoints, parent), name="langrt-scheduler", daemon=True
         )
         detokenizer = ctx.Process(
-            target=run_detokenizer_process, args=(args, endpoints, parent), name="langrt-detokenizer", daemon=True
+            target=detokenizer_main, args=(args, endpoints, parent), name="langrt-detokenizer", daemon=True
         )
         scheduler.start()
         detokenizer.start()

@@ -7,16 +7,14 @@ Loop: take every waiting message without blocking (block only when idle) -> one 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import sys
-import threading
 import time
 
 import zmq
 
 from langrt.errors import InvalidRequest
 from langrt.ipc import Endpoints, PullQueue, PushQueue
+from langrt.managers.child import configure_logging, exit_with_parent
 from langrt.managers.incremental_decoder import CONTEXT_TOKENS
 from langrt.managers.req import Req
 from langrt.managers.scheduler import Scheduler
@@ -36,24 +34,6 @@ from langrt.server_args import ServerArgs
 logger = logging.getLogger(__name__)
 
 
-def exit_with_parent(parent_pid: int) -> None:
-    """Child process set-up: it must not outlive the process that started it (even one killed
-    with -9); Ctrl-C is the parent's to handle (it stops the children); SIGTERM exits cleanly."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-
-    def watch():
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
-
-
-def configure_logging(level: str, name: str) -> None:
-    logging.basicConfig(level=level.upper(), format=f"[langrt {name}] %(message)s", stream=sys.stderr)
-
-
 def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: int) -> None:
     """Entry point of the scheduler process (spawned)."""
     exit_with_parent(parent_pid)
@@ -62,6 +42,7 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
     inbox: PullQueue = PullQueue(context, endpoints.scheduler)
     outbox: PushQueue = PushQueue(context, endpoints.detokenizer)
     try:
+        args = args.resolve()
         scheduler = build_scheduler(args)
         outbox.put(ready_message(scheduler, args))
         SchedulerLoop(scheduler, inbox, outbox).run()
@@ -73,23 +54,26 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
 def build_scheduler(args: ServerArgs) -> Scheduler:
     from langrt.model.loader import ModelSource
     from langrt.model.model_runner import ModelRunner
-    from langrt.model.tokenizer import load_tokenizer
+    from langrt.model.text_decoder import load_text_decoder
 
+    start = time.perf_counter()
     source = ModelSource.resolve(args.model_path)
     config = source.model_config()
-    tokenizer = load_tokenizer(args.tokenizer_path or source.path)
+    tokenizer = load_text_decoder(args.tokenizer_path or source.path)
+    loaded = time.perf_counter()
     runner = ModelRunner(args, source, config, progress=args.log_level in ("debug", "info"))
+    logger.info("tokenizer %.2f s, model and pools %.2f s", loaded - start, time.perf_counter() - loaded)
     return Scheduler(runner, tokenizer, args)
 
 
 def ready_message(scheduler: Scheduler, args: ServerArgs) -> SchedulerReady:
     runner = scheduler.runner
     return SchedulerReady(
+        args=args,
         context_len=runner.plan.context_len,
         vocab_size=runner.vocab_size,
         max_total_tokens=runner.plan.max_total_tokens,
         max_running_requests=runner.plan.max_running_requests,
-        model_info={"model_type": runner.config.model_type, "dtype": args.dtype, "device": args.device},
     )
 
 

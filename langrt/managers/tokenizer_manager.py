@@ -93,6 +93,7 @@ class TokenizerManager:
             if isinstance(message, SchedulerReady):
                 self.ready = message
         self.limits = Limits(self.ready.context_len, self.ready.vocab_size, self.ready.max_total_tokens)
+        self.args = self.ready.args
         self._tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._watch_children())]
 
     @property

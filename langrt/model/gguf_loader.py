@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import mmap
 import os
 import re
 from functools import cached_property
@@ -25,12 +24,12 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import gguf
 import numpy as np
-import torch
 
 from langrt.errors import ModelLoadError
-from langrt.model.gguf_reader import GGUFHeaderParser, GGUFTensorInfo
+from langrt.model.gguf_reader import GGUFTensorInfo, read_header
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedTokenizerFast
 
 logger = logging.getLogger(__name__)
@@ -71,16 +70,7 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        if not self.path.is_file():
-            raise ModelLoadError(f"GGUF file not found: {self.path}")
-        try:
-            with open(self.path, "rb") as f:
-                # Copy-on-write: numpy/torch views of it are writable (no read-only warnings),
-                # and nothing can ever be written back to the file.
-                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        except (OSError, ValueError) as e:  # ValueError: an empty file cannot be mapped
-            raise ModelLoadError(f"cannot read GGUF file {self.path}: {e}") from e
-        self.metadata, tensors = GGUFHeaderParser(self._mm, self.path).header()
+        self._mm, self.metadata, tensors = read_header(self.path)
         self.tensors: dict[str, GGUFTensorInfo] = {t.name: t for t in tensors}
         self.architecture = self.metadata.get("general.architecture")
         if self.architecture not in _ARCHITECTURES:
@@ -165,7 +155,7 @@ class GGUFFile:
         factor = self._arch_key("rope.scaling.factor")
         original = self._arch_key("rope.scaling.original_context_length")
         if "rope_freqs.weight" in self.tensors:
-            factors = self._tensor(self.tensors["rope_freqs.weight"], torch.float64).numpy()
+            factors = self._tensor(self.tensors["rope_freqs.weight"], "float64").numpy()
             head_dim = self._arch_key("rope.dimension_count") or 2 * len(factors)
             base = float(self._arch_key("rope.freq_base", 10000.0))
             return _llama3_rope_scaling(factors, base, head_dim, original or _LLAMA3_DEFAULT_ORIGINAL_CONTEXT)
@@ -188,6 +178,7 @@ class GGUFFile:
         Each tensor owns its memory. `lm_head.weight` comes only from a file that has
         `output.weight`; a tied model (`hf_config["tie_word_embeddings"]`) has none.
         """
+
         config = self._hf_config
         permuted = self._model_kind[2]
         head_counts = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
@@ -219,13 +210,16 @@ class GGUFFile:
         layer, part, kind = match.groups()
         return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
 
-    def _tensor(self, info: GGUFTensorInfo, dtype: torch.dtype) -> torch.Tensor:
+    def _tensor(self, info: GGUFTensorInfo, dtype: torch.dtype | str) -> torch.Tensor:
+        import torch  # heavy: only where weights are read
+
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         raw = np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
         qtype = gguf.GGMLQuantizationType(info.ggml_type)
         native = _NATIVE_FLOATS.get(qtype)
         if native is not None:
             # Stored floats: reinterpret in place, and copy once (into `dtype`) out of the mapping.
-            return torch.from_numpy(raw).view(native).reshape(info.shape).to(dtype, copy=True)
+            return torch.from_numpy(raw).view(getattr(torch, native)).reshape(info.shape).to(dtype, copy=True)
         byte_shape = (*info.shape[:-1], info.nbytes // max(1, math.prod(info.shape[:-1])))
         try:
             values = gguf.quants.dequantize(raw.reshape(byte_shape), qtype)
@@ -237,10 +231,10 @@ class GGUFFile:
         return torch.from_numpy(values).reshape(info.shape).to(dtype)
 
 
-_NATIVE_FLOATS = {
-    gguf.GGMLQuantizationType.F32: torch.float32,
-    gguf.GGMLQuantizationType.F16: torch.float16,
-    gguf.GGMLQuantizationType.BF16: torch.bfloat16,
+_NATIVE_FLOATS = {  # read as these torch dtypes directly (exact)
+    gguf.GGMLQuantizationType.F32: "float32",
+    gguf.GGMLQuantizationType.F16: "float16",
+    gguf.GGMLQuantizationType.BF16: "bfloat16",
 }
 
 
@@ -281,6 +275,7 @@ def _unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     Within each head the converter reorders rows from (pair j of half 0..1, index i) to
     (index i, half j): row j*half + i moves to 2*i + j. Here rows go back.
     """
+
     rows = w.shape[0]
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape).contiguous()
 

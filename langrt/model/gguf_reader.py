@@ -152,3 +152,18 @@ class GGUFHeaderParser:
             raise self.fail(f"tensor {name} claims {n_dims} dimensions")
         dims = [self.scalar("<Q") for _ in range(n_dims)]
         return name, dims, self.scalar("<I"), self.scalar("<Q")
+
+
+def read_header(path: Path) -> tuple[mmap.mmap, dict[str, Any], list[GGUFTensorInfo]]:
+    """Map the file (copy-on-write) and parse its header: (mapping, metadata, tensors)."""
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file not found: {path}")
+    try:
+        with open(path, "rb") as f:
+            # Copy-on-write: numpy/torch views of it are writable (no read-only warnings),
+            # and nothing can ever be written back to the file.
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError) as e:  # ValueError: an empty file cannot be mapped
+        raise ModelLoadError(f"cannot read GGUF file {path}: {e}") from e
+    metadata, tensors = GGUFHeaderParser(mapping, path).header()
+    return mapping, metadata, tensors

@@ -1,85 +1,18 @@
-"""Find a model's config and weights and build the torch module.
-
-Sources: an HF directory (config.json + *.safetensors), a GGUF file, or `dummy` weights (seeded
-random values for a given config, for benchmarks of an architecture). `model_path=None` is the
-built-in model everywhere.
-"""
+"""Build the torch module of a model and fill its weights (from a `ModelSource`, or `dummy`:
+seeded random values for a given config, for benchmarks of an architecture)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator
 
 import torch
 
 from langrt.errors import ModelLoadError
 from langrt.model.config import ModelConfig
 from langrt.model.llama import LlamaForCausalLM
+from langrt.model.source import ModelSource
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """Where a model lives: `path` is an HF directory or a .gguf file."""
-
-    path: Path
-    is_gguf: bool
-
-    @classmethod
-    def resolve(cls, model_path: str | Path | None) -> "ModelSource":
-        if model_path is None:
-            from langrt.builtin import builtin_model_path
-
-            return cls(builtin_model_path(), is_gguf=True)
-        path = Path(model_path).expanduser()
-        if path.is_file() and path.suffix == ".gguf":
-            return cls(path, is_gguf=True)
-        if path.is_dir():
-            ggufs = sorted(path.glob("*.gguf"))
-            if not (path / "config.json").exists() and len(ggufs) == 1:
-                return cls(ggufs[0], is_gguf=True)
-            return cls(path, is_gguf=False)
-        raise ModelLoadError(
-            f"model path {str(model_path)!r} is neither an HF model directory nor a .gguf file "
-            "(langrt never downloads models: pass a local path, or omit it for the built-in model)"
-        )
-
-    def hf_config(self) -> dict:
-        if self.is_gguf:
-            return self._gguf().hf_config
-        config_file = self.path / "config.json"
-        if not config_file.is_file():
-            raise ModelLoadError(f"{self.path} has no config.json")
-        return json.loads(config_file.read_text())
-
-    def model_config(self) -> ModelConfig:
-        return ModelConfig.from_hf_dict(self.hf_config())
-
-    def _gguf(self):
-        from langrt.model.gguf_loader import GGUFFile
-
-        return GGUFFile(self.path)
-
-    def iter_weights(self, dtype: torch.dtype, progress: bool) -> Iterator[tuple[str, torch.Tensor]]:
-        from tqdm import tqdm  # here: importing it creates a multiprocessing lock
-
-        if self.is_gguf:
-            gguf = self._gguf()
-            yield from tqdm(gguf.iter_weights(dtype), total=gguf.num_tensors, desc="Loading GGUF", disable=not progress)
-            return
-        files = sorted(self.path.glob("*.safetensors"))
-        if not files:
-            raise ModelLoadError(f"{self.path} has no *.safetensors files")
-        from safetensors import safe_open
-
-        for file in tqdm(files, desc="Loading safetensors", disable=not progress or len(files) < 2):
-            with safe_open(file, framework="pt") as f:
-                for name in f.keys():
-                    yield name, f.get_tensor(name).to(dtype)
 
 
 def load_model(

@@ -16,7 +16,8 @@ from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.model.attention import create_attention_backend
 from langrt.model.config import ModelConfig
 from langrt.model.forward_batch import ForwardBatch
-from langrt.model.loader import ModelSource, load_model
+from langrt.model.loader import load_model
+from langrt.model.source import ModelSource
 from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)

@@ -120,8 +120,31 @@ def _is_gguf(path: Path) -> bool:
 
 def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], source: str = "GGUF file") -> PreTrainedTokenizerFast:
     """Build the tokenizer a GGUF file's `tokenizer.*` metadata describes. `source` names the file in errors."""
-    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
+
+    backend, default_add_bos = gguf_backend(metadata, source)
+    tokens = metadata["tokenizer.ggml.tokens"]
+
+    def token(key: str) -> str | None:
+        index = metadata.get(f"tokenizer.ggml.{key}")
+        return tokens[index] if index is not None and 0 <= index < len(tokens) else None
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=token("bos_token_id"),
+        eos_token=token("eos_token_id"),
+        unk_token=token("unknown_token_id"),
+        pad_token=token("padding_token_id"),
+        add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", default_add_bos)),
+        add_eos_token=bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
+        chat_template=metadata.get("tokenizer.chat_template"),
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def gguf_backend(metadata: Mapping[str, Any], source: str = "GGUF file"):
+    """The `tokenizers.Tokenizer` a GGUF file describes, and whether its family adds BOS by default."""
+    from tokenizers import Tokenizer
 
     kind = metadata.get("tokenizer.ggml.model")
     tokens = metadata.get("tokenizer.ggml.tokens")
@@ -139,25 +162,9 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], source: str = "GGU
             "and 'llama' (SentencePiece BPE) tokenizers"
         )
     try:
-        backend = Tokenizer.from_str(json.dumps(spec, ensure_ascii=False))
+        return Tokenizer.from_str(json.dumps(spec, ensure_ascii=False)), default_add_bos
     except Exception as e:  # the tokenizers library raises plain Exceptions
         raise ModelLoadError(f"{source}: its tokenizer metadata is inconsistent: {e}") from e
-
-    def token(key: str) -> str | None:
-        index = metadata.get(f"tokenizer.ggml.{key}")
-        return tokens[index] if index is not None and 0 <= index < len(tokens) else None
-
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token=token("bos_token_id"),
-        eos_token=token("eos_token_id"),
-        unk_token=token("unknown_token_id"),
-        pad_token=token("padding_token_id"),
-        add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", default_add_bos)),
-        add_eos_token=bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
-        chat_template=metadata.get("tokenizer.chat_template"),
-        clean_up_tokenization_spaces=False,
-    )
 
 
 def _pre_tokenizer(name: str | None, source: str) -> _PreTokenizer:

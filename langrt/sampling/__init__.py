@@ -1,15 +1,25 @@
-"""Sampling: request parameters, the batched sampler, penalties and logprobs."""
+"""Sampling: request parameters, the batched sampler, penalties and logprobs.
 
-from langrt.sampling.logprobs import logprobs_of, top_logprobs
-from langrt.sampling.penalties import ban_tokens
-from langrt.sampling.sampler import SamplingBatch, make_generator
+`SamplingParams` is plain Python (the main process uses it without torch); the torch-bound
+names load on first use.
+"""
+
 from langrt.sampling.sampling_params import SamplingParams
 
-__all__ = [
-    "SamplingBatch",
-    "SamplingParams",
-    "ban_tokens",
-    "logprobs_of",
-    "make_generator",
-    "top_logprobs",
-]
+_LAZY = {
+    "SamplingBatch": "langrt.sampling.sampler",
+    "make_generator": "langrt.sampling.sampler",
+    "ban_tokens": "langrt.sampling.penalties",
+    "logprobs_of": "langrt.sampling.logprobs",
+    "top_logprobs": "langrt.sampling.logprobs",
+}
+
+__all__ = ["SamplingParams", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'langrt.sampling' has no attribute {name!r}")

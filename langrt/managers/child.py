@@ -1,0 +1,44 @@
+"""What every child process does first, and the spawn entry points.
+
+The entry points import their process's modules only inside the child, so the parent (the HTTP
+server) never imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Child process set-up: it must not outlive the process that started it (even one killed
+    with -9); Ctrl-C is the parent's to handle (it stops the children); SIGTERM exits cleanly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def configure_logging(level: str, name: str) -> None:
+    logging.basicConfig(level=level.upper(), format=f"[langrt {name}] %(message)s", stream=sys.stderr)
+
+
+def scheduler_main(args, endpoints, parent_pid: int) -> None:
+    from langrt.managers.scheduler_process import run_scheduler_process
+
+    run_scheduler_process(args, endpoints, parent_pid)
+
+
+def detokenizer_main(args, endpoints, parent_pid: int) -> None:
+    from langrt.managers.detokenizer_process import run_detokenizer_process
+
+    run_detokenizer_process(args, endpoints, parent_pid)
