@@ -46,7 +46,7 @@ class ServerArgs:
     max_request_bytes: int = _flag("largest HTTP request body accepted; larger get 413", default=16 * 1024 * 1024)
     tp_size: int = _flag("tensor parallel size (only 1: one device per server)", default=1)
     quantization: str | None = _flag("weight quantization (none supported yet: weights are served in --dtype)", default=None)
-    enable_torch_compile: bool = _flag("compile the model with torch.compile (slower start; measure before using)", default=False)
+    enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; on a 2-core CPU it measured no faster)", default=False)
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
     num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
     log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")

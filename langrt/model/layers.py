@@ -29,11 +29,15 @@ class RMSNorm(nn.Module):
         return self._norm(x)
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        # HF's numerics: normalize in float32, cast back, then scale. torch's rms_norm on the
-        # float32 copy gives the same values in fewer ops; on a bf16 input it would not, and its
-        # bf16 result for a row would depend on how many rows run together.
-        normed = nn.functional.rms_norm(x.float(), self.weight.shape, None, self.eps)
-        return self.weight * normed.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's numerics: normalize in float32, cast back, then scale. torch's rms_norm on the float32
+    copy gives the same values in fewer ops; on a bf16 input it would not, and its bf16 result
+    for a row would depend on how many rows run together."""
+    normed = nn.functional.rms_norm(x.float(), weight.shape, None, eps)
+    return weight * normed.to(x.dtype)
 
 
 class Linear(nn.Module):

@@ -1,12 +1,14 @@
 """The Llama family (Llama 2/3, Mistral, Qwen2/2.5) over langrt's paged attention.
 
-q/k/v are one fused projection and gate/up another, so a layer is four matmuls. `load_weights`
-takes HF parameter names and fills the fused tensors.
+q/k/v are one fused projection and gate/up another, so a layer is four matmuls. Modules hold the
+parameters; a layer's math is two plain functions around attention (which `--enable-torch-compile`
+compiles). `load_weights` takes HF parameter names and fills the fused tensors.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -14,27 +16,19 @@ from torch import nn
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
-from langrt.model.layers import Embedding, Linear, RMSNorm, RotaryEmbedding, apply_rotary, linear, silu_and_mul
+from langrt.model.layers import Embedding, Linear, RMSNorm, RotaryEmbedding, apply_rotary, linear, rms_norm, silu_and_mul
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin for this pass's positions
 
 
 class LlamaAttention(nn.Module):
+    """Holds the attention projections; the math is in `before_attention` / `after_attention`."""
+
     def __init__(self, config: ModelConfig, layer_id: int):
         super().__init__()
         self.layer_id = layer_id
-        self.head_dim = config.head_dim
-        self.q_size, self.kv_size = config.q_size, config.kv_size
-        self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
-        self.o_proj = Linear(self.q_size, config.hidden_size)
-
-    def forward(self, rope: Rope, x: torch.Tensor, attn: Attention) -> torch.Tensor:
-        qkv = self.qkv_proj(x)
-        # q and k sit side by side in qkv: one rotation covers both.
-        qk = apply_rotary(qkv[:, : self.q_size + self.kv_size], *rope, self.head_dim)
-        q, k = qk.split([self.q_size, self.kv_size], dim=-1)
-        v = qkv[:, self.q_size + self.kv_size :]
-        return self.o_proj(attn.attend(self.layer_id, q, k, v))
+        self.qkv_proj = Linear(config.hidden_size, config.q_size + 2 * config.kv_size, bias=config.attention_bias)
+        self.o_proj = Linear(config.q_size, config.hidden_size)
 
 
 class LlamaMLP(nn.Module):
@@ -43,37 +37,70 @@ class LlamaMLP(nn.Module):
         self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size)
         self.down_proj = Linear(config.intermediate_size, config.hidden_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+
+def before_attention(x, residual, norm_w, eps: float, qkv_w, qkv_b, cos, sin, q_size: int, kv_size: int, head_dim: int):
+    """(residual add +) input norm, qkv projection, rotary on q and k -> (q, k, v, residual)."""
+    residual = x if residual is None else x + residual
+    qkv = linear(rms_norm(residual, norm_w, eps), qkv_w, qkv_b)
+    # q and k sit side by side in qkv: one rotation covers both.
+    qk = apply_rotary(qkv[:, : q_size + kv_size], cos, sin, head_dim)
+    return qk[:, :q_size], qk[:, q_size:], qkv[:, q_size + kv_size :], residual
+
+
+def after_attention(o, residual, o_w, norm_w, eps: float, gate_up_w, down_w):
+    """Output projection, residual add, post norm, SwiGLU MLP -> (layer output, residual)."""
+    residual = linear(o, o_w) + residual
+    x = rms_norm(residual, norm_w, eps)
+    return linear(silu_and_mul(linear(x, gate_up_w)), down_w), residual
+
+
+@dataclass(frozen=True)
+class DenseOps:
+    """The two attention-free halves of a layer, eager or compiled with torch.compile (one
+    graph each, shared by all layers: weights are arguments, not captured)."""
+
+    before_attention: Callable
+    after_attention: Callable
+
+    @classmethod
+    def create(cls, compiled: bool) -> "DenseOps":
+        if not compiled:
+            return cls(before_attention, after_attention)
+        return cls(torch.compile(before_attention, dynamic=True), torch.compile(after_attention, dynamic=True))
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int):
+    def __init__(self, config: ModelConfig, layer_id: int, ops: DenseOps):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = LlamaAttention(config, layer_id)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = LlamaMLP(config)
+        self.ops = ops
+        self.sizes = (config.q_size, config.kv_size, config.head_dim)
 
     def forward(
         self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None, attn: Attention
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (this layer's output, the residual stream before it); their sum is the new stream."""
-        if residual is None:
-            residual, x = x, self.input_layernorm(x)
-        else:
-            x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(rope, x, attn)
-        x, residual = self.post_attention_layernorm(x, residual)
-        return self.mlp(x), residual
+        a, norm = self.self_attn, self.input_layernorm
+        q, k, v, residual = self.ops.before_attention(
+            x, residual, norm.weight, norm.eps, a.qkv_proj.weight, a.qkv_proj.bias, *rope, *self.sizes
+        )
+        o = attn.attend(a.layer_id, q, k, v)
+        post = self.post_attention_layernorm
+        return self.ops.after_attention(
+            o, residual, a.o_proj.weight, post.weight, post.eps, self.mlp.gate_up_proj.weight, self.mlp.down_proj.weight
+        )
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, compiled: bool = False):
         super().__init__()
         self.config = config
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_layers))
+        ops = DenseOps.create(compiled)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, ops) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(
             config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling

@@ -23,6 +23,7 @@ def load_model(
     device: torch.device,
     seed: int = 0,
     progress: bool = True,
+    compiled: bool = False,
 ) -> LlamaForCausalLM:
     """Build the model on `device` in `dtype` with real (or dummy) weights, in eval mode."""
     if load_format not in LOAD_FORMATS:
@@ -30,7 +31,7 @@ def load_model(
     if load_format == "gguf" and not source.is_gguf or load_format == "safetensors" and source.is_gguf:
         raise ModelLoadError(f"load format {load_format!r} does not match model path {source.path}")
     with torch.device(device), _default_dtype(dtype):
-        model = LlamaForCausalLM(config)  # parameters uninitialized: filled below
+        model = LlamaForCausalLM(config, compiled)  # parameters uninitialized: filled below
     if load_format == "dummy":
         _fill_dummy(model, seed)
     else:

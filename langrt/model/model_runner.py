@@ -40,8 +40,9 @@ class ModelRunner:
         if self.device.type == "cpu":
             torch.set_num_threads(args.num_threads)
         self.model = load_model(
-            source, config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress
-        )
+            source, config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress,
+            compiled=args.enable_torch_compile,
+        )  # fmt: skip
         self.plan = plan_memory(args, config, self.dtype)
         self.req_pool = ReqToTokenPool(self.plan.max_running_requests, self.plan.context_len, self.device)
         self.kv_pool = TokenToKVPool(
