@@ -36,6 +36,8 @@ class ServerArgs:
     max_running_requests: int | None = _flag("requests decoded together at most; default 256 cpu, 1024 cuda", default=None)
     chunked_prefill_size: int | None = _flag("prompt tokens computed per forward pass at most; longer prompts are prefilled in chunks (-1: no limit); default 8192 cuda, 2048 cpu", default=None)
     disable_radix_cache: bool = _flag("do not reuse KV across requests (the baseline for benchmarks)", default=False)
+    grammar_compile_timeout: float = _flag("seconds a grammar may take to compile before its request fails (a regex whose automaton explodes)", default=10.0)
+    disable_jump_forward: bool = _flag("decode grammar-forced text token by token instead of appending it in one step", default=False)
     schedule_policy: str = _flag("admission order of waiting requests", SCHEDULE_POLICIES, default="lpm")
     max_queued_requests: int = _flag("requests waiting beyond the running batch at most; more get HTTP 503", default=4096)
     host: str = _flag("HTTP address to bind (127.0.0.1: this machine only)", default="127.0.0.1")
@@ -73,6 +75,8 @@ class ServerArgs:
             )
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535; got {self.port}")
+        if not self.grammar_compile_timeout > 0:
+            raise ValueError(f"--grammar-compile-timeout must be positive; got {self.grammar_compile_timeout}")
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
             raise ValueError(f"--mem-fraction-static must be in (0, 1); got {self.mem_fraction_static}")
 

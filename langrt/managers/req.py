@@ -84,6 +84,8 @@ class Req:
     generator: torch.Generator | None = None
     decoder: IncrementalDecoder | None = None  # only when stop strings need the text
     text_end: int | None = None  # a stop string matched: the output text ends here
+    matcher: Any = None  # a GrammarMatcher when the output is constrained
+    draft_ids: list[int] = field(default_factory=list)  # jump-forward proposals, not yet output
     input_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     output_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     sent: "SentMarks" = field(default_factory=lambda: SentMarks())
@@ -108,10 +110,15 @@ class Req:
         return self.input_ids + self.output_ids
 
     @property
+    def pending_ids(self) -> list[int]:
+        """Tokens the next forward pass computes: those without K/V, then any drafts."""
+        return self.all_ids[self.kv_len :] + self.draft_ids
+
+    @property
     def visible_output_ids(self) -> list[int]:
         """Output ids that make up the text: a matched stop token is not part of it."""
         r = self.finish_reason
-        if r is not None and r.type == "stop" and isinstance(r.matched, int):
+        if r is not None and r.type == "stop" and self.output_ids and r.matched == self.output_ids[-1]:
             return self.output_ids[:-1]
         return self.output_ids
 

@@ -21,8 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
+from langrt.constrained.spec import GrammarSpec
+from langrt.errors import InvalidRequest
+from langrt.managers.constraints import GrammarQueue
 from langrt.managers.incremental_decoder import IncrementalDecoder
-from langrt.managers.logprob_collector import OutputLogprobs, collect_input_logprobs
+from langrt.managers.logprob_collector import collect_input_logprobs
 from langrt.managers.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
 from langrt.managers.req import FinishReason, Req, StopChecker
 from langrt.managers.schedule_policy import SchedulePolicy
@@ -30,8 +33,8 @@ from langrt.managers.validation import Limits, validate_request
 from langrt.mem.prefix_cache import create_prefix_cache
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.model_runner import ModelRunner
-from langrt.sampling.penalties import ban_tokens
-from langrt.sampling.sampler import SamplingBatch, make_generator
+from langrt.managers.token_emitter import Emission, TokenEmitter
+from langrt.sampling.sampler import make_generator
 from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -49,6 +52,7 @@ class SchedulerStats:
     cached_tokens: int = 0
     retractions: int = 0
     forward_passes: int = 0
+    jump_forward_tokens: int = 0
 
     @property
     def cache_hit_rate(self) -> float:
@@ -69,7 +73,11 @@ class Scheduler:
         self.running: list[Req] = []
         self.chunked: Req | None = None  # mid-prompt between steps
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.grammar_queue = GrammarQueue(self._make_grammar_service)
+        self.grammar_timeout_s = args.grammar_compile_timeout
+        self.failed: list[tuple[Req, InvalidRequest]] = []  # refused after arrival (grammar errors)
         self.stats = SchedulerStats()
+        self.emitter = TokenEmitter(self.stop_checker, tokenizer, not args.disable_jump_forward, self.stats)
         self._admit_seq = 0
         torch.manual_seed(args.random_seed)
 
@@ -88,11 +96,32 @@ class Scheduler:
             )
         if p.seed is not None and not p.is_greedy:
             req.generator = make_generator(p.seed, self.runner.device)
-        self.waiting.append(req)
+        spec = GrammarSpec.from_params(p)
+        if spec is None:
+            self.waiting.append(req)
+        else:
+            self.grammar_queue.add(req, spec)
+
+    def _make_grammar_service(self):
+        from langrt.constrained.service import GrammarService
+        from langrt.constrained.vocab import vocabulary_from_decoder
+
+        eos = self.stop_checker.eos_token_ids
+        vocab = vocabulary_from_decoder(self.tokenizer, self.runner.vocab_size, eos)
+        return GrammarService(vocab, timeout_s=self.grammar_timeout_s)
 
     @property
     def has_work(self) -> bool:
+        return self.has_runnable_work or bool(self.grammar_queue)
+
+    @property
+    def has_runnable_work(self) -> bool:
+        """Work a forward pass can do now (not counting requests waiting for grammars)."""
         return bool(self.waiting or self.running or self.chunked)
+
+    def take_failed(self) -> list[tuple[Req, InvalidRequest]]:
+        failed, self.failed = self.failed, []
+        return failed
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; False while requests are queued or running."""
@@ -101,6 +130,10 @@ class Scheduler:
     def abort(self, rid: str, message: str) -> Req | None:
         """Finish request `rid` now with an abort reason, releasing what it holds (between
         steps). None if no such request is queued or running."""
+        queued = self.grammar_queue.remove(rid)
+        if queued is not None:
+            queued.finish(FinishReason.by_abort(message))
+            return queued
         for req in self.waiting:
             if req.rid == rid:
                 self.waiting.remove(req)
@@ -125,6 +158,9 @@ class Scheduler:
     def step(self) -> list[Req]:
         """Run one forward pass; return the requests whose output changed in it (a new token,
         input logprobs, or finishing)."""
+        ready, failed = self.grammar_queue.collect()
+        self.waiting.extend(ready)
+        self.failed += failed
         decode, retracted = self._prepare_decode()
         prefill = [] if retracted else self._admit()
         if not decode and not prefill:
@@ -135,12 +171,13 @@ class Scheduler:
         return self._process(batch, hidden, decode, prefill)
 
     def _prepare_decode(self) -> tuple[list[Req], bool]:
-        """Give every running request a slot for its next token, evicting or retracting."""
+        """Give every running request slots for its uncomputed tokens (the last sampled one, and
+        any jump-forward added), evicting or retracting."""
         kv = self.runner.kv_pool
         retracted = False
-        while kv.available_size < len(self.running):
-            self.cache.evict(len(self.running) - kv.available_size)
-            if kv.available_size >= len(self.running):
+        while kv.available_size < (need := sum(len(r.pending_ids) for r in self.running)):
+            self.cache.evict(need - kv.available_size)
+            if kv.available_size >= need:
                 break
             victim = self.chunked or max(self.running, key=lambda r: r.admit_seq, default=None)
             if victim is None or (victim is not self.chunked and len(self.running) == 1):
@@ -149,9 +186,8 @@ class Scheduler:
             retracted = True
         if not self.running:
             return [], retracted
-        slots = kv.alloc(len(self.running))
-        for i, req in enumerate(self.running):
-            self.runner.req_pool.write(req.req_pool_idx, req.kv_len, slots[i : i + 1])
+        for req in self.running:
+            self.runner.req_pool.write(req.req_pool_idx, req.kv_len, kv.alloc(len(req.pending_ids)))
         if not retracted:
             self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
         return list(self.running), retracted
@@ -163,6 +199,7 @@ class Scheduler:
         self.runner.req_pool.free(req.req_pool_idx)
         req.req_pool_idx = None
         req.kv_len = 0
+        req.draft_ids = []
         if req is self.chunked:
             self.chunked = None
         else:
@@ -203,10 +240,11 @@ class Scheduler:
         self.stats.cached_tokens += req.cached_tokens
 
     def _build_batch(self, decode: list[Req], prefill: list[PrefillItem]) -> ForwardBatch:
-        ids = [r.output_ids[-1] for r in decode]
+        pending = [r.pending_ids for r in decode]
+        ids = [t for p in pending for t in p]
         rows = [r.req_pool_idx for r in decode]
-        seq_lens = [r.kv_len + 1 for r in decode]
-        extend_lens = [1] * len(decode)
+        seq_lens = [r.kv_len + len(p) for r, p in zip(decode, pending)]
+        extend_lens = [len(p) for p in pending]
         for item in prefill:
             req = item.req
             ids += req.all_ids[item.chunk_start : item.chunk_start + item.extend_len]
@@ -216,30 +254,46 @@ class Scheduler:
         slots = torch.cat(
             [self.runner.req_pool.slots(row, end, end - n) for row, end, n in zip(rows, seq_lens, extend_lens)]
         )
-        mode = ForwardMode.EXTEND if prefill else ForwardMode.DECODE
+        mode = ForwardMode.EXTEND if prefill or len(ids) > len(rows) else ForwardMode.DECODE
         return ForwardBatch.build(mode, ids, slots, rows, seq_lens, extend_lens, self.runner.device)
 
     # ---- after the forward pass --------------------------------------------------------
 
     def _process(self, batch: ForwardBatch, hidden, decode: list[Req], prefill: list[PrefillItem]) -> list[Req]:
-        last_rows = batch.last_token_rows
-        to_sample = [(r, row) for r, row in zip(decode, last_rows)]
-        for req in decode:
-            req.kv_len += 1
-        for item, start_row, last_row in zip(prefill, batch.extend_starts[len(decode) :], last_rows[len(decode) :]):
+        emissions = []
+        for req, start, n in zip(decode, batch.extend_starts, batch.extend_lens):
+            drafts, req.draft_ids = req.draft_ids, []
+            emissions.append(Emission(req, list(range(start + n - 1 - len(drafts), start + n)), drafts))
+        computed_to = [r.kv_len + n for r, n in zip(decode, batch.extend_lens)]
+        for item, start, n in zip(prefill, batch.extend_starts[len(decode) :], batch.extend_lens[len(decode) :]):
             req = item.req
             req.kv_len = item.chunk_start + item.extend_len
-            collect_input_logprobs(self.runner, req, hidden, start_row, item.chunk_start)
+            collect_input_logprobs(self.runner, req, hidden, start, item.chunk_start)
             if not item.completes_prompt:
                 continue
             if req.remaining_new_tokens <= 0:
                 req.finish(FinishReason.by_length(len(req.output_ids)))
             else:
-                to_sample.append((req, last_row))
-        if to_sample:
-            rows = torch.tensor([row for _, row in to_sample], device=hidden.device)
-            self._sample([r for r, _ in to_sample], self.runner.compute_logits(hidden[rows]))
+                emissions.append(Emission(req, [start + n - 1], []))
+        if emissions:
+            self._emit(emissions, hidden)
+        for req, end in zip(decode, computed_to):
+            # K/V is valid up to the last output token (which has none yet); drafts past the
+            # first mismatch were computed in vain and give their slots back.
+            req.kv_len = req.seq_len - 1
+            if end > req.kv_len:
+                self.runner.kv_pool.free(self.runner.req_pool.slots(req.req_pool_idx, end, req.kv_len))
+        for e in emissions:
+            self.emitter.propose(e.req)
         return self._settle(decode, prefill)
+
+    def _emit(self, emissions: list[Emission], hidden: torch.Tensor) -> None:
+        rows = sorted({row for e in emissions for row in e.rows})
+        position = {row: i for i, row in enumerate(rows)}
+        logits = self.runner.compute_logits(hidden[torch.tensor(rows, device=hidden.device)])
+        for e in emissions:
+            e.rows = [position[row] for row in e.rows]
+        self.emitter.emit(emissions, logits)
 
     def _settle(self, decode: list[Req], prefill: list[PrefillItem]) -> list[Req]:
         """Finished requests leave (their tokens to the cache); new prefixes become shared."""
@@ -259,30 +313,6 @@ class Scheduler:
         self.running = [r for r in self.running if not r.finished] + newly_running
         return changed
 
-    def _sample(self, reqs: list[Req], logits: torch.Tensor) -> None:
-        """Pick each request's next token from its [V] logits row, then check stops."""
-        logprobs = OutputLogprobs.capture(reqs, logits)  # raw model logprobs, before penalties
-        self._ban_early_stops(reqs, logits)
-        sampling = SamplingBatch.from_params([r.params for r in reqs], [r.generator for r in reqs], logits.device)
-        sampling.apply_penalties(logits, [r.input_ids for r in reqs], [r.output_ids for r in reqs])
-        next_ids = sampling.sample(logits).tolist()
-        logprobs.record(next_ids)
-        for req, token in zip(reqs, next_ids):
-            req.output_ids.append(token)
-            self.stop_checker.update(req, token)
-
-    def _ban_early_stops(self, reqs: list[Req], logits: torch.Tensor) -> None:
-        """Before min_new_tokens, EOS and stop token ids cannot be sampled."""
-        eos = self.stop_checker.eos_token_ids
-        banned = [
-            list(set(r.params.stop_token_ids) | (set() if r.params.ignore_eos else eos))
-            if len(r.output_ids) < r.params.min_new_tokens
-            else []
-            for r in reqs
-        ]
-        if any(banned):
-            ban_tokens(logits, banned)
-
     # ---- introspection -----------------------------------------------------------------
 
     def cache_stats(self) -> dict:
@@ -298,6 +328,8 @@ class Scheduler:
             "prompt_tokens": self.stats.prompt_tokens,
             "cached_prompt_tokens": self.stats.cached_tokens,
             "retractions": self.stats.retractions,
+            "forward_passes": self.stats.forward_passes,
+            "jump_forward_tokens": self.stats.jump_forward_tokens,
             "running_requests": len(self.running) + (self.chunked is not None),
             "waiting_requests": len(self.waiting),
         }

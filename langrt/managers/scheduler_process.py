@@ -90,21 +90,28 @@ class SchedulerLoop:
 
     def run(self) -> None:
         while True:
-            self.run_once(block=not self.scheduler.has_work)
+            self.run_once(block=not self.scheduler.has_runnable_work)
 
     def run_once(self, block: bool) -> None:
         messages = self.inbox.drain()
         if not messages and block:
-            prefault = self.scheduler.runner.kv_pool.prefault
-            if prefault is not None and not prefault.done:
-                prefault.step()  # idle: commit the next chunk of KV pages, then look again
-                return
-            first = self.inbox.get(timeout_s=1.0)
-            messages = ([first] if first is not None else []) + self.inbox.drain()
+            messages = self._wait_idle()
         for message in messages:
             self.handlers[type(message)](message)
         if self.scheduler.has_work:
             self._send(self.scheduler.step())
+        for req, error in self.scheduler.take_failed():
+            self.outbox.put(RequestFailed(req.rid, error.message, 400, error.param))
+
+    def _wait_idle(self) -> list:
+        """Nothing to compute: commit KV pages, or wait for a message (briefly while grammars
+        compile, since their requests become runnable without a message)."""
+        prefault = self.scheduler.runner.kv_pool.prefault
+        if prefault is not None and not prefault.done and not self.scheduler.has_work:
+            prefault.step()
+            return []
+        first = self.inbox.get(timeout_s=0.005 if self.scheduler.has_work else 1.0)
+        return ([first] if first is not None else []) + self.inbox.drain()
 
     def _on_generate(self, m: GenerateRequest) -> None:
         req = Req(

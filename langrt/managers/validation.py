@@ -41,6 +41,16 @@ def validate_request(input_ids: Sequence[int], params: SamplingParams, limits: L
             f"the request needs up to {need} KV slots; the pool holds {limits.kv_pool_size} (raise --max-total-tokens)",
             param="max_new_tokens",
         )
-    for name in ("regex", "json_schema", "ebnf"):
-        if getattr(params, name) is not None:
-            raise InvalidRequest(f"constrained decoding ({name}) is not available in this version of langrt", param=name)
+    check_grammar(params)
+
+
+def check_grammar(params: SamplingParams) -> None:
+    """Compile what is cheap to check here, so the client hears of a bad grammar at once: the
+    regex's syntax (with the position), the schema's unsupported keywords (naming them)."""
+    if params.ebnf is not None:
+        raise InvalidRequest("ebnf grammars are not supported; use regex, json_schema or choices", param="ebnf")
+    from langrt.constrained.spec import GrammarSpec
+
+    spec = GrammarSpec.from_params(params)
+    if spec is not None:
+        spec.to_regex()

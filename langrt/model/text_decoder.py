@@ -21,6 +21,8 @@ _CLEANUPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (
 
 
 class TextDecoder:
+    """Decoding (and, for jump-forward, encoding a short text) without transformers."""
+
     def __init__(self, backend, eos_token_id: int | None, clean_up_spaces: bool = False):
         self.backend = backend
         self.eos_token_id = eos_token_id
@@ -34,6 +36,10 @@ class TextDecoder:
             for before, after in _CLEANUPS:
                 text = text.replace(before, after)
         return text
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` alone (no BOS/EOS)."""
+        return self.backend.encode(text, add_special_tokens=False).ids
 
 
 def load_text_decoder(path: str | os.PathLike) -> TextDecoder:
@@ -68,6 +74,10 @@ class _TransformersBackend:
 
     def decode(self, ids, skip_special_tokens: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def encode(self, text: str, add_special_tokens: bool):
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return type("Encoding", (), {"ids": ids})()
 
 
 def _read_json(file: Path) -> dict:

@@ -58,6 +58,7 @@ class SamplingParams:
     regex: str | None = None
     json_schema: str | None = None
     ebnf: str | None = None
+    choices: tuple[str, ...] | None = None  # output is exactly one of these strings
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -88,6 +89,11 @@ class SamplingParams:
         """JSON-ready dict (tuples as lists); `from_dict(p.to_dict()) == p`."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
+    @property
+    def is_constrained(self) -> bool:
+        """The output must follow a grammar (regex, JSON schema, choices, EBNF)."""
+        return any(getattr(self, name) is not None for name in (*_GRAMMAR_FIELDS, "choices"))
+
     # ---- derived values ---------------------------------------------------------------------
 
     @property
@@ -116,8 +122,10 @@ class SamplingParams:
                 self._set(name, tuple(value))
         if isinstance(self.stop_token_ids, list):
             self._set("stop_token_ids", tuple(self.stop_token_ids))
-        if isinstance(self.json_schema, dict):
+        if isinstance(self.json_schema, (dict, bool)):
             self._set("json_schema", json.dumps(self.json_schema))
+        if isinstance(self.choices, list):
+            self._set("choices", tuple(self.choices))
 
     def _check_types(self) -> None:
         for name in _INT_FIELDS:
@@ -144,6 +152,10 @@ class SamplingParams:
                 raise _type_error(name, "a string", value)
         if self.seed is not None:
             _require_int("seed", self.seed)
+        if self.choices is not None and (
+            not isinstance(self.choices, tuple) or not self.choices or not all(isinstance(c, str) and c for c in self.choices)
+        ):
+            raise _type_error("choices", "a non-empty list of non-empty strings", self.choices)
 
     def _check_ranges(self) -> None:
         t, p, k = self.temperature, self.top_p, self.top_k
@@ -175,10 +187,10 @@ class SamplingParams:
             _require_compiles("stop_regex", pattern)
 
     def _check_grammar(self) -> None:
-        given = [name for name in _GRAMMAR_FIELDS if getattr(self, name) is not None]
+        given = [name for name in (*_GRAMMAR_FIELDS, "choices") if getattr(self, name) is not None]
         if len(given) > 1:
             raise InvalidRequest(
-                f"at most one of regex, json_schema, ebnf may be set, got {', '.join(given)}",
+                f"at most one of regex, json_schema, ebnf, choices may be set, got {', '.join(given)}",
                 param=given[1],
             )
         if self.regex is not None:

@@ -1,0 +1,153 @@
+"""Compiling grammars off the scheduler's path: an LRU cache, and a worker process under a time
+limit.
+
+Building a regex's automaton is usually milliseconds, but a pathological regex (`(a|b)*a(a|b){20}`)
+takes minutes and gigabytes. So automata are built in a separate process that is killed when it
+runs past the limit; only the request that asked for that grammar fails, and nothing holds the
+scheduler thread meanwhile (the scheduler keeps decoding; the request waits in its own queue).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future
+
+from langrt.constrained.byte_dfa import ByteDFA
+from langrt.constrained.grammar import MAX_DFA_STATES, Grammar
+from langrt.constrained.spec import GrammarSpec
+from langrt.constrained.vocab import TokenVocabulary
+from langrt.errors import InvalidRequest
+
+logger = logging.getLogger(__name__)
+
+# Why 10 s: the worst realistic schema compiles in well under a second; beyond 10 s the automaton
+# is exploding and would not finish in useful time (or memory).
+COMPILE_TIMEOUT_S = 10.0
+# Why 256: a compiled grammar keeps the token masks of the states it reached (~6 KB each); 256
+# grammars of a few hundred states stay within a few hundred MB.
+CACHE_SIZE = 256
+
+
+class _Worker:
+    """`python -m langrt.constrained.byte_dfa` with length-prefixed pickles over its pipes
+    (a plain subprocess: the scheduler is itself a daemonic child, which may not fork others
+    through multiprocessing)."""
+
+    def __init__(self):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "langrt.constrained.byte_dfa"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    def build(self, regex: str, timeout_s: float) -> ByteDFA:
+        data = pickle.dumps((regex, MAX_DFA_STATES), protocol=5)
+        self.process.stdin.write(struct.pack("<Q", len(data)) + data)
+        self.process.stdin.flush()
+        reply = self._read(timeout_s)
+        ok, payload = pickle.loads(reply)
+        if not ok:
+            raise ValueError(payload)
+        return ByteDFA(*payload)
+
+    def _read(self, timeout_s: float) -> bytes:
+        deadline = time.monotonic() + timeout_s
+        out = self.process.stdout
+        header = self._read_exactly(out, 8, deadline)
+        return self._read_exactly(out, struct.unpack("<Q", header)[0], deadline)
+
+    @staticmethod
+    def _read_exactly(stream, n: int, deadline: float) -> bytes:
+        chunks, got = [], 0
+        fd = stream.fileno()
+        while got < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, n - got)
+            if not chunk:
+                raise ValueError("the grammar worker exited")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(5)
+
+
+class GrammarService:
+    def __init__(self, vocab: TokenVocabulary, timeout_s: float = COMPILE_TIMEOUT_S, cache_size: int = CACHE_SIZE):
+        self.vocab = vocab
+        self.timeout_s = timeout_s
+        self.cache_size = cache_size
+        self._cache: OrderedDict[GrammarSpec, Future] = OrderedDict()
+        self._lock = threading.Lock()  # the cache is touched by the scheduler and the compile thread
+        self._jobs: queue.Queue = queue.Queue()
+        self._worker: _Worker | None = None
+        self._thread = threading.Thread(target=self._run, name="grammar-compiler", daemon=True)
+        self._thread.start()
+
+    def submit(self, spec: GrammarSpec) -> Future:
+        """A future Grammar for `spec` (shared with every earlier request for the same spec)."""
+        with self._lock:
+            future = self._cache.get(spec)
+            if future is not None:
+                self._cache.move_to_end(spec)
+                return future
+            future = Future()
+            self._cache[spec] = future
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        self._jobs.put((spec, future))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            spec, future = self._jobs.get()
+            if spec is None:
+                return
+            try:
+                regex = spec.to_regex()
+                future.set_result(Grammar(self._build(regex), self.vocab, regex))
+            except InvalidRequest as e:
+                future.set_exception(e)
+            except Exception as e:  # noqa: BLE001 - reported to the request, never kills the thread
+                logger.exception("grammar compile failed")
+                future.set_exception(InvalidRequest(f"grammar compile failed: {e}", param="regex"))
+            if future.exception() is not None:
+                with self._lock:
+                    self._cache.pop(spec, None)  # a later request may retry (e.g. after a timeout)
+
+    def _build(self, regex: str) -> ByteDFA:
+        if self._worker is None or not self._worker.alive:
+            self._worker = _Worker()
+        try:
+            return self._worker.build(regex, self.timeout_s)
+        except TimeoutError:
+            self._worker.kill()
+            self._worker = None
+            raise InvalidRequest(
+                f"grammar compile exceeded the time limit of {self.timeout_s:g} s (the regex's automaton "
+                "explodes; simplify it)",
+                param="regex",
+            ) from None
+        except ValueError as e:
+            raise InvalidRequest(f"regex not supported: {e}", param="regex") from None
+
+    def close(self) -> None:
+        self._jobs.put((None, None))
+        if self._worker is not None:
+            self._worker.kill()

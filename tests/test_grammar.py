@@ -1,0 +1,168 @@
+"""The grammar engine without a model: masks, matchers, the compile service."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+import torch
+
+from langrt.constrained.grammar import GrammarCompiler
+from langrt.constrained.service import GrammarService
+from langrt.constrained.spec import GrammarSpec
+from langrt.constrained.vocab import vocabulary_from_decoder
+from langrt.errors import InvalidRequest
+from langrt.model.text_decoder import load_text_decoder
+from langrt.model.tokenizer import load_tokenizer
+
+REGEXES = [
+    r"[0-9]{1,3}(\.[0-9]+)?",
+    r"(yes|no|maybe)",
+    r'\{"name":"[^"\\]{0,20}","age":[0-9]+\}',
+    r"(é|ü|你好|🙂)+!",
+    r"[a-z ]+\.",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm_path):
+    return load_tokenizer(smollm_path)
+
+
+@pytest.fixture(scope="module")
+def vocab(smollm_path):
+    return vocabulary_from_decoder(load_text_decoder(smollm_path), 49152, {2})
+
+
+@pytest.fixture(scope="module")
+def compiler(vocab):
+    return GrammarCompiler(vocab)
+
+
+def allowed_ids(matcher, vocab) -> set[int]:
+    bitmask = torch.zeros((1, vocab.num_words), dtype=torch.int32)
+    matcher.fill_bitmask(bitmask, 0)
+    bits = ((bitmask[0].unsqueeze(-1) >> torch.arange(32)) & 1).flatten()
+    return set(torch.nonzero(bits).flatten().tolist())
+
+
+def test_vocabulary_spells_tokens_as_bytes(vocab, tokenizer):
+    for text in ["Hello world", " café", "你好", "🙂 ok", "\n\t{"]:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        assert b"".join(vocab.token_bytes[i] for i in ids) == text.encode("utf-8")
+    assert vocab.token_bytes[1] is None and vocab.token_bytes[2] is None, "special tokens are never grammar text"
+
+
+PREFIXES = {REGEXES[0]: ["", "1", "123", "12.", "12.5"], REGEXES[1]: ["", "ma", "yes"],
+            REGEXES[2]: ["", '{"name":"', '{"name":"Bo', '{"name":"Bob","age":4'], REGEXES[3]: ["", "é", "你"],
+            REGEXES[4]: ["", "ab c"]}  # fmt: skip
+
+
+@pytest.mark.parametrize("regex", REGEXES)
+def test_masks_equal_a_partial_match_oracle(regex, vocab, compiler):
+    """Token t is allowed after text p exactly when p + t can still grow into a full match
+    (checked with the `regex` module's partial matching), over the whole vocabulary."""
+    import regex as oracle
+
+    pattern = oracle.compile(regex)
+    grammar = compiler.compile_regex(regex)
+    for prefix in PREFIXES[regex]:
+        matcher = grammar.matcher()
+        assert matcher.accept_bytes(prefix.encode())
+        allowed = allowed_ids(matcher, vocab)
+        for token, data in enumerate(vocab.token_bytes):
+            if not data:
+                continue
+            try:
+                text = (prefix.encode() + data).decode("utf-8")
+            except UnicodeDecodeError:
+                continue  # a token ending mid-character: covered by the byte-level tests
+            expected = pattern.fullmatch(text, partial=True) is not None
+            assert (token in allowed) == expected, (prefix, data)
+        assert (2 in allowed) == (pattern.fullmatch(prefix) is not None), "EOS exactly where the regex may end"
+
+
+def test_optional_suffix_after_a_possible_end(compiler, vocab):
+    """After "1" the regex 1(x2)? may end or go on with x (outlines-core's Index loses the x)."""
+    m = compiler.compile_regex("1(x2)?").matcher()
+    assert m.accept_bytes(b"1") and m.can_end
+    assert vocab.token_bytes.index(b"x") in allowed_ids(m, vocab)
+    assert m.accept_bytes(b"x") and not m.can_end and m.accept_bytes(b"2") and m.is_terminated()
+
+
+@pytest.mark.parametrize("text, regex", [("123.45", REGEXES[0]), ("maybe", REGEXES[1]), ('{"name":"Bob","age":42}', REGEXES[2]),
+                                         ("éü你好🙂!", REGEXES[3])])  # fmt: skip
+def test_matcher_follows_a_tokenized_match(text, regex, compiler, tokenizer, vocab):
+    assert re.fullmatch(regex, text)
+    matcher = compiler.compile_regex(regex).matcher()
+    for token in tokenizer.encode(text, add_special_tokens=False):
+        assert token in allowed_ids(matcher, vocab)
+        assert matcher.accept_token(token)
+    assert matcher.can_end and 2 in allowed_ids(matcher, vocab), "EOS allowed once the regex may end"
+    assert matcher.accept_token(2) and matcher.is_terminated()
+
+
+def test_eos_only_where_the_grammar_may_end(compiler, vocab):
+    matcher = compiler.compile_regex("ab+").matcher()
+    assert 2 not in allowed_ids(matcher, vocab)
+    assert not matcher.accept_token(2)
+    assert matcher.accept_token(vocab.token_bytes.index(b"a"))
+    assert not matcher.accept_token(vocab.token_bytes.index(b"a")), "a forbidden token changes nothing"
+    assert matcher.accept_token(vocab.token_bytes.index(b"b"))
+    assert 2 in allowed_ids(matcher, vocab) and not matcher.is_terminated()
+
+
+def test_complete_grammar_with_nothing_more_terminates(compiler, tokenizer):
+    matcher = compiler.compile_choices(["yes", "no"]).matcher()
+    (token,) = tokenizer.encode("yes", add_special_tokens=False)
+    assert matcher.accept_token(token)
+    assert matcher.is_terminated(), "nothing can follow 'yes'"
+
+
+def test_copies_are_independent(compiler, vocab):
+    a = compiler.compile_regex("[ab]+").matcher()
+    b = a.copy()
+    assert a.accept_token(vocab.token_bytes.index(b"a"))
+    assert b.state != a.state
+
+
+def test_choices_with_metacharacters(compiler, tokenizer):
+    choices = ["a.b", "(x)", "1+1", "$5", "q?"]
+    grammar = compiler.compile_choices(choices)
+    for c in choices:
+        m = grammar.matcher()
+        assert all(m.accept_token(t) for t in tokenizer.encode(c, add_special_tokens=False)) and m.is_terminated()
+    m = grammar.matcher()
+    assert not all(m.accept_token(t) for t in tokenizer.encode("axb", add_special_tokens=False))
+
+
+def test_forced_bytes(compiler):
+    m = compiler.compile_regex(r'\{"name":"[a-z]+"\}').matcher()
+    assert m.forced_bytes() == b'{"name":"'
+    assert m.accept_bytes(b'{"name":"bob')
+    assert m.forced_bytes() == b""  # more letters or the closing quote
+    assert m.accept_bytes(b'"')
+    assert m.forced_bytes() == b"}"
+
+
+def test_bad_regex_names_the_position(compiler):
+    with pytest.raises(InvalidRequest, match="position 3"):
+        compiler.compile_regex("abc(")
+
+
+def test_service_caches_and_survives_an_exploding_regex(vocab):
+    service = GrammarService(vocab, timeout_s=1.0)
+    try:
+        ok = service.submit(GrammarSpec("regex", "[0-9]+"))
+        assert service.submit(GrammarSpec("regex", "[0-9]+")) is ok, "one compile per spec"
+        slow = service.submit(GrammarSpec("regex", "(a|b)*a(a|b){22}"))
+        after = service.submit(GrammarSpec("regex", "[a-z]+"))
+        assert ok.result(timeout=10).matcher().accept_bytes(b"42")
+        start = time.monotonic()
+        with pytest.raises(InvalidRequest, match="time limit"):
+            slow.result(timeout=30)
+        assert time.monotonic() - start < 5
+        assert after.result(timeout=30).matcher().accept_bytes(b"abc"), "the next grammar compiles in a fresh worker"
+    finally:
+        service.close()
