@@ -1,0 +1,1 @@
+"""Backends: where a program's requests go. See base.Backend for the contract."""
