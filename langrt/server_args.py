@@ -14,7 +14,7 @@ from pathlib import Path
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
-ATTENTION_BACKENDS = ("auto", "torch")
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 
 
@@ -29,7 +29,7 @@ class ServerArgs:
     load_format: str = _flag("weights format; dummy = seeded random weights", LOAD_FORMATS, default="auto")
     dtype: str = _flag("serving dtype; auto = bfloat16 where the device runs it fast, else float32/float16", DTYPES, default="auto")
     device: str = _flag("auto = cuda when present, else cpu", DEVICES, default="auto")
-    attention_backend: str = _flag("attention implementation; auto = the device's best", ATTENTION_BACKENDS, default="auto")
+    attention_backend: str = _flag("attention implementation; auto = triton on cuda, torch on cpu", ATTENTION_BACKENDS, default="auto")
     context_length: int | None = _flag("maximum tokens per request (prompt + output); default: the model's", default=None)
     max_total_tokens: int | None = _flag("KV pool size in tokens; default: from --mem-fraction-static", default=None)
     mem_fraction_static: float | None = _flag("fraction of free device memory (CPU: available RAM) for the KV pool; default 0.85 cuda, 0.1 cpu", default=None)
@@ -94,7 +94,7 @@ class ServerArgs:
             self,
             device=device,
             dtype=dtype,
-            attention_backend="torch" if self.attention_backend == "auto" else self.attention_backend,
+            attention_backend=_attention_backend(self.attention_backend, device),
             mem_fraction_static=self.mem_fraction_static or (0.85 if device == "cuda" else 0.1),
             max_running_requests=self.max_running_requests or (1024 if device == "cuda" else 256),
             chunked_prefill_size=self.chunked_prefill_size or (8192 if device == "cuda" else 2048),
@@ -124,6 +124,21 @@ def _check_positive(args: ServerArgs, *names: str) -> None:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ValueError(f"--{_flag_name(name)} must be positive; got {value}")
+
+
+def _attention_backend(asked: str, device: str) -> str:
+    """auto: the Triton kernels on CUDA (when triton is installed), torch on CPU. The Triton
+    backend runs on CPU only in Triton's interpreter (TRITON_INTERPRET=1), which tests use."""
+    import importlib.util
+
+    if asked == "auto":
+        return "triton" if device == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
+    if asked == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            "--attention-backend triton needs --device cuda; on CPU use --attention-backend torch "
+            "(or set TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, for tests)"
+        )
+    return asked
 
 
 def _best_dtype(device: str) -> str:

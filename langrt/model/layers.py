@@ -2,11 +2,18 @@
 
 Numerics follow HF transformers (norms in float32, rotary cos/sin computed in float32 and cast to
 the activation dtype) so logits match it to fp32 rounding.
+
+On CUDA, RMSNorm (with its residual add), rotary and SiLU-and-mul run langrt's Triton kernels
+(`kernels/`), which round where these torch ops round; CPU tensors never import triton, and
+inside torch.compile the torch ops stay (the compiler fuses them itself).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 import torch
@@ -23,6 +30,9 @@ class RMSNorm(nn.Module):
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Without `residual`: norm(x). With it: (norm(x + residual), x + residual)."""
+        fused = _fused_kernels(x)
+        if residual is not None and fused is not None and _fusable_norm(x, self.weight, residual):
+            return fused.rms_norm(x, self.weight, self.eps, residual)
         if residual is not None:
             x = x + residual
             return self._norm(x), x
@@ -36,6 +46,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """HF's numerics: normalize in float32, cast back, then scale. torch's rms_norm on the float32
     copy gives the same values in fewer ops; on a bf16 input it would not, and its bf16 result
     for a row would depend on how many rows run together."""
+    fused = _fused_kernels(x)
+    if fused is not None and _fusable_norm(x, weight):
+        return fused.rms_norm(x, weight, eps)
     normed = nn.functional.rms_norm(x.float(), weight.shape, None, eps)
     return weight * normed.to(x.dtype)
 
@@ -94,7 +107,15 @@ class RotaryEmbedding(nn.Module):
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """x [T, n*D] (any number of heads, e.g. q and k side by side) -> rotated copy."""
+    """x [T, n*D] (any number of heads, e.g. q and k side by side) -> rotated x.
+
+    On CUDA the kernel rotates x in place and returns it (one pass over q and k, no copy); on
+    CPU the result is a new tensor. Either way, callers must not use the unrotated x again."""
+    fused = _fused_kernels(x)
+    if fused is not None and x.dim() == 2 and x.stride(-1) == 1 and cos.dtype == x.dtype:
+        heads = x.view(x.shape[0], -1, head_dim)
+        fused.rotary(heads, None, cos.view(x.shape[0], -1), sin.view(x.shape[0], -1))
+        return x
     shape = x.shape
     x = x.reshape(shape[0], -1, head_dim)
     x1, x2 = x.chunk(2, dim=-1)
@@ -127,5 +148,40 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, s: Mapping[str, Any]) -> torch.Tens
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    fused = _fused_kernels(gate_up)
+    if fused is not None and gate_up.dim() == 2:
+        return fused.silu_and_mul(gate_up)
     gate, up = gate_up.chunk(2, dim=-1)
     return nn.functional.silu(gate) * up
+
+
+def _fused_kernels(x: torch.Tensor) -> SimpleNamespace | None:
+    """The Triton layer kernels when x is a CUDA tensor outside torch.compile tracing, else None.
+    (The CPU check comes first and is one attribute read: the CPU path pays nothing else.)"""
+    if not x.is_cuda or torch.compiler.is_compiling():
+        return None
+    return _load_fused_kernels()
+
+
+@functools.cache
+def _load_fused_kernels() -> SimpleNamespace | None:
+    """None when triton is not installed (a CUDA build of torch normally ships it)."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    from langrt import kernels_package
+
+    kernels_package()  # refuses a foreign top-level `kernels`
+    rms = importlib.import_module("kernels.rms_norm")
+    rotary = importlib.import_module("kernels.rotary")
+    act = importlib.import_module("kernels.silu_and_mul")
+    return SimpleNamespace(
+        rms_norm=rms.rms_norm_triton, rotary=rotary.rotary_embedding_triton, silu_and_mul=act.silu_and_mul_triton
+    )
+
+
+def _fusable_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> bool:
+    """The kernel's cases: 2-D rows, weight (and residual) in x's dtype; others keep torch's promotion."""
+    rows_ok = x.dim() == 2 and x.stride(-1) == 1 and weight.dtype == x.dtype
+    if residual is None:
+        return rows_ok
+    return rows_ok and residual.dtype == x.dtype and residual.shape == x.shape and residual.stride(-1) == 1

@@ -1,0 +1,95 @@
+"""Attention with langrt's Triton kernels over the paged pool: the GPU path.
+
+A pass where every request adds one token runs the decode kernel (split-K over long
+sequences); any other pass runs the extend kernel over all its requests at once (a request
+adding one token is an extend of length 1). Both read K/V through `req_to_token`, after this
+pass's K/V are written at `out_cache_loc`.
+
+The kernels take CUDA tensors; on CPU they run only in Triton's interpreter (TRITON_INTERPRET=1
+set before triton is imported), which is how the tests check this backend against the torch one.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
+from langrt.model.attention.base import Attention, AttentionBackend
+from langrt.model.config import ModelConfig
+from langrt.model.forward_batch import ForwardBatch
+
+
+class TritonAttentionBackend(AttentionBackend):
+    def __init__(self, config: ModelConfig, kv_pool: TokenToKVPool, req_pool: ReqToTokenPool):
+        self.decode_kernels = _kernel_module("decode_attention")
+        self.extend_kernels = _kernel_module("extend_attention")
+        _check_runs_on(kv_pool.device, self.decode_kernels)
+        self.kv_pool = kv_pool
+        self.req_pool = req_pool
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.scale = config.head_dim**-0.5
+        self.sliding_window = config.sliding_window
+
+    def prepare(self, batch: ForwardBatch) -> Attention:
+        return _TritonAttention(self, batch)
+
+
+class _TritonAttention(Attention):
+    """The pass's index tensors, built once on the device and shared by every layer."""
+
+    def __init__(self, backend: TritonAttentionBackend, batch: ForwardBatch):
+        self.b = backend
+        self.batch = batch
+        device = batch.input_ids.device
+        self.req_pool_indices = torch.tensor(batch.req_pool_indices, dtype=torch.int32, device=device)
+        self.seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32, device=device)
+        self.is_decode = all(n == 1 for n in batch.extend_lens)
+        if self.is_decode:
+            self.num_kv_splits = backend.decode_kernels.default_num_kv_splits(
+                batch.batch_size, backend.num_kv_heads, max(batch.seq_lens), device
+            )
+        else:
+            indptr = [*batch.extend_starts, batch.num_tokens]
+            self.qo_indptr = torch.tensor(indptr, dtype=torch.int32, device=device)
+            self.max_extend_len = max(batch.extend_lens)
+
+    def attend(self, layer_id, q, k, v):
+        b = self.b
+        n = self.batch.num_tokens
+        heads, kv_heads, dim = b.num_heads, b.num_kv_heads, b.head_dim
+        b.kv_pool.write(layer_id, self.batch.out_cache_loc, k.view(n, kv_heads, dim), v.view(n, kv_heads, dim))
+        out = torch.empty((n, heads * dim), dtype=q.dtype, device=q.device)
+        common = (q.view(n, heads, dim), b.kv_pool.k_buffers[layer_id], b.kv_pool.v_buffers[layer_id], b.req_pool.req_to_token)
+        if self.is_decode:
+            b.decode_kernels.decode_attention_triton(
+                *common, self.req_pool_indices, self.seq_lens, scale=b.scale, sliding_window=b.sliding_window,
+                num_kv_splits=self.num_kv_splits, out=out.view(n, heads, dim),
+            )  # fmt: skip
+        else:
+            b.extend_kernels.extend_attention_triton(
+                *common, self.req_pool_indices, self.seq_lens, self.qo_indptr, self.max_extend_len,
+                scale=b.scale, sliding_window=b.sliding_window, out=out.view(n, heads, dim),
+            )  # fmt: skip
+        return out
+
+
+def _kernel_module(name: str):
+    from langrt import kernels_package
+
+    kernels_package()  # refuses a foreign top-level `kernels`
+    return importlib.import_module(f"kernels.{name}")
+
+
+def _check_runs_on(device: torch.device, kernels) -> None:
+    interpreted = kernels.is_interpreted()
+    if device.type == "cpu" and not interpreted:
+        raise ValueError(
+            "--attention-backend triton needs --device cuda; on CPU use --attention-backend torch "
+            "(or set TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, for tests)"
+        )
+    if device.type != "cpu" and interpreted:
+        raise ValueError(f"TRITON_INTERPRET=1 runs the Triton kernels on CPU only, but the model is on {device}; unset it")
