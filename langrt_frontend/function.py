@@ -10,6 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
+from langrt_frontend.backends.base import Backend
 from langrt_frontend.config import global_config
 from langrt_frontend.executor import Executor
 from langrt_frontend.params import RUN_DEFAULTS, GenParams
@@ -88,7 +89,7 @@ class SglFunction:
             raise TypeError(f"run_batch got unexpected keyword argument(s) {sorted(extra)}")
         items = [_as_call(item) for item in batch]
         if not items:
-            return iter(()) if generator_style else []
+            return (state for state in ()) if generator_style else []
         backend = _backend(backend)
         seed = self._warm_up(backend, items) if len(items) > 1 else None
         threads = _thread_count(num_threads, len(items))
@@ -145,6 +146,8 @@ def _backend(backend):
     backend = backend or global_config.default_backend
     if backend is None:
         raise RuntimeError("no backend: pass backend=... or call set_default_backend(RuntimeEndpoint(url))")
+    if not isinstance(backend, Backend):
+        raise TypeError(f"not a backend: {backend!r}; use RuntimeEndpoint(url), Runtime(...) or EngineBackend(...)")
     return backend
 
 

@@ -82,6 +82,9 @@ class FakeBackend:
     def get_server_info(self):
         return {"running_requests": 0}
 
+    def get_model_info(self):
+        return {"model_path": "fake", "chat_template": None}
+
     @property
     def gens(self):
         return [c for c in self.calls if c["sampling_params"].get("max_new_tokens") != 0]
@@ -532,6 +535,8 @@ def test_module_functions_without_a_backend():
 
     with pytest.raises(RuntimeError, match="backend"):
         f.run()
+    with pytest.raises(TypeError, match="not a backend"):
+        f.run(backend="http://127.0.0.1:30000")
     backend = FakeBackend()
     sgl.set_default_backend(backend)
     try:
