@@ -20,8 +20,8 @@ import langrt_frontend as sgl
 def travel_guide(s, city, max_tokens):
     s += sgl.user(f"What country is {city} in?")
     s += sgl.assistant(sgl.gen("country", max_tokens=max_tokens, stop="."))
-    s += sgl.user(f"Is {city} a large city? Answer yes or no.")
-    s += sgl.assistant(sgl.select("large", choices=["Yes", "No"]))
+    s += sgl.user(f"Which river flows through {city}?")
+    s += sgl.assistant(sgl.select("river", choices=["The Seine", "The Thames", "The Danube"]))
     s += sgl.user(f"Name two things to see in {city}.")
     forks = s.fork(2)  # two suggestions sampled in parallel, batched by the runtime
     forks += sgl.assistant(sgl.gen("sight", max_tokens=max_tokens, temperature=0.7, stop="\n"))
@@ -42,7 +42,8 @@ def main(argv=None) -> None:
         if state.error() is not None:
             raise SystemExit(f"error: {state.error()}")
         print(f"country: {state['country'].strip()}")
-        print(f"large:   {state['large']}  (scores {[round(x, 2) for x in state.get_meta_info('large')['normalized_prompt_logprobs']]})")
+        scores = [round(x, 2) for x in state.get_meta_info("river")["normalized_prompt_logprobs"]]
+        print(f"river:   {state['river']}  (choice scores {scores})")
         for i, sight in enumerate(state["sight"]):
             print(f"sight {i + 1}: {sight.strip()}")
         cached = [state.get_meta_info("country")["cached_tokens"]] + [m["cached_tokens"] for m in state.get_meta_info("sight")]

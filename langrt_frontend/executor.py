@@ -233,8 +233,7 @@ class Executor:
         params = node.params.over(self.defaults).with_extra_stops(self.template.stop_str)
         prompt = self.text
         payload = {"text": prompt, "sampling_params": _sampling_params(params), **params.logprob_options()}
-        if self.images:
-            payload["image_data"] = self.images[0] if len(self.images) == 1 else list(self.images)
+        self._attach_images(payload)
         if self.stream and (params.n or 1) == 1:
             self._gen_streaming(node.name, prompt, payload)
             return
@@ -249,6 +248,12 @@ class Executor:
             value, meta = response["text"], response["meta_info"]
         if node.name is not None:
             self.set(node.name, value, meta)
+
+    def _attach_images(self, payload: dict) -> None:
+        """Images travel with every request made after them; a text-only runtime refuses them
+        with a clear error, which stops the program."""
+        if self.images:
+            payload["image_data"] = self.images[0] if len(self.images) == 1 else list(self.images)
 
     def _gen_streaming(self, name: str | None, prompt: str, payload: dict) -> None:
         value, meta = "", None
@@ -274,7 +279,9 @@ class Executor:
     def _select(self, node: ir.Select) -> None:
         if node.temperature != 0:
             raise ValueError(f"select: temperature must be 0 (choices are scored, not sampled), got {node.temperature}")
-        decision, meta = score_choices(self.backend, self.text, node.choices, node.method, self._known_tokens())
+        decision, meta = score_choices(
+            self.backend, self.text, node.choices, node.method, self._known_tokens(), self._attach_images
+        )
         self._append(decision)
         if node.name is not None:
             self.set(node.name, decision, meta)

@@ -19,8 +19,10 @@ from langrt_frontend.choices import mean_logprob
 _MERGE_MARGIN = 2
 
 
-def score_choices(backend, prefix: str, choices: Sequence[str], method, known_tokens: int = 0) -> tuple[str, dict]:
-    """The winning choice and the select's meta info."""
+def score_choices(
+    backend, prefix: str, choices: Sequence[str], method, known_tokens: int = 0, prepare=None
+) -> tuple[str, dict]:
+    """The winning choice and the select's meta info. `prepare(payload)` may add to the request."""
     if not choices:
         raise ValueError("select needs at least one choice")
     start = max(0, known_tokens - _MERGE_MARGIN) if prefix else 0
@@ -29,15 +31,16 @@ def score_choices(backend, prefix: str, choices: Sequence[str], method, known_to
     if method.requires_unconditional:
         texts += list(choices)
         starts += [0] * len(choices)
-    responses = backend.generate(
-        {
-            "text": texts,
-            "sampling_params": {"max_new_tokens": 0},
-            "return_logprob": True,
-            "logprob_start_len": starts,
-            "return_text_in_logprobs": True,
-        }
-    )
+    payload = {
+        "text": texts,
+        "sampling_params": {"max_new_tokens": 0},
+        "return_logprob": True,
+        "logprob_start_len": starts,
+        "return_text_in_logprobs": True,
+    }
+    if prepare is not None:
+        prepare(payload)
+    responses = backend.generate(payload)
     metas = [r["meta_info"] for r in responses]
     prefix_entries = metas.pop(0)["input_token_logprobs"] if prefix else []
     k = len(choices)

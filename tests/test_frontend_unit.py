@@ -383,10 +383,10 @@ def test_images_need_a_multimodal_runtime(tmp_path):
 
     @sgl.function
     def f(s):
-        s += sgl.user(sgl.image(str(path)) + "What is this?") + sgl.gen("a")
+        s += sgl.user(sgl.image(str(path)) + "What is this?") + sgl.gen("a") + sgl.select("b", choices=["x", "y"])
 
     run(f, backend).sync()
-    assert backend.calls[0]["image_data"], "the image travels with the next request"
+    assert len(backend.calls) == 2 and all(c["image_data"] for c in backend.calls), "images travel with later requests"
 
     @sgl.function
     def v(s):

@@ -15,7 +15,7 @@ class RuntimeEndpoint:
         api_key: str | None = None,
         verify=None,
         chat_template_name: str | None = None,
-        timeout_s: float = 600.0,
+        timeout_s: float | None = None,
     ):
         self.base_url = base_url
         self.http = HttpClient(base_url, api_key=api_key, verify=verify, timeout_s=timeout_s)

@@ -27,7 +27,7 @@ class EngineBackend:
         tokenizer = engine.tokenizer
         eos = getattr(tokenizer, "eos_token", None)
         self.model_info = {
-            "model_path": str(engine.args.model_path),
+            "model_path": str(engine.args.model_path or "builtin"),
             "chat_template": getattr(tokenizer, "chat_template", None),
             "stop_strings": [eos] if eos else [],
             "is_generation": True,

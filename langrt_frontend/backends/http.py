@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 
 class HttpClient:
-    def __init__(self, base_url: str, api_key: str | None = None, verify=None, timeout_s: float = 600.0):
+    def __init__(self, base_url: str, api_key: str | None = None, verify=None, timeout_s: float | None = None):
         parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
