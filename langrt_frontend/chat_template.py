@@ -103,10 +103,20 @@ def derive_from_jinja(source: str, stop_strings: tuple[str, ...] = ()) -> ChatTe
         return None
     except Exception:  # noqa: BLE001 - a template that fails to render is not derivable
         return None
+    known = _known_template(roles, default_system)
+    if known is not None:
+        return known
     stops = tuple(stop_strings) or ((assistant_suffix.strip(),) if assistant_suffix.strip() else ())
-    # Named after the known template with the same role markers (SmolLM2's is "chatml").
-    name = next((n for n, t in TEMPLATES.items() if t.roles == roles), "model")
-    return ChatTemplate(name, roles, stop_str=stops, default_system_prompt=default_system)
+    return ChatTemplate("model", roles, stop_str=stops, default_system_prompt=default_system)
+
+
+def _known_template(roles, default_system) -> ChatTemplate | None:
+    """The named template with the same role markers: the one that also has the same default
+    system prompt, else the first (so SmolLM2's template, ChatML markers plus its own system
+    line, is "chatml", and Qwen's is "qwen")."""
+    same_roles = [t for t in TEMPLATES.values() if t.roles == roles]
+    exact = [t for t in same_roles if t.default_system_prompt == default_system]
+    return (exact or same_roles or [None])[0]
 
 
 def _renderer(source: str):

@@ -176,7 +176,7 @@ class ForkedStates:
         elif isinstance(other, (list, tuple)):
             if len(other) != len(self.states):
                 raise ValueError(f"{len(other)} expressions for {len(self.states)} forked states")
-            for state, expr in zip(self.states, other):
+            for state, expr in zip(self.states, other, strict=True):
                 state += expr
         else:
             expr = ir.as_expr(other)

@@ -252,18 +252,35 @@ def test_roles_use_the_template_and_make_messages():
         with s.user():
             s += "More"
 
+    assert template.name == "chatml", "SmolLM2's template has ChatML's role markers"
     state = run(f, FakeBackend(template=template))
-    system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
     assert state.text() == (
-        f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-        "<|im_start|>assistant\n<1.0><|im_end|>\n<|im_start|>user\nMore<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<1.0><|im_end|>\n<|im_start|>user\nMore<|im_end|>\n"
     )
     assert state.messages() == [
-        {"role": "system", "content": system},
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "<1.0>"},
         {"role": "user", "content": "More"},
     ]
+
+
+def test_a_default_system_prompt_comes_first():
+    @sgl.function
+    def f(s, first_role):
+        s += first_role("Hello")
+
+    qwen = FakeBackend(template=sgl.get_chat_template("qwen"))
+    assert run(f, qwen, first_role=sgl.user).messages() == [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Hello"},
+    ]
+    assert run(f, qwen, first_role=sgl.system).messages() == [{"role": "system", "content": "Hello"}]
+    custom = derive_from_jinja(
+        "{% if messages[0]['role'] != 'system' %}<s>[system]Be brief.</s>{% endif %}"
+        "{% for m in messages %}<s>[{{ m['role'] }}]{{ m['content'] }}</s>{% endfor %}"
+    )
+    assert custom.name == "model" and custom.default_system_prompt == "Be brief."
+    assert run(f, FakeBackend(template=custom), first_role=sgl.user).text() == "<s>[system]Be brief.</s><s>[user]Hello</s>"
 
 
 def test_nested_roles_are_an_error():
@@ -549,9 +566,7 @@ def test_named_and_derived_chat_templates():
     from langrt.entrypoints.chat_templates import TEMPLATES as SERVER_TEMPLATES
 
     for name in ("chatml", "qwen", "llama-3-instruct"):
-        derived = derive_from_jinja(SERVER_TEMPLATES[name])
-        assert derived is not None and derived.roles == TEMPLATES[name].roles, name
-        assert derived.default_system_prompt == TEMPLATES[name].default_system_prompt, name
+        assert derive_from_jinja(SERVER_TEMPLATES[name]) == TEMPLATES[name], name
     assert resolve_chat_template({"chat_template": None, "model_path": "/m/Qwen2.5-7B-Instruct"}).name == "qwen"
     assert resolve_chat_template({"model_path": "Meta-Llama-3-8B-Instruct"}).name == "llama-3-instruct"
     assert resolve_chat_template({"model_path": "my-model"}).name == "default"
