@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import jsonschema
 import pytest
 
 from langrt.errors import InvalidRequest
@@ -44,6 +45,41 @@ def test_random_model_follows_every_regex(tiny):
             outs = tiny.generate(prompts, params)
             for out in outs:
                 assert ends_well(out["text"], out["meta_info"], regex), (regex, out["text"], out["meta_info"])
+
+
+JSON_SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "n": {"type": "integer", "minimum": -5, "maximum": 500},
+     "ok": {"type": "boolean"}, "tags": {"type": "array", "items": {"enum": ["x", "y", 3]}, "maxItems": 3}},
+     "required": ["name", "n"], "additionalProperties": False},
+    {"anyOf": [{"type": "number", "minimum": 0, "maximum": 1}, {"type": "string", "format": "date"}, {"type": "null"}]},
+    {"type": "array", "prefixItems": [{"const": "id"}, {"type": "string", "format": "uuid"}], "items": False},
+    {"type": "object"},
+]  # fmt: skip
+
+
+def ends_valid(text: str, meta: dict, schema: dict) -> bool:
+    """A JSON-schema output validates, or stopped at max_new_tokens on the way."""
+    if meta["finish_reason"]["type"] == "length":
+        return True  # a prefix; test_json_schema.py checks the grammar admits only valid texts
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    return validator.is_valid(json.loads(text))
+
+
+def test_random_model_follows_every_json_schema(tiny):
+    finished = 0
+    for schema in JSON_SCHEMAS:
+        for seed in range(3):
+            params = {"json_schema": json.dumps(schema), "max_new_tokens": 60, "temperature": 1.0, "seed": seed}
+            for out in tiny.generate(["Hello", "JSON:"], params):
+                assert ends_valid(out["text"], out["meta_info"], schema), (schema, out["text"], out["meta_info"])
+                finished += out["meta_info"]["finish_reason"]["type"] == "stop"
+    assert finished >= 6, "most random generations should complete within 60 tokens"
+
+
+def test_unsupported_schema_keyword_is_named(tiny):
+    with pytest.raises(Exception) as info:
+        tiny.generate("x", {"json_schema": json.dumps({"type": "string", "format": "idn-email"})})
+    assert getattr(info.value, "param", None) == "format" and "idn-email" in str(info.value)
 
 
 def test_choices(tiny):
@@ -114,3 +150,11 @@ def test_smollm_regex_and_json(smollm_path):
         out = engine.generate(chat("Name a city and its country as JSON."), {"regex": regex, "max_new_tokens": 60, "temperature": 0})
         assert re.fullmatch(regex, out["text"]), out["text"]
         assert set(json.loads(out["text"])) == {"city", "country"}
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30}, "age": {"type": "integer", "minimum": 0,
+                  "maximum": 120}, "city": {"type": "string", "maxLength": 30}}, "required": ["name", "age", "city"]}  # fmt: skip
+        out = engine.generate(chat("Extract as JSON: Maria Lopez, 34, lives in Seville."),
+                              {"json_schema": json.dumps(schema), "max_new_tokens": 60, "temperature": 0})  # fmt: skip
+        assert out["meta_info"]["finish_reason"]["type"] == "stop", out
+        value = json.loads(out["text"])
+        jsonschema.validate(value, schema)
+        assert value["age"] == 34 and "Seville" in value["city"], value

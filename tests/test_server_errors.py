@@ -66,6 +66,9 @@ BAD_REQUESTS = [
     ({"text": "hi", "sampling_params": {"n": 0}}, "n"),
     ({"text": "hi", "sampling_params": {"regex": "a+", "json_schema": "{}"}}, "json_schema"),
     ({"text": "hi", "sampling_params": {"regex": "(unclosed"}}, "regex"),
+    ({"text": "hi", "sampling_params": {"json_schema": '{"type": "string", "format": "idn-email"}'}}, "format"),
+    ({"text": "hi", "sampling_params": {"json_schema": '{"not": {"type": "null"}}'}}, "not"),
+    ({"text": "hi", "sampling_params": {"json_schema": "{bad"}}, "json_schema"),
     ({"text": "hi", "extra": 1}, "extra"),
     ({"text": ""}, "text"),
     ({"text": "hi", "input_ids": [1]}, "text"),
@@ -84,6 +87,12 @@ def test_errors_while_serving(guarded):
         assert status == 400, (body, payload)
         assert payload["error"]["param"] == param and payload["error"]["type"] == "invalid_request_error"
         assert param in payload["error"]["message"], payload
+    status, payload = guarded.post("/generate", {"text": "hi", "sampling_params": {"regex": "ab(c"}}, headers=AUTH, check=False)
+    assert status == 400 and "position" in payload["error"]["message"], payload
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    bad_format = {**chat, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"if": {}}}}}
+    status, payload = guarded.post("/v1/chat/completions", bad_format, headers=AUTH, check=False)
+    assert status == 400 and payload["error"]["param"] == "if", payload
     status, payload = guarded.post("/generate", b"{not json", headers=AUTH, check=False)
     assert status == 400 and "JSON" in payload["error"]["message"]
     assert guarded.post("/generate", {"text": "hi"}, check=False)[0] == 401
@@ -149,3 +158,20 @@ def test_dead_scheduler_means_503_and_exit(tiny_llama_dir):
     assert time.monotonic() - killed < 5, "the server exits within 5 s"
     assert 503 in statuses
     assert not os.path.exists(ipc), "the ipc files are removed"
+
+
+def test_response_format_constrains_chat_output(guarded):
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12}, "score": {"type": "integer", "minimum": 0,
+              "maximum": 9}}, "required": ["answer", "score"], "additionalProperties": False}  # fmt: skip
+    formats = [({"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}, schema), ({"type": "json_object"}, {"type": "object"})]
+    for response_format, expected in formats:
+        body = {"messages": [{"role": "user", "content": "Reply in JSON"}], "max_tokens": 80, "temperature": 1.0, "seed": 3,
+                "n": 3, "response_format": response_format}  # fmt: skip
+        status, payload = guarded.post("/v1/chat/completions", body, headers=AUTH)
+        for choice in payload["choices"]:
+            if choice["finish_reason"] == "stop":
+                jsonschema.validate(json.loads(choice["message"]["content"]), expected)
+            else:
+                assert choice["finish_reason"] == "length"

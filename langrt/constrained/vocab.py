@@ -10,6 +10,7 @@ Special tokens (BOS, EOS, chat markers) get no bytes: they are never allowed ins
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,11 +36,65 @@ class TokenVocabulary:
         self.walk_columns = np.ascontiguousarray(matrix.T)  # [width, n]: byte j of every token
         self.first_byte = matrix[:, 0].copy() if len(ids) else np.zeros(0, dtype=np.int32)
         self.byte_sets = _byte_sets(matrix, self.walk_lengths)
+        order = np.argsort(self.first_byte, kind="stable")
+        bounds = np.searchsorted(self.first_byte[order], np.arange(257))
+        self.by_first_byte = [order[bounds[b] : bounds[b + 1]] for b in range(256)]  # walk rows
+        self._spelled: dict[bytes, SpelledWith] = {}
+        self._spelled_lock = threading.Lock()
+
+    def spelled_with(self, allowed: np.ndarray) -> "SpelledWith":
+        """The tokens made only of the bytes flagged in `allowed` (256 bools), memoized: JSON
+        grammars keep meeting the same few byte sets (a string's characters, digits)."""
+        key = np.packbits(allowed).tobytes()
+        found = self._spelled.get(key)
+        if found is None:
+            found = SpelledWith(self, allowed)
+            with self._spelled_lock:
+                if len(self._spelled) >= _SPELLED_CACHE:
+                    self._spelled.pop(next(iter(self._spelled)))
+                self._spelled[key] = found
+        return found
 
     @property
     def num_words(self) -> int:
         """int32 words per bitmask row."""
         return (self.vocab_size + 31) // 32
+
+
+# Byte sets remembered per vocabulary (each ~0.5 MB of index arrays).
+_SPELLED_CACHE = 64
+
+
+class SpelledWith:
+    """A vocabulary split by a byte set X: the walk rows of tokens made only of X-bytes (longest
+    first) and of the others, with the packed bitmask of X-tokens up to each length."""
+
+    def __init__(self, vocab: TokenVocabulary, allowed: np.ndarray):
+        self.vocab = vocab
+        outside = ~np.packbits(allowed, bitorder="little").view(np.uint64)
+        sets = vocab.byte_sets
+        hits = sets[0] & outside[0]
+        for word in range(1, 4):
+            hits |= sets[word] & outside[word]
+        inside = hits == 0
+        self.within = np.flatnonzero(inside)  # ascending walk rows: longest first
+        self.within_lengths = vocab.walk_lengths[self.within]
+        self.others = np.flatnonzero(~inside)
+        self._masks: dict[int | None, np.ndarray] = {}
+
+    def longer_than(self, depth: int) -> np.ndarray:
+        """Walk rows of X-tokens longer than `depth` bytes."""
+        return self.within[: int(np.searchsorted(-self.within_lengths, -depth, side="left"))]
+
+    def packed(self, depth: int | None) -> np.ndarray:
+        """int32 bitmask words of the X-tokens at most `depth` bytes long (None: all)."""
+        mask = self._masks.get(depth)
+        if mask is None:
+            rows = self.within if depth is None else self.within[len(self.longer_than(depth)) :]
+            flags = np.zeros(self.vocab.num_words * 32, dtype=bool)
+            flags[self.vocab.walk_ids[rows]] = True
+            mask = self._masks[depth] = np.packbits(flags, bitorder="little").view(np.int32)
+        return mask
 
 
 def _byte_sets(matrix: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:

@@ -1,0 +1,476 @@
+"""langrt's JSON Schema (draft 2020-12) -> regex compiler.
+
+    regex = schema_to_regex({"type": "object", "properties": {...}, "required": [...]})
+
+The regex is matched against the whole output, by Python's `re` (tests) and by Rust's `regex`
+through outlines-core (runtime); it uses only the syntax both read alike (json_schema_regex.py).
+
+Soundness is the rule: text the regex matches is JSON valid against the schema (jsonschema,
+draft 2020-12). The regex may match fewer valid instances than the schema allows; where it does
+on purpose:
+  - objects list their properties in the schema's order (`properties`, then the `required`
+    names it does not list), each at most once; no other property appears unless
+    `additionalProperties` is given explicitly (then extra keys come after the listed ones, and
+    are written without escapes);
+  - recursion through `$ref` stops at `max_ref_depth` (deeper instances are rejected), and
+    values a schema leaves free (`true`, absent `items`) nest at most ANY_VALUE_DEPTH containers;
+  - numbers with bounds have no exponent; `integer` means an integer literal (no `1.0`);
+  - string `format`s accept a safe subset of their RFCs (json_schema_pattern.py);
+  - non-ASCII characters are accepted raw, or \\uXXXX-escaped where the text is literal
+    (const, enum, property names).
+A keyword that cannot be enforced exactly raises UnsupportedSchema whose `param` names it.
+
+Modules: json_schema_flat.py (normal form, $ref, allOf/anyOf/oneOf), json_schema_pattern.py
+(pattern, format), json_schema_regex.py (regex pieces, literals, numeric ranges).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from decimal import Decimal
+from functools import reduce
+
+from langrt.constrained import json_schema_regex as rx
+from langrt.constrained.json_schema_flat import TYPES, Flat, Node, Normalizer, json_type
+from langrt.constrained.json_schema_pattern import emit, format_pattern, max_count, translate, with_length
+from langrt.errors import InvalidRequest, UnsupportedSchema
+
+WHITESPACE_POLICIES = ("compact", "flexible")
+# Why 3: a recursive $ref is unrolled into the regex once per level, so its size grows with
+# the depth (geometrically for trees: a node with two recursive children doubles per level);
+# 3 levels keep typical recursive schemas (trees, linked lists, nested comments) well under
+# max_regex_length. Instances nested deeper are rejected, which is sound.
+DEFAULT_MAX_REF_DEPTH = 3
+# Why 100k: the byte automaton outlines-core builds, and the token masks computed for each of
+# its states, grow with the regex; schemas past this are pathological (and the runtime's own
+# regex limit is 200k).
+DEFAULT_MAX_REGEX_LENGTH = 100_000
+# Why 20: "flexible" whitespace must be bounded (a model can emit spaces forever); 20 covers
+# json.dumps(indent=2) output nested 9 levels deep (a newline and 2 spaces per level).
+FLEXIBLE_WS_MAX = 20
+# Why 3: values a schema leaves free (`true`, absent `items`, a `required` name without a
+# schema) may be any JSON; the regex for "any value" grows 4x per nesting level: at 3 (what
+# OpenAI's json_object mode needs for ordinary nested answers) ~15k characters, an automaton of
+# ~2.4k states built in ~60 ms; at 4, 59k characters and ~270 ms.
+ANY_VALUE_DEPTH = 3
+# Why 64: anyOf inside allOf (or oneOf) multiplies out into alternatives, each a full regex.
+MAX_DISJUNCTS = 64
+# Why 8: a top-level string counted past this many characters leaves out the escaped quote
+# (see json_schema_regex.JSON_CHAR_NO_QUOTE); below it the automaton stays small anyway.
+_SMALL_COUNT = 8
+# Why 256: multipleOf (other than 1 or a divisor of 100) is enforced by listing the multiples.
+MAX_LISTED_MULTIPLES = 256
+
+
+def schema_to_regex(
+    schema: dict | bool | str,
+    whitespace: str = "compact",
+    max_ref_depth: int = DEFAULT_MAX_REF_DEPTH,
+    max_regex_length: int = DEFAULT_MAX_REGEX_LENGTH,
+) -> str:
+    """A regex whose full matches are JSON texts valid against `schema` (a dict, a bool, or
+    its JSON text). whitespace: "compact" (none outside strings but one optional space after
+    ':' and ','), or "flexible" (up to FLEXIBLE_WS_MAX JSON whitespace characters between
+    tokens). Raises InvalidRequest (param "json_schema" / "whitespace") for bad input and
+    UnsupportedSchema (param: the keyword, or "json_schema" for limits) for what it cannot
+    enforce."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise InvalidRequest(f"json_schema is not valid JSON: {e}", param="json_schema") from None
+    if not isinstance(schema, (dict, bool)):
+        raise InvalidRequest("json_schema must be a JSON object or a boolean", param="json_schema")
+    if whitespace not in WHITESPACE_POLICIES:
+        raise InvalidRequest(f"whitespace must be one of {', '.join(WHITESPACE_POLICIES)}, got {whitespace!r}", param="whitespace")
+    if schema is False:
+        raise UnsupportedSchema("the schema is false: no value is valid, there is nothing to generate", param="json_schema")
+    compiler = _Compiler(schema, whitespace, max_ref_depth, max_regex_length)
+    regex = compiler.value([Node(schema, schema)], (), top=True)
+    if regex is None:
+        hint = f" (recursion through $ref stops at max_ref_depth={max_ref_depth})" if compiler.norm.depth_hit else ""
+        raise UnsupportedSchema(f"the schema admits no value langrt can generate{hint}", param="json_schema")
+    return regex
+
+
+class _Compiler:
+    def __init__(self, root, whitespace: str, max_ref_depth: int, max_regex_length: int):
+        self.root, self.whitespace = root, whitespace
+        self.max_ref_depth, self.max_len = max_ref_depth, max_regex_length
+        self.norm = Normalizer(root, max_ref_depth, MAX_DISJUNCTS)
+        compact = whitespace == "compact"
+        self.ws = "" if compact else "[ \\t\\n\\r]{0,%d}" % FLEXIBLE_WS_MAX
+        self.colon = ": ?" if compact else f"{self.ws}:{self.ws}"
+        self.comma = ", ?" if compact else f"{self.ws},{self.ws}"
+        self.memo: dict = {}
+        self._any: dict = {}
+        self._checker: _Compiler | None = None
+
+    def value(self, nodes, refs: tuple, top: bool = False) -> str | None:
+        """A JSON value valid against every schema of `nodes`; None if there is none."""
+        key = (tuple(n.key for n in nodes), refs, top)
+        if key not in self.memo:
+            self.memo[key] = self._limit(rx.alt(self.flat(f, top) for f in self.norm.flatten(nodes, refs)))
+        return self.memo[key]
+
+    def _limit(self, regex: str | None) -> str | None:
+        if regex is not None and len(regex) > self.max_len:
+            raise UnsupportedSchema(
+                f"the schema's regex exceeds max_regex_length={self.max_len} characters (a big automaton "
+                "and costly token masks): simplify the schema (fewer alternatives, shallower recursion)",
+                param="json_schema",
+            )
+        return regex
+
+    def flat(self, f: Flat, top: bool) -> str | None:
+        if f.enum is not None:
+            return self.enum(f)
+        t = f.types
+        parts = [
+            "null" if "null" in t else None,
+            "(?:true|false)" if "boolean" in t else None,
+            self.number(f) if t & {"integer", "number"} else None,
+            self.string(f, top) if "string" in t else None,
+            self.array(f) if "array" in t else None,
+            self.object(f) if "object" in t else None,
+        ]
+        return rx.alt(parts)
+
+    # -- literals (const, enum) -------------------------------------------------------------
+
+    def enum(self, f: Flat) -> str | None:
+        """The enum values that also satisfy the schema's other keywords. A value is kept when
+        its compact JSON text matches the regex of those keywords (so it is valid)."""
+        rest = f.clone()
+        rest.enum = None
+        rest.types &= {json_type(v) for v in f.enum}
+        blank = Flat(refs=f.refs)
+        blank.types = set(rest.types)
+        check = None
+        if rest != blank:
+            if self._checker is None:
+                self._checker = _Compiler(self.root, "compact", self.max_ref_depth, self.max_len)
+                self._checker.norm = self.norm
+            check = self._checker.flat(rest, top=False)
+            if check is None:
+                return None
+        kept = []
+        for v in f.enum:
+            if json_type(v) not in rest.types:
+                continue
+            if check is None or any(re.fullmatch(check, text) for text in _compact_texts(v)):
+                kept.append(self.literal(v))
+        return rx.alt(kept)
+
+    def literal(self, v) -> str | None:
+        if v is None:
+            return "null"
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return rx.number_literal(v)
+        if isinstance(v, str):
+            return rx.string_literal(v)
+        if isinstance(v, list):
+            open_, close = "\\[", "\\]"
+            parts = [self.literal(x) for x in v]
+        else:
+            open_, close = "\\{", "\\}"
+            parts = [rx.seq(rx.string_literal(k), self.colon, self.literal(x)) for k, x in v.items()]
+        if not parts:
+            return self.container(open_, close, None, optional=True)
+        return None if None in parts else self.container(open_, close, self.comma.join(parts), optional=False)
+
+    def container(self, open_: str, close: str, body: str | None, optional: bool) -> str | None:
+        """open_ body close, body optional or required; whitespace policy applied."""
+        if body is None:
+            return f"{open_}{self.ws}{close}" if optional else None
+        inner = body + self.ws
+        return open_ + self.ws + (rx.opt(inner) if optional else inner) + close
+
+    # -- scalars ----------------------------------------------------------------------------
+
+    def number(self, f: Flat) -> str | None:
+        integer_only = "number" not in f.types
+        lo, hi = _tightest(f.lower, lower=True), _tightest(f.upper, lower=False)
+        step = _multiple(f.multiple_of)
+        if step is not None:
+            integer_only = True  # only integer literals are generated for multiples (sound)
+        int_lo = None if lo is None else (math.floor(lo[0]) + 1 if lo[1] else math.ceil(lo[0]))
+        int_hi = None if hi is None else (math.ceil(hi[0]) - 1 if hi[1] else math.floor(hi[0]))
+        if step is not None and step != 1:
+            return _multiples(step, int_lo, int_hi)
+        if lo is None and hi is None:
+            return rx.INTEGER if integer_only else rx.NUMBER
+        parts = [rx.number_range(_dec(int_lo), _dec(int_hi), fraction=False)]
+        if not integer_only:
+            dec_lo, dec_hi = _float_bound(lo, +1), _float_bound(hi, -1)
+            if not (dec_lo is not None and dec_lo.is_infinite() or dec_hi is not None and dec_hi.is_infinite()):
+                parts.append(rx.number_range(dec_lo, dec_hi, fraction=True))
+        return rx.alt(parts)
+
+    def string(self, f: Flat, top: bool) -> str | None:
+        # A length-bounded string that opens the whole regex leaves out the escaped quote (see
+        # json_schema_regex.JSON_CHAR_NO_QUOTE): a sound restriction.
+        specs = [("pattern", p) for p in dict.fromkeys(f.patterns)] + [("format", x) for x in dict.fromkeys(f.formats)]
+        if len(specs) > 1:
+            keyword = specs[1][0]
+            raise UnsupportedSchema(
+                f"a string with several patterns/formats ({', '.join(repr(s) for _, s in specs)}): their "
+                f"intersection cannot be expressed",
+                param=keyword,
+            )
+        if specs:
+            kind, source = specs[0]
+            translated = translate(source) if kind == "pattern" else format_pattern(source)
+            alts = with_length(translated, f.min_length, f.max_length)
+            quote_ok = not (top and any(max_count(a) > _SMALL_COUNT for a in alts))
+            return rx.seq('"', rx.alt(emit(a, quote_ok) for a in alts), '"')
+        counted = max(f.min_length, f.max_length or 0) > _SMALL_COUNT
+        char = rx.JSON_CHAR_NO_QUOTE if top and counted else rx.JSON_CHAR
+        return rx.seq('"', rx.repeat(char, f.min_length, f.max_length), '"')
+
+    # -- containers -------------------------------------------------------------------------
+
+    def any(self, depth: int) -> str:
+        """Any JSON value with at most `depth` nested containers."""
+        if depth not in self._any:
+            scalars = f"(?:null|true|false|{rx.NUMBER}|{rx.JSON_STRING})"
+            if depth <= 0:
+                self._any[depth] = scalars
+            else:
+                inner = self.any(depth - 1)
+                array = self.container("\\[", "\\]", inner + rx.repeat(self.comma + inner, 0, None), optional=True)
+                kv = rx.JSON_STRING + self.colon + inner
+                obj = self.container("\\{", "\\}", kv + rx.repeat(self.comma + kv, 0, None), optional=True)
+                self._any[depth] = rx.alt([scalars, array, obj])
+        return self._any[depth]
+
+    def array(self, f: Flat) -> str | None:
+        _check_pending(f, "array")
+        lo, hi = f.min_items, f.max_items
+        elems = []
+        for nodes in f.prefix:
+            if hi is not None and len(elems) >= hi:
+                break
+            r = self.value(nodes, f.refs)
+            if r is None:  # no value fits this position: arrays end before it
+                hi = len(elems) if hi is None else min(hi, len(elems))
+                break
+            elems.append(r)
+        tail = None
+        if hi is None or hi > len(elems):
+            if len(elems) == len(f.prefix):
+                tail = self.value(f.items, f.refs) if f.items is not None else self.any(ANY_VALUE_DEPTH - 1)
+            if tail is None:
+                hi = len(elems)
+        if hi is not None and lo > hi:
+            return None
+        if f.unique_items and (hi is None or hi > 1):
+            raise UnsupportedSchema("'uniqueItems': true is not supported (unless maxItems <= 1)", param="uniqueItems")
+        if hi == 0:
+            return self.container("\\[", "\\]", None, optional=True)
+        # Nested from the end: element i is followed by the rest, optional once lo are present.
+        count = len(elems)
+        if tail is not None:
+            more_lo = max(lo - count, 0)
+            more_hi = None if hi is None else hi - count
+            if count == 0:
+                rest = tail + rx.repeat(self.comma + tail, max(more_lo - 1, 0), None if more_hi is None else more_hi - 1)
+            else:
+                rest = rx.repeat(self.comma + tail, more_lo, more_hi)
+        else:
+            rest = ""
+        for i in range(count - 1, -1, -1):
+            head = elems[i] if i == 0 else self.comma + elems[i]
+            rest = head + (rest if i + 1 < lo else rx.opt(rest))
+        return self.container("\\[", "\\]", rest, optional=lo == 0)
+
+    def object(self, f: Flat) -> str | None:
+        _check_pending(f, "object")
+        if not f.object_keywords:  # no properties/required/additionalProperties: any object
+            return self._any_object(f)
+        names = list(f.props) + [r for r in f.required if r not in f.props]
+        members = []  # (regex, required)
+        for name in names:
+            nodes = f.props.get(name, f.additional)
+            v = self.value(nodes, f.refs) if nodes is not None else self.any(ANY_VALUE_DEPTH - 1)
+            member = rx.seq(rx.string_literal(name), self.colon, v)
+            if member is None:
+                if name in f.required:
+                    return None
+                continue
+            members.append((member, name in f.required))
+        n_required = sum(req for _, req in members)
+        if f.max_props is not None and n_required > f.max_props:
+            return None
+        if f.min_props > n_required:
+            raise UnsupportedSchema(
+                f"'minProperties': {f.min_props} is more than the {n_required} required properties", param="minProperties"
+            )
+        if f.max_props is not None and len(members) > f.max_props:
+            raise UnsupportedSchema(
+                f"'maxProperties': {f.max_props} is less than the {len(members)} properties the schema allows",
+                param="maxProperties",
+            )
+        extra = self._extra_members(f, names, len(members))
+        if extra is not None:
+            members.append((extra, False))
+        body, optional = self._members(members)
+        return self.container("\\{", "\\}", body, optional)
+
+    def _any_object(self, f: Flat) -> str | None:
+        if f.min_props > 0:
+            # Duplicate keys would count twice in the text and once in the parsed object.
+            raise UnsupportedSchema("'minProperties' is supported only with required properties", param="minProperties")
+        kv = rx.JSON_STRING + self.colon + self.any(ANY_VALUE_DEPTH - 1)
+        more = None if f.max_props is None else f.max_props - 1
+        body = None if f.max_props == 0 else kv + rx.repeat(self.comma + kv, 0, more)
+        return self.container("\\{", "\\}", body, optional=True)
+
+    def _extra_members(self, f: Flat, names: list[str], listed: int) -> str | None:
+        """Properties beyond the listed ones (only with an explicit additionalProperties)."""
+        if f.additional is None:
+            return None
+        v = self.value(f.additional, f.refs)
+        room = None if f.max_props is None else f.max_props - listed
+        if v is None or room == 0:
+            return None
+        kv = _key_not_in(names) + self.colon + v
+        return kv + rx.repeat(self.comma + kv, 0, None if room is None else room - 1)
+
+    def _members(self, members: list[tuple[str, bool]]) -> tuple[str | None, bool]:
+        """Members in order, separated by commas; (regex, whether it may be empty)."""
+        if not members:
+            return None, True
+        first_required = next((i for i, (_, req) in enumerate(members) if req), None)
+        if first_required is not None:
+            # Optional members before the first required one carry their comma after them.
+            body = "".join(rx.opt(m + self.comma) for m, _ in members[:first_required]) + members[first_required][0]
+            for m, req in members[first_required + 1 :]:
+                body += self.comma + m if req else rx.opt(self.comma + m)
+            return body, False
+        # All optional: whichever member comes first has no comma before it. Quadratic in the
+        # number of members, which the regex length limit bounds.
+        tails = [""]
+        for m, _ in reversed(members[1:]):
+            tails.append(rx.opt(self.comma + m) + tails[-1])
+        tails.reverse()
+        return rx.alt(m + tails[i] for i, (m, _) in enumerate(members)), True
+
+
+def _check_pending(f: Flat, kind: str) -> None:
+    if kind in f.pending:
+        keyword, message = f.pending[kind]
+        raise UnsupportedSchema(message, param=keyword)
+
+
+def _compact_texts(v) -> list[str]:
+    texts = [json.dumps(v, separators=(",", ":"), ensure_ascii=False)]
+    if isinstance(v, float) and v.is_integer():
+        texts.append(str(int(v)))
+    return texts
+
+
+def _key_not_in(names: list[str]) -> str:
+    """A property name (raw characters, no escapes) that is none of `names`."""
+    if not names:
+        return rx.JSON_STRING
+    raw = [(0x20, 0x21), (0x23, 0x5B), (0x5D, rx.MAX_CP)]
+    end = object()
+    trie: dict = {}
+    for name in names:
+        if all(c >= " " and c not in '"\\' for c in name):
+            node = trie
+            for c in name:
+                node = node.setdefault(c, {})
+            node[end] = True
+    any_raw = rx.char_class(rx.normalize(raw)) + "*"
+
+    def not_in(node: dict) -> str:
+        chars = [c for c in node if c is not end]
+        parts = [] if end in node else [""]
+        others = rx.intersect(raw, rx.complement([(ord(c), ord(c)) for c in chars]))
+        parts.append(rx.seq(rx.char_class(others), any_raw))
+        parts += [rx.escape(c) + not_in(node[c]) for c in chars]
+        return rx.alt(parts)
+
+    return '"' + not_in(trie) + '"'
+
+
+def _tightest(bounds, lower: bool):
+    """The tightest (Decimal value, exclusive) of (value, exclusive) bounds, or None."""
+    best = None
+    for v, ex in bounds:
+        d = Decimal(v)
+        if best is None or (d > best[0] if lower else d < best[0]):
+            best = (d, ex)
+        elif d == best[0]:
+            best = (d, best[1] or ex)
+    return best
+
+
+def _dec(v: int | None) -> Decimal | None:
+    return None if v is None else Decimal(v)
+
+
+def _float_bound(bound, direction: int) -> Decimal | None:
+    """A decimal bound for literals with a fraction part, which parse as floats: a literal x
+    with x >= b (decimal) parses to float(x) >= float(b), rounding being monotonic; an
+    exclusive bound moves to the next float. b is the bound's shortest repr, which parses back
+    to exactly the schema's float."""
+    if bound is None:
+        return None
+    value, exclusive = bound
+    f = float(value)
+    if Decimal(f) != value:
+        keyword = ("exclusiveMinimum" if exclusive else "minimum") if direction > 0 else ("exclusiveMaximum" if exclusive else "maximum")
+        raise UnsupportedSchema(f"a number bound of {value} is not exactly representable as a float", param=keyword)
+    if exclusive:
+        f = math.nextafter(f, math.inf * direction)
+    if math.isinf(f):
+        return Decimal(f)
+    return Decimal(repr(f))
+
+
+def _multiple(values) -> int | None:
+    """The combined multipleOf as an integer (lcm), None if absent."""
+    if not values:
+        return None
+    ints = []
+    for v in values:
+        if isinstance(v, float) and not v.is_integer():
+            raise UnsupportedSchema(
+                f"'multipleOf': {v} is not an integer (floating-point multiples cannot be checked exactly)",
+                param="multipleOf",
+            )
+        ints.append(int(v))
+    return reduce(math.lcm, ints)
+
+
+def _multiples(step: int, lo: int | None, hi: int | None) -> str | None:
+    """Integer literals that are multiples of `step` within [lo, hi]."""
+    if lo is not None and hi is not None:
+        first, last = -((-lo) // step) * step, (hi // step) * step
+        if first > last:
+            return None
+        if (last - first) // step < MAX_LISTED_MULTIPLES:
+            return rx.alt(str(v) for v in range(first, last + 1, step))
+    if 100 % step == 0 and lo in (None, 0) and hi in (None, 0):
+        # Divisors of 100: the last two digits decide. Multiples below 100 are listed.
+        small = "|".join(str(v) for v in range(step, 100, step))
+        ends = "|".join("%02d" % v for v in range(0, 100, step))
+        magnitude = f"(?:{small}|[1-9][0-9]*(?:{ends}))"
+        parts = ["0"]
+        if hi is None:
+            parts.append(magnitude)
+        if lo is None:
+            parts.append("-" + magnitude)
+        return rx.alt(parts)
+    raise UnsupportedSchema(
+        f"'multipleOf': {step} is supported only for ranges with at most {MAX_LISTED_MULTIPLES} multiples, "
+        "or divisors of 100 without other bounds than 0",
+        param="multipleOf",
+    )

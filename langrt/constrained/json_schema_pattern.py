@@ -1,0 +1,463 @@
+"""`pattern` and `format` for the JSON-schema compiler: an ECMA-262 regex over the DECODED
+string, rewritten as a regex over the JSON text between the quotes.
+
+A pattern is parsed here (a subset of ECMA-262), never handed to a regex engine as is, because
+it constrains decoded characters while the output is JSON text: `"` must appear as `\\"`, a
+newline as `\\n`, and so on. Rewriting also fixes the search semantics: `abc` means "contains
+abc" (an unanchored search), `^abc$` means "is abc".
+
+JSON Schema says ECMA-262 while jsonschema (Python) checks with `re.search`; where the two
+differ (`\\d` is Unicode in Python, `.` stops at U+2028 only in ECMA, `$` also matches before a
+final newline in Python) the rewrite keeps only what both accept. Every character set is kept
+as an under-approximation `lo` (in both engines' sets) and an over-approximation `hi` (in
+either), so negation stays sound: lo(not X) = not hi(X). Anything whose meaning differs or
+cannot be expressed (lookaround, backreferences, word boundaries, anchors inside groups,
+characters outside the BMP) is refused, naming `pattern` (or `format`).
+
+Formats are written as patterns in the same subset, so they share the translation and the
+length analysis (`format` with `minLength`/`maxLength`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from langrt.constrained import json_schema_regex as rx
+from langrt.errors import UnsupportedSchema
+
+ALL = [(0, rx.MAX_CP)]
+BMP = [(0, 0xFFFF)]
+ASCII = [(0, 0x7F)]
+NON_ASCII = [(0x80, rx.MAX_CP)]
+DIGIT = [(0x30, 0x39)]
+WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
+# White space both engines agree on, and every character either engine (or an older Unicode
+# version of Python) counts as white space.
+SPACE_LO = [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+            (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]  # fmt: skip
+SPACE_HI = SPACE_LO + [(0x1C, 0x1F), (0x85, 0x85), (0x180E, 0x180E), (0x200B, 0x200B), (0xFEFF, 0xFEFF)]
+LINE_END = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
+
+_CLASS_ESCAPES = {  # name -> (lo, hi)
+    "d": (DIGIT, DIGIT + NON_ASCII),
+    "w": (WORD, WORD + NON_ASCII),
+    "s": (SPACE_LO, SPACE_HI),
+}
+_CHAR_ESCAPES = {"t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
+_SYNTAX = set("^$\\.*+?()[]{}|/-")
+
+
+# AST: ("set", ranges) one character | ("any",) one character, escapes allowed | ("seq", [..]) |
+# ("alt", [..]) | ("rep", node, lo, hi or None) | ("bol",) / ("eol",) anchors (parse only)
+
+
+@dataclass
+class Translated:
+    """A pattern as alternatives, each a ("seq", ...) node over the whole string (search
+    semantics already applied: unanchored ends became ("rep", ("any",), 0, None))."""
+
+    alts: list
+    source: str
+    param: str
+
+
+def _refuse(param: str, source: str, why: str) -> UnsupportedSchema:
+    return UnsupportedSchema(f"{param} {source!r}: {why}", param=param)
+
+
+@lru_cache(maxsize=256)
+def translate(pattern: str, param: str = "pattern") -> Translated:
+    alts = _Parser(pattern, param).parse()
+    out = []
+    for terms in alts:
+        start = bool(terms) and terms[0] == ("bol",)
+        terms = terms[1:] if start else terms
+        end = bool(terms) and terms[-1] == ("eol",)
+        terms = terms[:-1] if end else terms
+        if any(_has_anchor(t) for t in terms):
+            raise _refuse(param, pattern, "anchors (^, $) are supported only at the start and end of the pattern")
+        anything = ("rep", ("any",), 0, None)
+        out.append(("seq", ([] if start else [anything]) + list(terms) + ([] if end else [anything])))
+    return Translated(out, pattern, param)
+
+
+def _has_anchor(node) -> bool:
+    kind = node[0]
+    if kind in ("bol", "eol"):
+        return True
+    if kind in ("seq", "alt"):
+        return any(_has_anchor(n) for n in node[1])
+    if kind == "rep":
+        return _has_anchor(node[1])
+    return False
+
+
+class _Parser:
+    def __init__(self, src: str, param: str):
+        self.s, self.i, self.param = src, 0, param
+
+    def fail(self, why: str) -> UnsupportedSchema:
+        return _refuse(self.param, self.s, f"{why} (at position {self.i})")
+
+    def peek(self) -> str:
+        return self.s[self.i] if self.i < len(self.s) else ""
+
+    def parse(self) -> list[list]:
+        if any(ord(c) > 0xFFFF for c in self.s):
+            raise self.fail("characters outside the Basic Multilingual Plane are not supported")
+        alts = self.disjunction()
+        if self.i != len(self.s):
+            raise self.fail("unbalanced ')'")
+        return alts
+
+    def disjunction(self) -> list[list]:
+        alts = [self.alternative()]
+        while self.peek() == "|":
+            self.i += 1
+            alts.append(self.alternative())
+        return alts
+
+    def alternative(self) -> list:
+        terms = []
+        while self.peek() not in ("", "|", ")"):
+            terms.append(self.term())
+        return terms
+
+    def term(self):
+        c = self.peek()
+        if c in "^$":
+            self.i += 1
+            if self.peek() and self.peek() in "*+?{":
+                raise self.fail("quantified anchor")
+            return ("bol",) if c == "^" else ("eol",)
+        atom = self.atom()
+        return self.quantifier(atom)
+
+    def quantifier(self, atom):
+        c = self.peek()
+        if c == "*":
+            lo, hi = 0, None
+        elif c == "+":
+            lo, hi = 1, None
+        elif c == "?":
+            lo, hi = 0, 1
+        elif c == "{":
+            lo, hi = self.braces()
+        else:
+            return atom
+        self.i += 1
+        if self.peek() == "?":  # lazy: the same strings match
+            self.i += 1
+        if self.peek() and self.peek() in "*+?{":
+            raise self.fail("a quantifier after a quantifier (possessive in Python, an error in ECMA-262)")
+        if hi is not None and hi < lo:
+            raise self.fail("quantifier {m,n} with n < m")
+        return ("rep", atom, lo, hi)
+
+    def braces(self) -> tuple[int, int | None]:
+        end = self.s.find("}", self.i)
+        body = self.s[self.i + 1 : end] if end > 0 else ""
+        lo, comma, hi = body.partition(",")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or not lo.isascii() or not hi.isascii():
+            # ECMA-262 (Annex B) reads such a brace as a literal, Python may read a quantifier.
+            raise self.fail("'{' that is not a quantifier {n}, {n,} or {n,m}")
+        self.i = end
+        return int(lo), (int(hi) if hi else None if comma else int(lo))
+
+    def atom(self):
+        c = self.peek()
+        self.i += 1
+        if c == ".":
+            return ("set", rx.complement(LINE_END))
+        if c == "(":
+            return self.group()
+        if c == "[":
+            return ("set", self.char_class())
+        if c == "\\":
+            lo, _ = self.escape(in_class=False)
+            return ("set", lo)
+        if c in "*+?":
+            raise self.fail("nothing to repeat")
+        if c == "{":
+            raise self.fail("'{' that is not a quantifier")
+        return ("set", [(ord(c), ord(c))])
+
+    def group(self):
+        if self.s.startswith("?:", self.i):
+            self.i += 2
+        elif self.s.startswith("?<", self.i) and self.s[self.i + 2 : self.i + 3] not in ("=", "!"):
+            end = self.s.find(">", self.i)
+            if end < 0:
+                raise self.fail("unterminated group name")
+            self.i = end + 1
+        elif self.peek() == "?":
+            raise self.fail("lookaround and inline flags are not supported")
+        alts = self.disjunction()
+        if self.peek() != ")":
+            raise self.fail("missing ')'")
+        self.i += 1
+        return ("alt", [("seq", a) for a in alts])
+
+    def escape(self, in_class: bool) -> tuple[list, list]:
+        """After a backslash: (lo, hi) sets of the escaped character or class."""
+        c = self.peek()
+        self.i += 1
+        if c == "":
+            raise self.fail("pattern ends with '\\'")
+        if c.lower() in _CLASS_ESCAPES:
+            lo, hi = _CLASS_ESCAPES[c.lower()]
+            return (lo, hi) if c.islower() else (rx.complement(hi), rx.complement(lo))
+        if c in _CHAR_ESCAPES:
+            cp = _CHAR_ESCAPES[c]
+        elif c == "b" and in_class:
+            cp = 8
+        elif c == "0" and not self.peek().isdigit():
+            cp = 0
+        elif c in "xu":
+            width = 2 if c == "x" else 4
+            digits = self.s[self.i : self.i + width]
+            if len(digits) != width or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise self.fail(f"\\{c} needs {width} hex digits")
+            self.i += width
+            cp = int(digits, 16)
+            if rx.SURROGATES[0] <= cp <= rx.SURROGATES[1]:
+                raise self.fail("surrogate escapes are read differently by ECMA-262 and Python")
+        elif c in _SYNTAX or (c.isascii() and not c.isalnum() and c != "_"):
+            cp = ord(c)
+        elif c in "bB":
+            raise self.fail("word boundaries (\\b, \\B) are not supported")
+        elif c.isdigit() or c == "k":
+            raise self.fail("backreferences are not supported")
+        else:
+            raise self.fail(f"escape \\{c} is not supported")
+        return [(cp, cp)], [(cp, cp)]
+
+    def char_class(self) -> list:
+        negate = self.peek() == "^"
+        if negate:
+            self.i += 1
+        if self.peek() == "]":
+            raise self.fail("empty class '[]' / '[^]' (read differently by ECMA-262 and Python)")
+        lo_parts: list = []
+        hi_parts: list = []
+        while True:
+            c = self.peek()
+            if c == "":
+                raise self.fail("missing ']'")
+            if c == "]":
+                self.i += 1
+                break
+            if c == "[" or self.s[self.i : self.i + 2] in ("&&", "--", "~~", "||"):
+                raise self.fail("nested sets and set operations in a class are not supported")
+            lo, hi, single = self.class_atom()
+            if self.peek() == "-" and self.s[self.i + 1 : self.i + 2] not in ("]", ""):
+                self.i += 1
+                lo2, _, single2 = self.class_atom()
+                if single is None or single2 is None:
+                    raise self.fail("a class escape cannot bound a range")
+                if single2 < single:
+                    raise self.fail("range out of order in class")
+                lo = hi = [(single, single2)]
+            lo_parts += lo
+            hi_parts += hi
+        lo_set, hi_set = rx.normalize(lo_parts), rx.normalize(hi_parts)
+        return rx.complement(hi_set) if negate else lo_set
+
+    def class_atom(self):
+        c = self.peek()
+        self.i += 1
+        if c == "\\":
+            lo, hi = self.escape(in_class=True)
+            single = lo[0][0] if len(lo) == 1 and lo[0][0] == lo[0][1] and lo == hi else None
+            return lo, hi, single
+        return [(ord(c), ord(c))], [(ord(c), ord(c))], ord(c)
+
+
+# ---------------------------------------------------------------------------------------------
+# Length analysis and the length keywords
+
+
+def char_length(node) -> tuple[int, int | None]:
+    """(min, max) decoded characters a node matches (max None: unbounded)."""
+    kind = node[0]
+    if kind in ("set", "any"):
+        return 1, 1
+    if kind == "rep":
+        a, b = char_length(node[1])
+        return a * node[2], None if node[3] is None or b is None else b * node[3]
+    lengths = [char_length(n) for n in node[1]]
+    if kind == "seq":
+        return sum(a for a, _ in lengths), None if any(b is None for _, b in lengths) else sum(b for _, b in lengths)
+    if not lengths:
+        return 0, 0
+    return min(a for a, _ in lengths), None if any(b is None for _, b in lengths) else max(b for _, b in lengths)
+
+
+def with_length(t: Translated, min_len: int, max_len: int | None) -> list:
+    """The alternatives of `t` cut to strings of min_len..max_len characters. Exact when each
+    alternative has at most two variable-length parts, each a repeated single character;
+    anything else is refused."""
+    out = []
+    for node in t.alts:
+        lo, hi = char_length(node)
+        if lo >= min_len and (max_len is None or (hi is not None and hi <= max_len)):
+            out.append(node)
+            continue
+        if max_len is not None and lo > max_len or (hi is not None and hi < min_len):
+            continue  # no string of this alternative has an allowed length
+        out.extend(_cut(node, min_len, max_len, t))
+    return out
+
+
+def _flatten_seq(node) -> list:
+    if node[0] == "seq":
+        return [x for n in node[1] for x in _flatten_seq(n)]
+    if node[0] == "alt" and len(node[1]) == 1:
+        return _flatten_seq(node[1][0])
+    return [node]
+
+
+def _cut(node, min_len: int, max_len: int | None, t: Translated) -> list:
+    items = _flatten_seq(node)
+    fixed = 0
+    flexible = []
+    for k, item in enumerate(items):
+        a, b = char_length(item)
+        if a == b:
+            fixed += a
+        elif item[0] == "rep" and char_length(item[1]) == (1, 1):
+            flexible.append(k)
+        else:
+            flexible = None
+            break
+    why = "combined with minLength/maxLength, only patterns whose variable parts are repeated single characters are supported"
+    if flexible is None or len(flexible) > 2:
+        raise _refuse(t.param, t.source, why)
+    lo_total = max(min_len - fixed, 0)
+    hi_total = None if max_len is None else max_len - fixed
+    if hi_total is not None and hi_total < 0:
+        return []
+    if len(flexible) == 1:
+        k = flexible[0]
+        rep = items[k]
+        lo = max(rep[2], lo_total)
+        hi = hi_total if rep[3] is None else rep[3] if hi_total is None else min(rep[3], hi_total)
+        if hi is not None and hi < lo:
+            return []
+        return [("seq", items[:k] + [("rep", rep[1], lo, hi)] + items[k + 1 :])]
+    # Two variable parts: enumerate the first one's count (bounded, so the regex stays small).
+    k1, k2 = flexible
+    r1, r2 = items[k1], items[k2]
+    top1 = min(x for x in (r1[3], hi_total) if x is not None) if (r1[3], hi_total) != (None, None) else None
+    if top1 is None or top1 - r1[2] > 64:
+        raise _refuse(t.param, t.source, why + " (and the lengths span at most 64 values)")
+    out = []
+    for c1 in range(r1[2], top1 + 1):
+        lo2 = max(r2[2], lo_total - c1)
+        hi2 = None if hi_total is None else hi_total - c1
+        hi2 = r2[3] if hi2 is None else hi2 if r2[3] is None else min(r2[3], hi2)
+        if hi2 is not None and hi2 < lo2:
+            continue
+        new = list(items)
+        new[k1] = ("rep", r1[1], c1, c1)
+        new[k2] = ("rep", r2[1], lo2, hi2)
+        out.append(("seq", new))
+    return out
+
+
+def max_count(node) -> int:
+    """The largest finite repetition count in `node` (how far its automaton counts)."""
+    kind = node[0]
+    if kind == "rep":
+        return max(node[2], node[3] or 0, max_count(node[1]))
+    if kind in ("seq", "alt"):
+        return max((max_count(n) for n in node[1]), default=0)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Emission
+
+
+def emit(node, quote_ok: bool) -> str | None:
+    """The JSON text (between the quotes) of strings matching `node`."""
+    kind = node[0]
+    if kind == "set":
+        return rx.json_chars(rx.intersect(node[1], BMP), quote_ok)
+    if kind == "any":
+        return rx.JSON_CHAR if quote_ok else rx.JSON_CHAR_NO_QUOTE
+    if kind == "seq":
+        return rx.seq(*(emit(n, quote_ok) for n in node[1]))
+    if kind == "alt":
+        return rx.alt(emit(n, quote_ok) for n in node[1])
+    return rx.repeat(emit(node[1], quote_ok), node[2], node[3])
+
+
+# ---------------------------------------------------------------------------------------------
+# Formats, as patterns in the subset above. Each accepts only valid instances; some accept fewer
+# than the RFCs allow (noted), which is sound.
+
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4 = rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}"
+_H16 = "[0-9a-fA-F]{1,4}"
+_IPV6 = "|".join(
+    [f"(?:{_H16}:){{7}}{_H16}", f"::(?:{_H16}(?::{_H16}){{0,6}})?"]
+    + [f"(?:{_H16}:){{{k - 1}}}{_H16}::" + (f"(?:{_H16}(?::{_H16}){{0,{6 - k}}})?" if k < 7 else "") for k in range(1, 8)]
+    + [f"(?:{_H16}:){{6}}{_IPV4}", f"::(?:{_H16}:){{0,5}}{_IPV4}"]
+    + [f"(?:{_H16}:){{{k - 1}}}{_H16}::(?:{_H16}:){{0,{5 - k}}}{_IPV4}" for k in range(1, 6)]
+)
+# RFC 1123 labels (letters, digits, inner hyphens, at most 63 characters) without "--" in the
+# 3rd and 4th positions (reserved for A-labels, whose punycode a regex cannot check); at most
+# 4 labels, the last one (the top-level label, not all-numeric) starting with a letter and at
+# most 61 characters, so the name stays within 253 characters.
+_LD, _LDH = "[A-Za-z0-9]", "[A-Za-z0-9-]"
+
+
+def _label(first: str, max_len: int) -> str:
+    return f"{first}(?:{_LDH}{{0,2}}{_LD}|{_LDH}(?:{_LD}{_LDH}|-{_LD}){_LDH}{{0,{max_len - 5}}}{_LD})?"
+
+
+_HOSTNAME = rf"(?:{_label(_LD, 63)}\.){{0,3}}{_label('[A-Za-z]', 61)}"
+_YEAR = "(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"  # Python has no year 0
+_LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_DAY = "(?:0[1-9]|1[0-9]|2[0-8])"
+_DATE = (
+    f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:{_DAY}|29|3[01])|(?:0[469]|11)-(?:{_DAY}|29|30)|02-{_DAY})"
+    f"|{_LEAP_YEAR}-02-29)"
+)
+# A leap second (:60) is valid only at 23:59:60 UTC: accepted with a zero offset only.
+_TIME = (
+    r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+    r"|23:59:60(?:\.[0-9]+)?(?:[Zz]|[+-]00:00))"
+)
+_ATOM = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_PCT = "%[0-9A-Fa-f]{2}"
+_PCHAR = f"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|{_PCT})"
+_URI = (  # RFC 3986 URI (IP-literal hosts: IPv6 only, no IPvFuture)
+    rf"[A-Za-z][A-Za-z0-9+.-]*:(?://(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|{_PCT})*@)?"
+    rf"(?:\[(?:{_IPV6})\]|(?:[A-Za-z0-9._~!$&'()*+,;=-]|{_PCT})*)(?::[0-9]*)?(?:/{_PCHAR}*)*"
+    rf"|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR}+(?:/{_PCHAR}*)*)?"
+    rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+)
+
+FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}[Tt]{_TIME}",
+    "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "ipv4": _IPV4,
+    "ipv6": f"(?:{_IPV6})",
+    "hostname": _HOSTNAME,
+    # Dot-atom local part of at most 63 characters (no quoted local parts, no address literals).
+    "email": f"{_ATOM}(?:\\.?{_ATOM}){{0,31}}@{_HOSTNAME}",
+    "uri": _URI,
+}
+
+
+def format_pattern(name: str) -> Translated:
+    if name not in FORMATS:
+        raise UnsupportedSchema(
+            f"format {name!r} is not supported (supported: {', '.join(sorted(FORMATS))})", param="format"
+        )
+    return translate(f"^(?:{FORMATS[name]})$", "format")
