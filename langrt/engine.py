@@ -104,7 +104,7 @@ class Engine:
             _listify(input_ids), sampling_params, rid, return_logprob, logprob_start_len, top_logprobs_num,
             return_text_in_logprobs,
         )  # fmt: skip
-        states = manager.submit(inp)
+        states = await manager.submit(inp)
         try:
             for state in states:
                 await state.wait()

@@ -19,11 +19,14 @@ GENERATE_FIELDS = {
     "text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len", "top_logprobs_num",
     "return_text_in_logprobs", "stream", "image_data",
 }  # fmt: skip
+# Why 64: the deepest legitimate field is a JSON schema, and real ones nest a few levels; much
+# deeper structures only exhaust the recursion of schema compilation and of json itself.
+MAX_JSON_DEPTH = 64
 
 
 async def read_json(request: web.Request, allowed: set[str] | None = None) -> dict:
     """The body as a JSON object; unknown fields refused when `allowed` is given."""
-    body = await request.json()
+    body = parse_json(await request.read())
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
     if allowed is not None:
@@ -33,13 +36,46 @@ async def read_json(request: web.Request, allowed: set[str] | None = None) -> di
     return body
 
 
+def parse_json(raw: bytes):
+    """A client's body, parsed; every way it can be malformed is a 400 (not only syntax errors:
+    bytes that are not UTF-8, integers past Python's 4300-digit limit, deep nesting)."""
+    too_deep = InvalidRequest(f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InvalidRequest(f"the request body is not valid UTF-8: {e}") from None
+    except json.JSONDecodeError as e:
+        raise InvalidRequest(f"the request body is not valid JSON: {e}") from None
+    except ValueError as e:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise InvalidRequest(f"the request body has a value JSON parsing refuses: {e}") from None
+    except RecursionError:
+        raise too_deep from None
+    if _depth_over(body, MAX_JSON_DEPTH):
+        raise too_deep
+    return body
+
+
+def _depth_over(value, limit: int) -> bool:
+    """Whether `value` nests lists/objects deeper than `limit` (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
 async def generate(request: web.Request) -> web.StreamResponse:
     manager: TokenizerManager = request.app["manager"]
     body = await read_json(request, GENERATE_FIELDS)
     if body.pop("image_data", None) is not None:
         raise InvalidRequest("this model is text-only: image_data is not supported", param="image_data")
     inp, is_batch = make_generate_input(manager.tokenize, **body)
-    states = manager.submit(inp)
+    states = await manager.submit(inp)
     if inp.stream:
         return await stream_events(request, manager, states, lambda i, s: s.response(manager.tokenizer), len(states) > 1)
     await wait_all(manager, states)

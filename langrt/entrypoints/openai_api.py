@@ -106,7 +106,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         top_logprobs_num=[logprobs] * len(prompts),
         stream=bool(body.get("stream")),
     )
-    states = manager.submit(inp)
+    states = await manager.submit(inp)
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     echoes = [manager.tokenizer.decode(p) if echo else "" for p in prompts for _ in range(params.n)]
     firsts = states[:: params.n]  # one state per prompt, for prompt token counts
@@ -129,10 +129,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 def _completion_prompts(manager: TokenizerManager, prompt) -> list[list[int]]:
     if isinstance(prompt, str) and prompt:
-        return [manager.tokenize(prompt)]
+        return [manager.tokenize(prompt, param="prompt")]
     if isinstance(prompt, list) and prompt:
         if all(isinstance(p, str) and p for p in prompt):
-            return [manager.tokenize(p) for p in prompt]
+            return [manager.tokenize(p, param="prompt") for p in prompt]
         if all(type(t) is int for t in prompt):
             return [list(prompt)]
         if all(isinstance(p, list) and p and all(type(t) is int for t in p) for p in prompt):
@@ -198,7 +198,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         top_logprobs_num=[top if want_logprobs else 0],
         stream=bool(body.get("stream")),
     )
-    states = manager.submit(inp)
+    states = await manager.submit(inp)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if inp.stream:
         return await _stream_chat(request, manager, states, rid, created, stream_options(body))
@@ -233,7 +233,7 @@ def _chat_prompt(request: web.Request, messages) -> list[int]:
         text = tokenizer.apply_chat_template(normalized, chat_template=template, tokenize=False, add_generation_prompt=True)
     except Exception as e:  # jinja errors: the template refused these messages
         raise InvalidRequest(f"the chat template rejected the messages: {e}", param="messages") from e
-    return tokenizer.encode(text, add_special_tokens=False)
+    return request.app["manager"].tokenize(text, add_special_tokens=False, param="messages")
 
 
 def _content(content) -> str:

@@ -58,7 +58,7 @@ class Detokenizer:
 
 def run_detokenizer_process(args: ServerArgs, endpoints: Endpoints, parent_pid: int) -> None:
     """Entry point of the detokenizer process (spawned)."""
-    exit_with_parent(parent_pid)
+    exit_with_parent(parent_pid, endpoints.directory)
     configure_logging(args.log_level, "detokenizer")
     from langrt.model.source import ModelSource
     from langrt.model.text_decoder import load_text_decoder

@@ -32,9 +32,14 @@ class ChildProcesses:
         detokenizer = ctx.Process(
             target=detokenizer_main, args=(args, endpoints, parent), name="langrt-detokenizer", daemon=True
         )
-        scheduler.start()
-        detokenizer.start()
-        return cls(endpoints, scheduler, detokenizer)
+        children = cls(endpoints, scheduler, detokenizer)
+        try:
+            scheduler.start()
+            detokenizer.start()
+        except BaseException:  # e.g. spawn refused: leave no process or ipc directory behind
+            children.stop()
+            raise
+        return children
 
     @property
     def processes(self) -> list[mp.Process]:
@@ -46,10 +51,11 @@ class ChildProcesses:
 
     def stop(self, timeout_s: float = 3.0) -> None:
         """Terminate both children and remove the ipc directory."""
-        for p in self.processes:
+        started = [p for p in self.processes if p.pid is not None]
+        for p in started:
             if p.is_alive():
                 p.terminate()
-        for p in self.processes:
+        for p in started:
             p.join(timeout_s)
             if p.is_alive():
                 p.kill()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import regex  # like `re`, plus a time limit per search
 import torch
 
 from langrt.managers.incremental_decoder import IncrementalDecoder
@@ -158,6 +158,12 @@ class Req:
         return min(self.prompt_len + self.params.max_new_tokens, context_len)
 
 
+# Why 50 ms: a stop regex is searched after every token, in the scheduler's loop; a pattern that
+# backtracks catastrophically (`(x|x)+y`) would otherwise stall every request for hours. A sane
+# pattern over a whole output takes well under a millisecond.
+STOP_REGEX_TIMEOUT_S = 0.05
+
+
 class StopChecker:
     """Decides, after each new token, whether a request is done (API.md §2/§7 semantics)."""
 
@@ -189,7 +195,15 @@ class StopChecker:
             start = max(0, len(text) - new_len - max(map(len, p.stop)) + 1)
             hits = [(i, s, i + len(s)) for s in p.stop if (i := text.find(s, start)) >= 0]
         for pattern in p.stop_regex:
-            if m := re.search(pattern, text):
+            try:
+                m = regex.search(pattern, text, timeout=STOP_REGEX_TIMEOUT_S)
+            except (TimeoutError, regex.error) as e:
+                why = f"is not supported: {e}" if isinstance(e, regex.error) else (
+                    f"took over {STOP_REGEX_TIMEOUT_S:g} s to match the output (catastrophic backtracking)"
+                )
+                req.finish(FinishReason.by_abort(f"stop_regex {pattern!r} {why}; simplify it"))
+                return True
+            if m:
                 hits.append((m.start(), m.group(0), m.end()))
         if not hits:
             return False

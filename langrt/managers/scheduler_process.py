@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: int) -> None:
     """Entry point of the scheduler process (spawned)."""
-    exit_with_parent(parent_pid)
+    exit_with_parent(parent_pid, endpoints.directory)
     configure_logging(args.log_level, "scheduler")
     context = zmq.Context()
     inbox: PullQueue = PullQueue(context, endpoints.scheduler)

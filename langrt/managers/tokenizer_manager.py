@@ -19,8 +19,9 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from langrt.errors import InvalidRequest, Overloaded, ServerUnavailable
+from langrt.errors import CapacityExceeded, InvalidRequest, Overloaded, ServerUnavailable
 from langrt.ipc import AsyncPullQueue, PushQueue
+from langrt.managers.grammar_check import GrammarChecker
 from langrt.managers.metrics import Metrics
 from langrt.managers.processes import ChildProcesses
 from langrt.managers.req_state import ReqState
@@ -74,6 +75,7 @@ class TokenizerManager:
         self.ready: SchedulerReady | None = None
         self.limits: Limits | None = None
         self.failure: str | None = None  # why the runtime stopped serving
+        self.grammar_checker = GrammarChecker(args.grammar_compile_timeout)
         self._tasks: list[asyncio.Task] = []
 
     # ---- life cycle ----------------------------------------------------------------------
@@ -112,6 +114,7 @@ class TokenizerManager:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await self.grammar_checker.close()
         self._fail_all(ServerUnavailable(self.failure or "the server is shutting down"))
         self.inbox.close()
         self.to_scheduler.close()
@@ -136,25 +139,40 @@ class TokenizerManager:
 
     # ---- requests ------------------------------------------------------------------------
 
-    def tokenize(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=True)
+    def tokenize(self, text: str, add_special_tokens: bool = True, param: str = "text") -> list[int]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON may carry lone surrogates ("\ud800"); tokenizers refuse them
+            raise InvalidRequest(f"{param} is not valid Unicode: {e.reason} at character {e.start}", param=param) from None
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
-    def submit(self, inp: GenerateInput) -> list[ReqState]:
+    async def submit(self, inp: GenerateInput) -> list[ReqState]:
         """Validate every prompt, then send them all (n > 1 fans out); nothing is sent if any
         prompt is invalid. Returns one state per generated sequence, in order."""
         if not self.healthy:
             raise ServerUnavailable(f"the runtime is not serving: {self.failure or 'still starting'}")
-        requests = [r for i in range(len(inp.input_ids)) for r in self._expand(inp, i)]
-        for request in requests:
-            validate_request(request.input_ids, request.params, self.limits)
-        rids = [r.rid for r in requests]
-        if len(set(rids)) < len(rids) or any(rid in self.states for rid in rids):
-            raise InvalidRequest("request ids must be unique among requests in flight", param="rid")
+        for ids, params in zip(inp.input_ids, inp.params):
+            validate_request(ids, params, self.limits, grammar=False)  # once per prompt: its n copies share it
         capacity = self.ready.max_running_requests + self.args.max_queued_requests
-        if len(self.states) + len(requests) > capacity:
+        count = sum(p.n for p in inp.params)
+        if count > capacity:  # checked before expanding: n may be huge
+            raise CapacityExceeded(
+                f"the request asks for {count} sequences (prompts x n); this server holds at most {capacity} "
+                "in flight (--max-running-requests + --max-queued-requests)",
+                param="n",
+            )
+        for params in set(inp.params):
+            await self.grammar_checker.check(params)
+        if not self.healthy:  # it may have stopped while the grammars were checked
+            raise ServerUnavailable(f"the runtime is not serving: {self.failure}")
+        if len(self.states) + count > capacity:
             raise Overloaded(
                 f"the server is overloaded: {len(self.states)} requests in flight (limit {capacity}); retry later"
             )
+        requests = [r for i in range(len(inp.input_ids)) for r in self._expand(inp, i)]
+        rids = [r.rid for r in requests]
+        if len(set(rids)) < len(rids) or any(rid in self.states for rid in rids):
+            raise InvalidRequest("request ids must be unique among requests in flight", param="rid")
         states = []
         for request in requests:
             state = ReqState(request.rid, request.return_logprob, request.top_logprobs_num, inp.return_text_in_logprobs)

@@ -13,6 +13,12 @@ from langrt.errors import CapacityExceeded, InvalidRequest
 from langrt.sampling.sampling_params import SamplingParams
 
 
+# Why 1 MB: compiling a schema costs more than linear time in its size (a 1.4 MB enum takes a
+# minute), and a check that outlives its time limit still runs to the end in the background;
+# real schemas, descriptions included, are far smaller.
+MAX_GRAMMAR_CHARS = 1_000_000
+
+
 @dataclass(frozen=True)
 class Limits:
     context_len: int
@@ -20,7 +26,8 @@ class Limits:
     kv_pool_size: int
 
 
-def validate_request(input_ids: Sequence[int], params: SamplingParams, limits: Limits) -> None:
+def validate_request(input_ids: Sequence[int], params: SamplingParams, limits: Limits, grammar: bool = True) -> None:
+    """`grammar=False` leaves out `check_grammar` (the main process runs it off its event loop)."""
     if not input_ids:
         raise InvalidRequest("the prompt is empty", param="text")
     vocab = limits.vocab_size
@@ -41,7 +48,18 @@ def validate_request(input_ids: Sequence[int], params: SamplingParams, limits: L
             f"the request needs up to {need} KV slots; the pool holds {limits.kv_pool_size} (raise --max-total-tokens)",
             param="max_new_tokens",
         )
-    check_grammar(params)
+    check_grammar_size(params)
+    if grammar:
+        check_grammar(params)
+
+
+def check_grammar_size(params: SamplingParams) -> None:
+    """Refuse an oversized grammar before any work on it (cheap: run on the event loop)."""
+    sizes = {kind: len(getattr(params, kind) or "") for kind in ("regex", "json_schema", "ebnf")}
+    sizes["choices"] = sum(map(len, params.choices or ()))
+    for kind, size in sizes.items():
+        if size > MAX_GRAMMAR_CHARS:
+            raise InvalidRequest(f"the {kind} is {size} characters, over the limit of {MAX_GRAMMAR_CHARS}", param=kind)
 
 
 def check_grammar(params: SamplingParams) -> None:
@@ -52,5 +70,9 @@ def check_grammar(params: SamplingParams) -> None:
     from langrt.constrained.spec import GrammarSpec
 
     spec = GrammarSpec.from_params(params)
-    if spec is not None:
+    if spec is None:
+        return
+    try:
         spec.to_regex()
+    except RecursionError:  # a schema nested past the interpreter's recursion limit
+        raise InvalidRequest(f"the {spec.kind} nests too deeply to compile", param=spec.kind) from None

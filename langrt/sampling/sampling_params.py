@@ -34,6 +34,7 @@ _BOOL_FIELDS = (
 _GRAMMAR_FIELDS = ("regex", "json_schema", "ebnf")
 _STR_TUPLE_FIELDS = ("stop", "stop_regex")
 _SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes seeds below 2**64
+_INT64_LIMIT = 2**63  # other integers become int64 tensors in the sampler; past this they overflow
 
 
 @dataclass(frozen=True)
@@ -130,11 +131,17 @@ class SamplingParams:
     def _check_types(self) -> None:
         for name in _INT_FIELDS:
             _require_int(name, getattr(self, name))
+            _require_int64(name, getattr(self, name))
         for name in _FLOAT_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise _type_error(name, "a number", value)
-            self._set(name, float(value))
+            try:
+                self._set(name, float(value))
+            except OverflowError:  # an integer past the float range (JSON allows 10**400)
+                raise InvalidRequest(
+                    f"{name} must be a number within the float range, got a {value.bit_length()}-bit integer", param=name
+                ) from None
         for name in _BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise _type_error(name, "a boolean", getattr(self, name))
@@ -146,6 +153,7 @@ class SamplingParams:
             raise _type_error("stop_token_ids", "a list of integers", self.stop_token_ids)
         for token_id in self.stop_token_ids:
             _require_int("stop_token_ids", token_id)
+            _require_int64("stop_token_ids", token_id)
         for name in _GRAMMAR_FIELDS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -219,7 +227,16 @@ def _require_int(name: str, value: Any) -> None:
         raise _type_error(name, "an integer", value)
 
 
+def _require_int64(name: str, value: int) -> None:
+    if not -_INT64_LIMIT <= value < _INT64_LIMIT:
+        raise InvalidRequest(f"{name} must be within the 64-bit integer range, got a {value.bit_length()}-bit integer", param=name)
+
+
 def _require_compiles(name: str, pattern: str) -> None:
+    from langrt.constrained.spec import MAX_REGEX_CHARS  # torch-free
+
+    if len(pattern) > MAX_REGEX_CHARS:  # before compiling: re.compile takes ~1 s per MB
+        raise InvalidRequest(f"{name} is {len(pattern)} characters, over the limit of {MAX_REGEX_CHARS}", param=name)
     try:
         re.compile(pattern)
     except re.error as e:
@@ -231,6 +248,10 @@ def _require_json_schema(text: str) -> None:
         schema = json.loads(text)
     except json.JSONDecodeError as e:
         raise InvalidRequest(f"json_schema is not valid JSON: {e}", param="json_schema") from e
+    except RecursionError:
+        raise InvalidRequest("json_schema nests too deeply to parse", param="json_schema") from None
+    except ValueError as e:  # e.g. an integer past Python's 4300-digit limit
+        raise InvalidRequest(f"json_schema holds a value JSON parsing refuses: {e}", param="json_schema") from None
     if not isinstance(schema, (dict, bool)):
         raise InvalidRequest(
             f"json_schema must be a JSON object (or boolean), got {type(schema).__name__}",

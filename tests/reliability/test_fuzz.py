@@ -1,0 +1,73 @@
+"""4: hostile bodies for /generate and /v1/*: only 2xx/4xx, never a 5xx or a hang.
+
+The hypothesis test sends 500+ drawn bodies one at a time; the regressions below are the bodies
+that once got a 500 or killed the scheduler (each fixed in langrt/).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from benchmarks.stress.fuzz import describe, request_bodies
+from benchmarks.stress.hostile import fuzz_case_sync
+
+pytestmark = pytest.mark.slow
+
+
+@settings(max_examples=520, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(case=request_bodies())
+def test_fuzzed_bodies_never_5xx(server, case):
+    path, body = case
+    status, problem = fuzz_case_sync(server, path, body, timeout_s=60)
+    assert not problem and 200 <= status < 500, f"{path} -> {status}: {problem}\nbody: {describe(body)}"
+
+
+def raw_post(server, path: str, raw: bytes):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.request("POST", path, raw, {**server.headers, "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def tokens(params: dict) -> dict:
+    return {"text": "hi", "sampling_params": {"max_new_tokens": 1, **params}}
+
+
+REGRESSIONS = [
+    # (route, raw body, param named by the 400). Each was a 500, or took the scheduler down.
+    ("/generate", json.dumps(tokens({"top_k": 10**30})).encode(), "top_k"),  # int64 overflow in the sampler: scheduler died
+    ("/generate", json.dumps(tokens({"stop_token_ids": [2**64]})).encode(), "stop_token_ids"),
+    ("/generate", json.dumps(tokens({"temperature": 10**400})).encode(), "temperature"),  # OverflowError in float()
+    ("/generate", b'{"text": "hi", "sampling_params": {"top_k": ' + b"9" * 5000 + b"}}", None),  # past the 4300-digit int limit
+    ("/generate", b"\xff\xfe{}", None),  # not UTF-8
+    ("/generate", b"[" * 100_000 + b"]" * 100_000, None),  # RecursionError in json
+    ("/generate", b'{"text": ' + b"[" * 70 + b'"x"' + b"]" * 70 + b"}", None),  # under json's limit, past the depth limit
+    ("/generate", json.dumps({"text": "a \ud800 b"}).encode(), "text"),  # lone surrogate: TypeError in the tokenizer
+    ("/v1/completions", json.dumps({"prompt": "\udfff", "max_tokens": 1}).encode(), "prompt"),
+    ("/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "\ud83d"}], "max_tokens": 1}).encode(), "messages"),
+    ("/generate", json.dumps(tokens({"json_schema": "[" * 5000 + "]" * 5000})).encode(), "json_schema"),  # RecursionError
+    ("/generate", json.dumps(tokens({"n": 10**9})).encode(), "n"),  # was expanded into 10**9 requests before the capacity check
+]
+
+
+@pytest.mark.parametrize("path, raw, param", REGRESSIONS, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(REGRESSIONS)])
+def test_once_fatal_bodies_are_400(server, path, raw, param):
+    status, payload = raw_post(server, path, raw)
+    assert status == 400, payload
+    assert payload["error"]["code"] == 400 and payload["error"]["param"] == param, payload
+    assert server.get("/health")[0] == 200, "the server keeps serving"
+
+
+def test_huge_n_is_refused_at_once(server):
+    """A request for more sequences than the server ever holds is a 400 naming n (not a 503
+    that no retry could serve), decided before any per-sequence work."""
+    status, payload = server.post("/generate", tokens({"n": 40}))
+    assert status == 400 and payload["error"]["param"] == "n" and "at most" in payload["error"]["message"]
