@@ -202,5 +202,5 @@ def tally(outcomes: list[Outcome], settled: tuple[str, ...] = (COMPLETE,)) -> di
             for kind in sorted({o.spec.kind for o in outcomes})
             for group in [[o for o in outcomes if o.spec.kind == kind]]
         },
-        "failures": [f"{o.spec.kind} {o.spec.path}: {o.end} {o.status} {o.detail[:200]}" for o in outcomes if o.end not in (COMPLETE,)][:20],
+        "failures": [f"{o.spec.kind} {o.spec.path}: {o.end} {o.status} {o.detail[:200]}" for o in outcomes if o.end not in settled][:20],
     }

@@ -74,7 +74,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, GENERATE_FIELDS)
     if body.pop("image_data", None) is not None:
         raise InvalidRequest("this model is text-only: image_data is not supported", param="image_data")
-    inp, is_batch = make_generate_input(manager.tokenize, **body)
+    inp, is_batch = make_generate_input(manager.tokenize, **body, max_prompts=manager.capacity)
     states = await manager.submit(inp)
     if inp.stream:
         return await stream_events(request, manager, states, lambda i, s: s.response(manager.tokenizer), len(states) > 1)
@@ -140,7 +140,12 @@ async def stream_events(
     """SSE: one event per update (render(index, state) -> payload or None to skip), then
     [DONE] (unless `done` is False: the caller adds more). A failure mid-stream becomes an error
     event; a vanished client aborts the requests."""
-    response = await start_sse(request)
+    try:
+        response = await start_sse(request)
+    except BaseException:  # the client left before the stream began
+        for state in states:
+            manager.abort(state)
+        raise
     try:
         async for i, state in merged_snapshots(states):
             payload = render(i, state)

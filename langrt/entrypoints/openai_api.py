@@ -12,7 +12,7 @@ from aiohttp import web
 from langrt.entrypoints.native_api import read_json, send_event, stream_events, wait_all
 from langrt.errors import InvalidRequest
 from langrt.managers.req_state import ReqState
-from langrt.managers.tokenizer_manager import GenerateInput, TokenizerManager
+from langrt.managers.tokenizer_manager import MAX_TOP_LOGPROBS, GenerateInput, TokenizerManager, check_batch_size
 from langrt.sampling.sampling_params import SamplingParams
 
 # Fields every OpenAI request may carry that change nothing here.
@@ -29,7 +29,6 @@ COMPLETION_FIELDS = _IGNORED | set(_SAMPLING) | {"prompt", "max_tokens", "stream
 CHAT_FIELDS = _IGNORED | set(_SAMPLING) | {
     "messages", "max_tokens", "max_completion_tokens", "stream", "logprobs", "top_logprobs", "response_format",
 }  # fmt: skip
-MAX_TOP_LOGPROBS = 20
 
 
 def model_name(request: web.Request) -> str:
@@ -131,6 +130,8 @@ def _completion_prompts(manager: TokenizerManager, prompt) -> list[list[int]]:
     if isinstance(prompt, str) and prompt:
         return [manager.tokenize(prompt, param="prompt")]
     if isinstance(prompt, list) and prompt:
+        if not all(type(t) is int for t in prompt):  # a batch: bounded before tokenizing
+            check_batch_size(len(prompt), manager.capacity, "prompt")
         if all(isinstance(p, str) and p for p in prompt):
             return [manager.tokenize(p, param="prompt") for p in prompt]
         if all(type(t) is int for t in prompt):
@@ -218,22 +219,28 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 def _chat_prompt(request: web.Request, messages) -> list[int]:
+    manager: TokenizerManager = request.app["manager"]
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages must be a non-empty list", param="messages")
+    if len(messages) >= manager.ready.context_len:  # each message is at least one token
+        raise InvalidRequest(f"{len(messages)} messages cannot fit the context of {manager.ready.context_len} tokens", param="messages")
     normalized = []
     for m in messages:
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "developer"):
             raise InvalidRequest("each message needs a role of system, developer, user or assistant", param="messages")
         normalized.append({"role": "system" if m["role"] == "developer" else m["role"], "content": _content(m.get("content"))})
+    chars = sum(len(m["content"]) for m in normalized)
+    if chars > manager.max_prompt_chars:  # before the template renders and the tokenizer runs
+        raise InvalidRequest(f"the messages hold {chars} characters, more than the context can hold", param="messages")
     template = request.app["chat_template"]
-    tokenizer = request.app["manager"].tokenizer
+    tokenizer = manager.tokenizer
     if template is None:
         raise InvalidRequest("this model has no chat template; use /v1/completions or --chat-template", param="messages")
     try:
         text = tokenizer.apply_chat_template(normalized, chat_template=template, tokenize=False, add_generation_prompt=True)
     except Exception as e:  # jinja errors: the template refused these messages
         raise InvalidRequest(f"the chat template rejected the messages: {e}", param="messages") from e
-    return request.app["manager"].tokenize(text, add_special_tokens=False, param="messages")
+    return manager.tokenize(text, add_special_tokens=False, param="messages")
 
 
 def _content(content) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,7 @@ class Req:
     finish_reason: FinishReason | None = None
     generator: torch.Generator | None = None
     decoder: IncrementalDecoder | None = None  # only when stop strings need the text
+    stop_patterns: list | None = None  # params.stop_regex, compiled on first use
     text_end: int | None = None  # a stop string matched: the output text ends here
     matcher: Any = None  # a GrammarMatcher when the output is constrained
     draft_ids: list[int] = field(default_factory=list)  # jump-forward proposals, not yet output
@@ -158,9 +160,10 @@ class Req:
         return min(self.prompt_len + self.params.max_new_tokens, context_len)
 
 
-# Why 50 ms: a stop regex is searched after every token, in the scheduler's loop; a pattern that
-# backtracks catastrophically (`(x|x)+y`) would otherwise stall every request for hours. A sane
-# pattern over a whole output takes well under a millisecond.
+# Why 50 ms: stop regexes are searched after every token, in the scheduler's loop; a pattern that
+# backtracks catastrophically (`(x|x)+y`) would otherwise stall every request for hours. Sane
+# patterns over a whole output take well under a millisecond. The budget covers all of a
+# request's patterns at one token.
 STOP_REGEX_TIMEOUT_S = 0.05
 
 
@@ -194,9 +197,12 @@ class StopChecker:
             # Only a match that overlaps the new text can be new.
             start = max(0, len(text) - new_len - max(map(len, p.stop)) + 1)
             hits = [(i, s, i + len(s)) for s in p.stop if (i := text.find(s, start)) >= 0]
-        for pattern in p.stop_regex:
+        deadline = time.monotonic() + STOP_REGEX_TIMEOUT_S  # for all of the request's patterns
+        for i, pattern in enumerate(p.stop_regex):
             try:
-                m = regex.search(pattern, text, timeout=STOP_REGEX_TIMEOUT_S)
+                if req.stop_patterns is None:
+                    req.stop_patterns = [regex.compile(r) for r in p.stop_regex]
+                m = req.stop_patterns[i].search(text, timeout=max(0.0, deadline - time.monotonic()))
             except (TimeoutError, regex.error) as e:
                 why = f"is not supported: {e}" if isinstance(e, regex.error) else (
                     f"took over {STOP_REGEX_TIMEOUT_S:g} s to match the output (catastrophic backtracking)"

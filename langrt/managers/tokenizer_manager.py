@@ -40,6 +40,10 @@ from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
+# Why 20 (vLLM's default limit, and OpenAI's): the top lists cost prompt positions x this many
+# entries in every process; 300 positions x the whole vocabulary took 57 s and 11 GB of memory.
+MAX_TOP_LOGPROBS = 20
+
 
 @dataclass
 class GenerateInput:
@@ -76,6 +80,10 @@ class TokenizerManager:
         self.limits: Limits | None = None
         self.failure: str | None = None  # why the runtime stopped serving
         self.grammar_checker = GrammarChecker(args.grammar_compile_timeout)
+        # No token spells more characters than the longest vocabulary entry (byte-level entries
+        # have one character per byte), so a text longer than context x this cannot fit: it is
+        # refused before tokenizing, which runs on the event loop (~1 s per MB).
+        self.max_token_chars = max(map(len, tokenizer.get_vocab()), default=1)
         self._tasks: list[asyncio.Task] = []
 
     # ---- life cycle ----------------------------------------------------------------------
@@ -97,6 +105,15 @@ class TokenizerManager:
         self.limits = Limits(self.ready.context_len, self.ready.vocab_size, self.ready.max_total_tokens)
         self.args = self.ready.args
         self._tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._watch_children())]
+
+    @property
+    def capacity(self) -> int:
+        """Sequences in flight at most (running + queued)."""
+        return self.ready.max_running_requests + self.args.max_queued_requests
+
+    @property
+    def max_prompt_chars(self) -> int:
+        return self.ready.context_len * self.max_token_chars
 
     @property
     def healthy(self) -> bool:
@@ -140,6 +157,12 @@ class TokenizerManager:
     # ---- requests ------------------------------------------------------------------------
 
     def tokenize(self, text: str, add_special_tokens: bool = True, param: str = "text") -> list[int]:
+        if self.ready is not None and len(text) > self.max_prompt_chars:
+            raise InvalidRequest(
+                f"the {param} is {len(text)} characters, longer than any prompt the context of "
+                f"{self.ready.context_len} tokens can hold",
+                param=param,
+            )
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # JSON may carry lone surrogates ("\ud800"); tokenizers refuse them
@@ -153,7 +176,7 @@ class TokenizerManager:
             raise ServerUnavailable(f"the runtime is not serving: {self.failure or 'still starting'}")
         for ids, params in zip(inp.input_ids, inp.params):
             validate_request(ids, params, self.limits, grammar=False)  # once per prompt: its n copies share it
-        capacity = self.ready.max_running_requests + self.args.max_queued_requests
+        capacity = self.capacity
         count = sum(p.n for p in inp.params)
         if count > capacity:  # checked before expanding: n may be huge
             raise CapacityExceeded(
@@ -272,10 +295,12 @@ def make_generate_input(
     top_logprobs_num=None,
     return_text_in_logprobs=False,
     stream=False,
+    max_prompts: int | None = None,
 ) -> tuple[GenerateInput, bool]:
     """Check and normalize the native API's fields (also Engine.generate's arguments).
-    Returns the input and whether the caller asked for a batch (a list answer)."""
-    prompts, is_batch = _prompts(tokenize, text, input_ids)
+    Returns the input and whether the caller asked for a batch (a list answer). A batch of more
+    than `max_prompts` is refused before anything is tokenized."""
+    prompts, is_batch = _prompts(tokenize, text, input_ids, max_prompts)
     n = len(prompts)
     params = [p if isinstance(p, SamplingParams) else SamplingParams.from_dict(p) for p in _per_item(sampling_params, n, "sampling_params", (dict, SamplingParams, type(None)))]
     inp = GenerateInput(
@@ -293,21 +318,28 @@ def make_generate_input(
     inp.top_logprobs_num = [v or 0 for v in inp.top_logprobs_num]
     if any(v < -1 for v in inp.logprob_start_len):
         raise InvalidRequest("logprob_start_len must be >= -1 (-1: output logprobs only)", param="logprob_start_len")
-    if any(v < 0 for v in inp.top_logprobs_num):
-        raise InvalidRequest("top_logprobs_num must be >= 0", param="top_logprobs_num")
+    if any(not 0 <= v <= MAX_TOP_LOGPROBS for v in inp.top_logprobs_num):
+        raise InvalidRequest(f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}]", param="top_logprobs_num")
     return inp, is_batch or any(p.n > 1 for p in params)
 
 
-def _prompts(tokenize, text, input_ids) -> tuple[list[list[int]], bool]:
+def check_batch_size(size: int, max_prompts: int | None, param: str) -> None:
+    if max_prompts is not None and size > max_prompts:
+        raise CapacityExceeded(f"{param} holds {size} prompts; this server holds at most {max_prompts} in flight", param=param)
+
+
+def _prompts(tokenize, text, input_ids, max_prompts: int | None = None) -> tuple[list[list[int]], bool]:
     if (text is None) == (input_ids is None):
         raise InvalidRequest("give exactly one of text and input_ids", param="text")
     if text is not None:
         texts = [text] if isinstance(text, str) else text
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
             raise InvalidRequest("text must be a non-empty string or a non-empty list of them", param="text")
+        check_batch_size(len(texts), max_prompts, "text")
         return [tokenize(t) for t in texts], not isinstance(text, str)
     is_batch = isinstance(input_ids, list) and bool(input_ids) and isinstance(input_ids[0], list)
     batch = input_ids if is_batch else [input_ids]
+    check_batch_size(len(batch), max_prompts, "input_ids")
     if not all(isinstance(ids, list) and ids and all(type(t) is int for t in ids) for ids in batch):
         raise InvalidRequest("input_ids must be a non-empty list of token ids, or a list of them", param="input_ids")
     return [list(ids) for ids in batch], is_batch

@@ -7,6 +7,7 @@ that once got a 500 or killed the scheduler (each fixed in langrt/).
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -55,6 +56,12 @@ REGRESSIONS = [
     ("/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "\ud83d"}], "max_tokens": 1}).encode(), "messages"),
     ("/generate", json.dumps(tokens({"json_schema": "[" * 5000 + "]" * 5000})).encode(), "json_schema"),  # RecursionError
     ("/generate", json.dumps(tokens({"n": 10**9})).encode(), "n"),  # was expanded into 10**9 requests before the capacity check
+    # Accepted, and then cost every request: 300 positions x 49152 top logprobs took 57 s and
+    # 11 GB; 20k stop regexes took 0.8 s per token of the scheduler's loop.
+    ("/generate", json.dumps({**tokens({}), "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 49152}).encode(), "top_logprobs_num"),
+    ("/generate", json.dumps(tokens({"stop_regex": [f"z{i}" for i in range(20_000)]})).encode(), "stop_regex"),
+    ("/generate", json.dumps(tokens({"stop": [f"z{i}" for i in range(600_000)]})).encode(), "stop"),
+    ("/generate", json.dumps(tokens({"stop_token_ids": list(range(600_000))})).encode(), "stop_token_ids"),
 ]
 
 
@@ -71,3 +78,22 @@ def test_huge_n_is_refused_at_once(server):
     that no retry could serve), decided before any per-sequence work."""
     status, payload = server.post("/generate", tokens({"n": 40}))
     assert status == 400 and payload["error"]["param"] == "n" and "at most" in payload["error"]["message"]
+
+
+OVERSIZED = [
+    # (route, body, param): each took the event loop for a minute (tokenizing) before its 400.
+    ("/generate", {"text": ["a"] * 2_500_000}, "text"),
+    ("/v1/completions", {"prompt": ["a"] * 2_500_000, "max_tokens": 1}, "prompt"),
+    ("/generate", {"text": "hello world, " * 900_000}, "text"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}] * 100_000, "max_tokens": 1}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello world, " * 900_000}], "max_tokens": 1}, "messages"),
+]
+
+
+@pytest.mark.parametrize("path, body, param", OVERSIZED, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(OVERSIZED)])
+def test_oversized_prompts_are_refused_before_tokenizing(server, path, body, param):
+    start = time.monotonic()
+    status, payload = raw_post(server, path, json.dumps(body).encode())
+    assert status == 400 and payload["error"]["param"] == param, payload
+    assert time.monotonic() - start < 10
+
