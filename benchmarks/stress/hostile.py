@@ -19,8 +19,18 @@ from benchmarks.stress.server import Server
 # ---- 4. fuzzing -----------------------------------------------------------------------------
 
 
-async def fuzz_case(s: aiohttp.ClientSession, server: Server, path: str, body, timeout_s: float = 60.0) -> tuple[int, str]:
-    """Send one fuzzed body; (status, problem or ''): see `judge`."""
+async def fuzz_case(s: aiohttp.ClientSession, server: Server, path: str, body, timeout_s: float = 60.0) -> tuple[int, str, int]:
+    """Send one fuzzed body; (status, problem or '', retries): see `judge`. A 503 for a full
+    queue is retried (it is the answer the API promises under load, not a failure)."""
+    for retry in range(30):
+        status, problem = await _fuzz_attempt(s, server, path, body, timeout_s)
+        if not (status == 503 and "overloaded" in problem):
+            return status, problem, retry
+        await asyncio.sleep(0.1 * (retry + 1))
+    return status, problem, retry
+
+
+async def _fuzz_attempt(s: aiohttp.ClientSession, server: Server, path: str, body, timeout_s: float) -> tuple[int, str]:
     headers = {**server.headers, "Content-Type": "application/json"}
 
     async def attempt():
@@ -88,13 +98,15 @@ async def run_fuzz(server: Server, cases: list[tuple[str, object]], concurrency:
     statuses: dict[str, int] = {}
     problems = []
     timings = []
+    retried = [0]
     async with session(concurrency) as s:
 
         async def one(path, body):
             async with gate:
                 start = time.monotonic()
-                status, problem = await fuzz_case(s, server, path, body)
+                status, problem, retries = await fuzz_case(s, server, path, body)
                 took = time.monotonic() - start
+            retried[0] += retries > 0
             statuses[str(status)] = statuses.get(str(status), 0) + 1
             timings.append((took, status, f"{path} {describe(body, 300)}"))
             if problem:
@@ -110,6 +122,8 @@ async def run_fuzz(server: Server, cases: list[tuple[str, object]], concurrency:
         "http_5xx": sum(n for code, n in statuses.items() if int(code) >= 500),
         "problems": problems[:50],
         "problem_count": len(problems),
+        "retried_after_503": retried[0],
+        "server_tracebacks": server.tracebacks(),
         "case_seconds": percentiles([t for t, _, _ in timings]),
         "slowest_cases": [{"seconds": round(t, 3), "status": st, "case": c} for t, st, c in sorted(timings, key=lambda x: x[0])[-5:]],
         "healthy_after": healthy,

@@ -112,6 +112,15 @@ class Server:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def tracebacks(self, limit: int = 3) -> list[str]:
+        """The first tracebacks the server logged (each with the lines just before it)."""
+        out, lines = [], self.log().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("Traceback") and len(out) < limit:
+                end = next((j for j in range(i + 1, len(lines)) if lines[j] and not lines[j].startswith((" ", "Traceback"))), len(lines) - 1)
+                out.append("\n".join(lines[max(0, i - 2) : end + 1])[-4000:])
+        return out
+
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)

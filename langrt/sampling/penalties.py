@@ -21,6 +21,9 @@ from torch import Tensor
 from langrt.sampling.sampling_params import SamplingParams
 
 
+MIN_REPETITION_PENALTY = 1e-6
+
+
 @dataclass
 class Penalties:
     """Per-row penalty values of one batch; build with `from_params` (None when all neutral)."""
@@ -44,7 +47,8 @@ class Penalties:
         return cls(
             frequency=column([p.frequency_penalty for p in params]),
             presence=column([p.presence_penalty for p in params]),
-            repetition=column([p.repetition_penalty for p in params]),
+            # Floored: a float32 divisor of 1e-300 is 0, and logit / 0 = inf turns the row to NaN.
+            repetition=column([max(p.repetition_penalty, MIN_REPETITION_PENALTY) for p in params]),
             additive_rows=tuple(
                 p.frequency_penalty != 0.0 or p.presence_penalty != 0.0 for p in params
             ),

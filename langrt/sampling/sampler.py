@@ -99,7 +99,8 @@ class Filters:
         # Keep sorted position i while the mass before it is below top_p of the kept mass;
         # position 0 (mass 0) always survives. `inf` rows keep everything top-k kept.
         keep = mass_before < self.top_ps.unsqueeze(1) * cumulative[:, -1:]
-        last = keep.sum(dim=-1, keepdim=True) - 1
+        # clamp: a NaN row (bad logits) keeps nothing, and index -1 would take the scheduler down.
+        last = (keep.sum(dim=-1, keepdim=True) - 1).clamp_min(0)
         return torch.maximum(kth, head.gather(-1, last))
 
 

@@ -34,6 +34,9 @@ _BOOL_FIELDS = (
 _GRAMMAR_FIELDS = ("regex", "json_schema", "ebnf")
 _STR_TUPLE_FIELDS = ("stop", "stop_regex")
 _SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes seeds below 2**64
+# Why: temperatures divide logits in float32, where values below ~1e-45 round to 0 (0/0 = NaN
+# probabilities); this close to 0 sampling is greedy anyway (SGLang's threshold).
+GREEDY_BELOW_TEMPERATURE = 1e-6
 _INT64_LIMIT = 2**63  # other integers become int64 tensors in the sampler; past this they overflow
 # Why: stops are checked after every token in the scheduler's loop, where a request's cost is
 # every request's latency (600k stop strings added 70 ms a token; 20k stop regexes, 0.8 s).
@@ -103,7 +106,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < GREEDY_BELOW_TEMPERATURE or self.top_k == 1
 
     @property
     def needs_penalties(self) -> bool:

@@ -97,3 +97,16 @@ def test_oversized_prompts_are_refused_before_tokenizing(server, path, body, par
     assert status == 400 and payload["error"]["param"] == param, payload
     assert time.monotonic() - start < 10
 
+
+
+def test_float32_underflow_in_sampling_values_is_harmless(server):
+    """A temperature that is 0 in float32 (2.6e-122) with top_p killed the scheduler (NaN
+    probabilities -> an index of -1 in the top-p filter); so did a repetition penalty of 1e-300.
+    Such a temperature is greedy now, and the penalty is floored."""
+    body = {"input_ids": [1, 2, 3, 4, 5, 6, 7, 8], "sampling_params": {"max_new_tokens": 3}}
+    greedy = server.post("/generate", {**body, "sampling_params": {"max_new_tokens": 3, "temperature": 0}})[1]
+    for params in ({"temperature": 2.6e-122, "top_p": 0.2}, {"temperature": 1e-40, "top_k": 5}):
+        status, out = server.post("/generate", {**body, "sampling_params": {"max_new_tokens": 3, **params}})
+        assert status == 200 and out["output_ids"] == greedy["output_ids"], (params, out)
+    status, _ = server.post("/generate", {**body, "sampling_params": {"max_new_tokens": 3, "repetition_penalty": 1e-300, "top_p": 0.5}})
+    assert status == 200 and server.get("/health")[0] == 200
