@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from langrt_frontend import ir
+from langrt_frontend.backends.base import caches_prefixes
 from langrt_frontend.config import global_config
 from langrt_frontend.params import GenParams
 from langrt_frontend.select import score_choices
@@ -128,9 +129,9 @@ class Executor:
     def fork(self, n: int) -> list["Executor"]:
         """`n` children starting from this state as it is after every queued node. With more
         than one child, the shared text is prefilled first so that every child finds it cached
-        instead of all computing it at once."""
+        instead of all computing it at once (unless the runtime keeps no cache)."""
         self.sync()
-        if n > 1 and self.text and self.error is None:
+        if n > 1 and self.text and self.error is None and caches_prefixes(self.backend):
             self._commit_prefix()
         children = []
         for _ in range(n):

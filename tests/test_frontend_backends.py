@@ -27,6 +27,7 @@ def test_runtime_launches_serves_and_shuts_down():
     runtime = sgl.Runtime(num_threads=1, max_total_tokens=16384)
     try:
         assert runtime.url.startswith("http://127.0.0.1:") and isinstance(runtime.endpoint, sgl.RuntimeEndpoint)
+        assert runtime.caches_prefixes is True, "a server with its radix cache"
         state = capital.run(temperature=0, backend=runtime)
         assert state.error() is None and "Paris" in state["answer"] and state["check"] in ("Yes", "No")
         assert sgl.get_server_info(runtime)["num_threads"] == 1 and sgl.flush_cache(runtime) is True
@@ -62,7 +63,7 @@ def test_runtime_stops_at_interpreter_exit():
 def test_engine_backend_runs_programs_in_process():
     backend = sgl.EngineBackend(log_level="warning", num_threads=1, max_total_tokens=16384)
     try:
-        assert backend.chat_template.name == "chatml"
+        assert backend.chat_template.name == "chatml" and backend.caches_prefixes is True
         state = capital.run(temperature=0, backend=backend)
         assert state.error() is None and "Paris" in state["answer"] and state["check"] in ("Yes", "No")
 

@@ -352,6 +352,22 @@ def test_fork_prefills_the_shared_text_once_first():
     assert [c["text"] for c in backend.calls[1:]] == ["shared", "shared"]
 
 
+def test_no_cache_warm_ups_against_a_runtime_without_a_prefix_cache():
+    backend = FakeBackend()
+    backend.caches_prefixes = False  # as RuntimeEndpoint reports a --disable-radix-cache server
+
+    @sgl.function
+    def f(s, word):
+        s += "A long shared preamble that run_batch would warm. " + word
+        forks = s.fork(2)
+        forks += sgl.gen("v")
+        forks.join()
+
+    states = f.run_batch([{"word": w} for w in ("x", "y")], backend=backend)
+    assert all(s.error() is None for s in states)
+    assert len(backend.calls) == 4 and all(c["sampling_params"] != {"max_new_tokens": 0} for c in backend.calls)
+
+
 def test_forks_send_their_requests_concurrently():
     backend = FakeBackend(gate=threading.Barrier(4))
 

@@ -8,7 +8,7 @@ server's message), and the interpreter records them on the program state.
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 from langrt_frontend.chat_template import ChatTemplate
 
@@ -32,3 +32,10 @@ class Backend(Protocol):
 
     def get_model_info(self) -> dict:
         ...
+
+
+def caches_prefixes(backend: Any) -> bool:
+    """Whether the backend's runtime reuses K/V across requests. A backend may say it does not
+    with a `caches_prefixes = False` attribute (a --disable-radix-cache server); the interpreter
+    then sends no cache warm-up requests (fork, run_batch), which there would only repeat work."""
+    return getattr(backend, "caches_prefixes", True)

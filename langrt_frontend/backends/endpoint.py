@@ -26,6 +26,15 @@ class RuntimeEndpoint:
         if not isinstance(self.model_info, dict):
             raise RuntimeError(f"{base_url}/get_model_info did not return a JSON object: {self.model_info!r}")
         self.chat_template: ChatTemplate = resolve_chat_template(self.model_info, chat_template_name)
+        self.caches_prefixes = self._caches_prefixes()
+
+    def _caches_prefixes(self) -> bool:
+        """False for a server started with --disable-radix-cache (langrt and SGLang both report it)."""
+        try:
+            info = self.http.json("GET", "/get_server_info", timeout_s=30.0)
+        except RuntimeError:
+            return True  # unknown: assume the usual
+        return not (isinstance(info, dict) and info.get("disable_radix_cache"))
 
     def get_model_info(self) -> dict:
         return self.model_info

@@ -33,6 +33,7 @@ class EngineBackend:
             "is_generation": True,
         }
         self.chat_template: ChatTemplate = resolve_chat_template(self.model_info, chat_template_name)
+        self.caches_prefixes = not engine.args.disable_radix_cache
 
     def get_model_info(self) -> dict:
         return self.model_info

@@ -91,6 +91,10 @@ class Runtime:
     def chat_template(self):
         return self.endpoint.chat_template
 
+    @property
+    def caches_prefixes(self) -> bool:
+        return self.endpoint.caches_prefixes
+
     def get_model_info(self) -> dict:
         return self.endpoint.get_model_info()
 
