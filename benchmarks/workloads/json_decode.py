@@ -17,10 +17,10 @@ INSTRUCTION = "Fill in a JSON record for the person in the document. Copy the va
 SCHEMA = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "pattern": "[A-Z][a-z]+ [A-Z][a-z]+"},
+        "name": {"type": "string", "pattern": "^[A-Z][a-z]+ [A-Z][a-z]+$"},
         "age": {"type": "integer", "minimum": 18, "maximum": 99},
-        "city": {"type": "string", "pattern": "[A-Z][a-z]+"},
-        "job": {"type": "string", "pattern": "[a-z]+( [a-z]+)?"},
+        "city": {"type": "string", "pattern": "^[A-Z][a-z]+$"},
+        "job": {"type": "string", "pattern": "^[a-z]+( [a-z]+)?$"},
         "years_of_experience": {"type": "integer", "minimum": 0, "maximum": 60},
         "remote": {"type": "boolean"},
     },
