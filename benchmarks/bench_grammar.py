@@ -60,40 +60,84 @@ def run_langrt(schemas, instances, decoder, vocab) -> dict:
     return summarize(compile_ms, mask_us) | {"refused": refused, "instances_rejected": rejected}
 
 
-def run_outlines(schemas, instances, decoder, vocab, budget_s: float) -> dict:
-    from outlines_core import Guide, Index, Vocabulary
-    from outlines_core.json_schema import build_regex_from_schema
+# outlines-core's eager Index over the whole vocabulary took 17 GB on one schema of this corpus
+# (the kernel killed the benchmark): its side runs in a worker process with an address-space
+# limit, restarted after a schema that exhausts it (counted as failed).
+OUTLINES_MEMORY_LIMIT = 8 << 30
+_OC: dict = {}
 
+
+def _outlines_worker_init(token_bytes, eos_token_id, limit):
+    import resource
+
+    from outlines_core import Vocabulary
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     table: dict[bytes, list[int]] = {}
-    for i, b in enumerate(vocab.token_bytes):
+    for i, b in enumerate(token_bytes):
         if b:
             table.setdefault(b, []).append(i)
-    oc_vocab = Vocabulary(decoder.eos_token_id, table)
-    compile_ms, mask_us, failed = [], [], 0
-    mask = torch.zeros(vocab.num_words, dtype=torch.int32)
+    _OC["vocab"], _OC["words"] = Vocabulary(eos_token_id, table), (len(token_bytes) + 31) // 32
+
+
+def _outlines_one(schema_json: str, tokens: list[int]):
+    """(compile ms, [mask us]) for one schema, or an error string."""
+    from outlines_core import Guide, Index
+    from outlines_core.json_schema import build_regex_from_schema
+
+    start = time.perf_counter()
+    try:
+        index = Index(build_regex_from_schema(schema_json), _OC["vocab"])
+    except Exception as e:  # noqa: BLE001 - counted as failed
+        return f"{type(e).__name__}: {e}"[:200]
+    compile_ms = 1000 * (time.perf_counter() - start)
+    guide, mask, masks = Guide(index), torch.zeros(_OC["words"], dtype=torch.int32), []
+    for token in tokens:
+        start = time.perf_counter()
+        guide.write_mask_into(mask.data_ptr(), mask.numel(), 4)
+        masks.append(1e6 * (time.perf_counter() - start))
+        try:
+            guide.advance(token, return_tokens=False)
+        except Exception:  # noqa: BLE001 - a tokenization its regex does not take
+            break
+    return compile_ms, masks
+
+
+def run_outlines(schemas, instances, decoder, vocab, budget_s: float) -> dict:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    init = (vocab.token_bytes, decoder.eos_token_id, OUTLINES_MEMORY_LIMIT)
+    context = multiprocessing.get_context("spawn")
+    make = lambda: ProcessPoolExecutor(1, mp_context=context, initializer=_outlines_worker_init, initargs=init)  # noqa: E731
+    pool = make()
+    compile_ms, mask_us, failed, out_of_memory, done = [], [], 0, 0, 0
     deadline = time.monotonic() + budget_s
-    done = 0
     for schema, text in zip(schemas, instances):
-        if time.monotonic() > deadline:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
             break
         done += 1
-        start = time.perf_counter()
         try:
-            index = Index(build_regex_from_schema(json.dumps(schema)), oc_vocab)
-        except Exception:  # noqa: BLE001 - counted
+            result = pool.submit(_outlines_one, json.dumps(schema), decoder.encode(text)).result(timeout=remaining)
+        except BrokenProcessPool:
+            out_of_memory += 1
+            pool = make()
+            continue
+        except TimeoutError:
+            done -= 1  # unfinished when the budget ran out
+            break
+        if isinstance(result, str):
             failed += 1
             continue
-        compile_ms.append(1000 * (time.perf_counter() - start))
-        guide = Guide(index)
-        for token in decoder.encode(text):
-            start = time.perf_counter()
-            guide.write_mask_into(mask.data_ptr(), mask.numel(), 4)
-            mask_us.append(1e6 * (time.perf_counter() - start))
-            try:
-                guide.advance(token, return_tokens=False)
-            except Exception:  # noqa: BLE001 - a tokenization its regex does not take
-                break
-    return summarize(compile_ms, mask_us) | {"failed": failed, "schemas_run": done}
+        compile_ms.append(result[0])
+        mask_us.extend(result[1])
+    processes = list((pool._processes or {}).values())  # a schema still compiling past the budget
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.kill()
+    return summarize(compile_ms, mask_us) | {"failed": failed, "out_of_memory": out_of_memory, "schemas_run": done}
 
 
 def summarize(compile_ms, mask_us) -> dict:
