@@ -83,19 +83,22 @@ async def send(session: aiohttp.ClientSession, url: str, spec: RequestSpec, head
 
 
 async def send_with_retry(
-    session, url: str, spec: RequestSpec, headers: dict, retries: int = 30, timeout_s: float = 120.0, rng: random.Random | None = None
+    session, url: str, spec: RequestSpec, headers: dict, retry_for_s: float = 600.0, timeout_s: float = 120.0, rng: random.Random | None = None
 ) -> Outcome:
-    """Retry what a 503 refused (an overloaded queue), with jittered exponential backoff."""
+    """Retry what a 503 refused (an overloaded queue) for up to `retry_for_s`, with jittered
+    exponential backoff (at most 1 s apart). Admission is not fair, so under sustained
+    overload an unlucky request can need many retries; it must get in eventually."""
     rng = rng or random.Random()
     first = time.monotonic()
-    for attempt in range(1, retries + 2):
+    attempt = 0
+    while True:
+        attempt += 1
         outcome = await send(session, url, spec, headers, timeout_s)
         outcome.attempts, outcome.started = attempt, first
         outcome.total_s = time.monotonic() - first
-        if outcome.status != 503 or attempt > retries:
+        if outcome.status != 503 or outcome.total_s > retry_for_s:
             return outcome
         await asyncio.sleep(min(1.0, 0.05 * 2 ** min(attempt, 5)) * (0.5 + rng.random()))
-    return outcome
 
 
 async def _read_error(resp, outcome: Outcome) -> None:
@@ -192,6 +195,7 @@ def tally(outcomes: list[Outcome], settled: tuple[str, ...] = (COMPLETE,)) -> di
         "completed": len(completed),
         "retried": sum(o.attempts > 1 for o in outcomes),
         "retries": sum(o.attempts - 1 for o in outcomes),
+        "max_attempts": max((o.attempts for o in outcomes), default=0),
         "lost": sum(o.end not in settled for o in outcomes),
         "ends": ends,
         "http_503_final": sum(o.status == 503 for o in outcomes),

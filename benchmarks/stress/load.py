@@ -20,7 +20,7 @@ def session(concurrency: int) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency + 8, force_close=False))
 
 
-async def run_many(server: Server, specs: list[RequestSpec], concurrency: int, retries: int = 30, timeout_s: float = 120.0):
+async def run_many(server: Server, specs: list[RequestSpec], concurrency: int, retry_for_s: float = 600.0, timeout_s: float = 120.0):
     """Send `specs` with at most `concurrency` in flight, retrying 503s; (outcomes, wall seconds)."""
     gate = asyncio.Semaphore(concurrency)
     rng = random.Random(0)
@@ -28,7 +28,7 @@ async def run_many(server: Server, specs: list[RequestSpec], concurrency: int, r
 
         async def one(spec):
             async with gate:
-                return await send_with_retry(s, server.url, spec, server.headers, retries, timeout_s, rng)
+                return await send_with_retry(s, server.url, spec, server.headers, retry_for_s, timeout_s, rng)
 
         start = time.monotonic()
         outcomes = await asyncio.gather(*(one(spec) for spec in specs))
@@ -81,10 +81,10 @@ async def drop_client(server: Server, spec: RequestSpec, events: int, hard: bool
     got = "sent"
     try:
         if events:
-            status = await asyncio.wait_for(reader.readline(), 30)
-            got = "status " + status.decode().split(" ")[1]
+            status = (await asyncio.wait_for(reader.readline(), 30)).decode().split(" ")[1]
+            got = f"status {status}"
             seen = 0
-            while seen < events:
+            while status == "200" and seen < events:  # (a 503 has no events to wait for)
                 line = await asyncio.wait_for(reader.readline(), 30)
                 if not line:
                     break
@@ -92,6 +92,8 @@ async def drop_client(server: Server, spec: RequestSpec, events: int, hard: bool
             got += f", {seen} events"
         else:
             await asyncio.sleep(delay_s)
+    except asyncio.TimeoutError:
+        got += ", gave up waiting"
     finally:
         if hard:  # RST instead of FIN
             sock = writer.get_extra_info("socket")
