@@ -249,6 +249,7 @@ def run_security(server: Server) -> dict:
     keyed = {f"{m} {p}": server.request(m, p, b"{}" if m == "POST" else None)[0] for m, p in routes}
     limit = server.info()["max_request_bytes"]
     too_big = {p: server.post(p, b"{" + b" " * (limit + 10) + b"}")[0] for m, p in routes if m == "POST"}
+    too_big["/generate (chunked, no Content-Length)"] = _chunked_post(server, "/generate", limit + 10)
     canary = Path(f"/tmp/langrt-canary-{os.getpid()}-{random.randrange(10**9)}")
     file_probes = _file_probes(server, canary)
     return {
@@ -275,6 +276,25 @@ def _raw(server: Server, method: str, path: str, body, headers: dict) -> int:
             return resp.status
     except urllib.error.HTTPError as e:
         return e.code
+
+
+def _chunked_post(server: Server, path: str, size: int) -> int:
+    import http.client
+
+    def body():
+        yield b'{"text": "'
+        for _ in range(size // 65536 + 1):
+            yield b"x" * 65536
+        yield b'"}'
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.request("POST", path, body(), {**server.headers, "Content-Type": "application/json"}, encode_chunked=True)
+        return conn.getresponse().status
+    except (ConnectionError, http.client.HTTPException):
+        return 0  # closed on us mid-upload
+    finally:
+        conn.close()
 
 
 def _file_probes(server: Server, canary: Path) -> dict:

@@ -70,7 +70,8 @@ def auth_middleware(api_key: str | None):
     @web.middleware
     async def check(request: web.Request, handler):
         if expected is not None and request.path not in OPEN_ROUTES:
-            given = request.headers.get("Authorization", "").encode()
+            # surrogateescape: header bytes that are not UTF-8 come back as they were sent
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, expected):  # constant time
                 return error_response(401, "missing or wrong API key: send 'Authorization: Bearer <key>'")
         return await handler(request)

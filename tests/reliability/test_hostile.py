@@ -40,13 +40,28 @@ def test_every_route_but_health_needs_the_key(server):
     assert len(result["routes"]) >= 13
     assert result["auth_failures"] == {}, "wrong, truncated, extended or missing keys must all be 401"
     assert 401 not in result["with_key_statuses"].values()
+    chunked = result["oversized_statuses"].pop("/generate (chunked, no Content-Length)")
     assert set(result["oversized_statuses"].values()) == {413}
+    assert chunked in (413, 0), "a chunked upload past the limit: 413, or the connection closed mid-upload"
     assert result["ipc_directory_mode"] == "0o700" and result["ipc_directory_owner_is_us"]
     assert result["listening_addresses"] == ["127.0.0.1"], "binds loopback unless told otherwise"
     for name, probe in result["file_probes"].items():
         assert 400 <= probe["status"] < 500 or probe["status"] == 200, (name, probe)
         assert not probe["leaked"], f"{name}: a file's content came back"
     assert not result["canary_created"], "a client-named path was written"
+
+
+@pytest.mark.parametrize("value", [b"Bearer \xff\xfe", b"Bearer stress-key\xc3\xa9", b"Bearer", b"bearer stress-key", b"Bearer  stress-key"])
+def test_malformed_keys_are_401(server, value):
+    """A key of bytes that are not UTF-8 was a 500 (UnicodeEncodeError in the auth check)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+        conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: " + value + b"\r\nConnection: close\r\n\r\n")
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 401 "), reply[:200]
 
 
 def test_api_key_compare_is_constant_time(monkeypatch):
