@@ -31,20 +31,16 @@ class TorchAttentionBackend(AttentionBackend):
         return _TorchAttention(self, batch)
 
     def sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool):
-        """q [H, Tq, D], k/v [Hkv, Tk, D] -> [H, Tq, D].
-
-        Called with a batch dimension of one: torch's CPU flash kernel takes only 4-D inputs, and
-        3-D ones fall back to the math path (with GQA, ~15x slower on a 1,000-token prompt)."""
-        out = F.scaled_dot_product_attention(
-            q[None],
-            k[None],
-            v[None],
+        """q [..., H, Tq, D], k/v [..., Hkv, Tk, D] -> [..., H, Tq, D]."""
+        return F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
             attn_mask=mask,
             is_causal=causal,
             scale=self.scale,
             enable_gqa=self.num_heads != self.num_kv_heads,
         )
-        return out[0]
 
     def window_mask(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """Bool [.., Tq, Tk]: key at or before the query, and inside the sliding window if any."""
