@@ -33,7 +33,7 @@ def table(results: dict) -> str:
         lines.append(
             f"| {row['name']}: {row['title']} | {on.get('programs', hf.get('programs', '-'))} "
             f"| {on.get('programs_s', 0):.3f} | {off.get('programs_s', 0):.3f} | {hf.get('programs_s', 0):.3f} "
-            f"| {_x(r.get('cache_on_vs_off'))} | {_x(r.get('langrt_vs_hf'))} "
+            f"| {_x(r.get('cache_on_vs_off'), 2)} | {_x(r.get('langrt_vs_hf'), 2)} "
             f"| {on.get('output_tok_s', 0):.1f} | {hf.get('output_tok_s', 0):.1f} "
             f"| {_pct(on.get('cache_hit_rate'))} | {_pct(on.get('optimal_hit_rate'))} | {_pct(on.get('fraction_of_optimum'))} "
             f"| {_targets(row)} |"
