@@ -280,12 +280,22 @@ class Executor:
     def _select(self, node: ir.Select) -> None:
         if node.temperature != 0:
             raise ValueError(f"select: temperature must be 0 (choices are scored, not sampled), got {node.temperature}")
+        if self._unknown_chars() >= global_config.precache_min_chars and caches_prefixes(self.backend) and not self.images:
+            # Every choice row (and the prefix row) computes all positions from the last known
+            # token count, where its logprobs start: text past it would be computed k + 1 times.
+            # Cache it once and learn its token count, so the rows compute only their choice.
+            self._commit_prefix()
         decision, meta = score_choices(
             self.backend, self.text, node.choices, node.method, self._known_tokens(), self._attach_images
         )
         self._append(decision)
         if node.name is not None:
             self.set(node.name, decision, meta)
+
+    def _unknown_chars(self) -> int:
+        """Characters of the current text past the prefix whose token count is known."""
+        known = self.token_mark[0] if self.token_mark is not None and self.text.startswith(self.token_mark[0]) else ""
+        return len(self.text) - len(known)
 
     def _known_tokens(self) -> int:
         """Tokens of a prefix of the current text known from an earlier response (0: none)."""

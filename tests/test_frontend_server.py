@@ -82,7 +82,7 @@ def test_gen_in_roles_answers_and_records_messages(backend):
 @pytest.mark.parametrize(
     "method", [sgl.token_length_normalized, sgl.greedy_token_selection, sgl.unconditional_likelihood_normalized]
 )
-def test_select_is_one_request_with_every_choice(counted, method):
+def test_select_is_one_scoring_request_with_every_choice(counted, method):
     @sgl.function
     def capital(s):
         s += sgl.user("What is the capital of France?")
@@ -90,7 +90,12 @@ def test_select_is_one_request_with_every_choice(counted, method):
 
     state = capital.run(backend=counted)
     assert state.error() is None and state["city"] in ("Paris", "London", "Berlin")
-    assert len(counted.calls) == 1 and counted.calls[0]["sampling_params"] == {"max_new_tokens": 0}
+    # The prompt's ~90 characters are cached first (one request), then one request scores every
+    # choice from the end of the prompt.
+    cache, score = counted.calls
+    assert cache == {"text": score["text"][0], "sampling_params": {"max_new_tokens": 0}}
+    assert score["sampling_params"] == {"max_new_tokens": 0} and score["return_logprob"] is True
+    assert len(score["text"]) == (7 if method is sgl.unconditional_likelihood_normalized else 4)
     meta = state.get_meta_info("city")
     assert len(meta["normalized_prompt_logprobs"]) == 3 and len(meta["input_token_logprobs"]) == 3
     assert all(len(tokens) >= 1 for tokens in meta["input_token_logprobs"])
@@ -105,7 +110,7 @@ def test_gen_with_choices_is_a_select(counted):
         s += "Q: Is fire hot? Answer yes or no.\nA: " + sgl.gen("yn", choices=["yes", "no"])
 
     state = f.run(backend=counted)
-    assert state["yn"] in ("yes", "no") and len(counted.calls) == 1
+    assert state["yn"] in ("yes", "no") and [len(c["text"]) if c.get("return_logprob") else 0 for c in counted.calls] == [0, 3]
 
 
 def test_constrained_gens(backend):

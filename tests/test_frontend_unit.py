@@ -509,6 +509,24 @@ def test_select_starts_logprobs_near_what_earlier_responses_tokenized():
     assert select_call["logprob_start_len"] == [8, 8, 8], "10 known prompt tokens minus a merge margin of 2"
 
 
+def test_select_caches_a_long_unknown_prefix_first():
+    prefix = "A question whose text is long enough to cache first: "
+
+    @sgl.function
+    def f(s):
+        s += prefix + sgl.select("x", choices=["yes", "no"])
+
+    backend = FakeBackend()
+    assert run(f, backend)["x"] in ("yes", "no")
+    commit, select = backend.calls
+    assert commit == {"text": prefix, "sampling_params": {"max_new_tokens": 0}}
+    assert select["logprob_start_len"] == [len(prefix) - 2] * 3, "the rows compute only their choice"
+    cacheless = FakeBackend()
+    cacheless.caches_prefixes = False  # caching first would only add a request
+    assert run(f, cacheless)["x"] in ("yes", "no") and len(cacheless.calls) == 1
+    assert cacheless.calls[0]["logprob_start_len"] == [0, 0, 0]
+
+
 # ---- run_batch ----------------------------------------------------------------------------------
 
 
@@ -551,8 +569,10 @@ def test_run_batch_warms_the_shared_prefix_once_first():
     warm = backend.calls[0]
     assert warm["sampling_params"] == {"max_new_tokens": 0} and "return_logprob" not in warm
     assert warm["text"] == f"<|im_start|>system\n{preamble}<|im_end|>\n<|im_start|>user\nText: "
-    selects = backend.calls[1:]
-    assert len(selects) == 3 and all(c["logprob_start_len"][0] == len(warm["text"]) - 2 for c in selects)
+    selects = [c for c in backend.calls[1:] if c.get("return_logprob")]
+    # Each item's own text ("Text: ...<|im_end|>\n<|im_start|>assistant\n") is long enough to be
+    # cached before scoring, so the logprobs start at the end of its whole prefix.
+    assert len(selects) == 3 and all(c["logprob_start_len"][0] == len(c["text"][0]) - 2 for c in selects)
 
 
 # ---- backends and templates ----------------------------------------------------------------------
