@@ -10,7 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
-from langrt_frontend.backends.base import Backend, caches_prefixes
+from langrt_frontend.backends.base import Backend
 from langrt_frontend.config import global_config
 from langrt_frontend.executor import Executor
 from langrt_frontend.params import RUN_DEFAULTS, GenParams
@@ -121,7 +121,9 @@ class SglFunction:
     def _warm_up(self, backend, items) -> tuple[str, int] | None:
         """Prefill the programs' shared prefix once, so every item finds it cached; returns
         (prefix, its token count) for select to start its logprobs there."""
-        if not global_config.enable_precache_with_tracing or not caches_prefixes(backend):
+        # Sent even to a runtime without a prefix cache: one request per batch, and the token
+        # count it returns lets every item's select start its logprobs at the shared prefix's end.
+        if not global_config.enable_precache_with_tracing:
             return None
         prefix = shared_prefix(self, backend.chat_template, items)
         if len(prefix) < global_config.precache_min_chars:

@@ -50,7 +50,10 @@ def test_quick_workloads_end_to_end(tmp_path):
         assert on["cache_hit_rate"] > off["cache_hit_rate"] == 0.0 and hf["cache_hit_rate"] == 0.0
         assert 0 < on["optimal_hit_rate"] <= 1 and on["cache_hit_rate"] <= on["optimal_hit_rate"] + 1e-9
         assert on["server"]["cached_prompt_tokens"] == on["cached_tokens"], "per-request and server counts agree"
-        assert on["warm_up_requests"] >= 1 and off["warm_up_requests"] == hf["warm_up_requests"] == 0
+        # Without a prefix cache only run_batch's one warm-up is sent (no fork or select warm-ups).
+        assert max(off["warm_up_requests"], hf["warm_up_requests"]) <= 1 <= on["warm_up_requests"]
         assert set(row["ratios"]) >= {"langrt_vs_hf", "cache_on_vs_off", "no_cache_vs_hf", "fraction_of_optimum"}
         assert row["targets"] and all(set(t) == {"value", "target", "met"} for t in row["targets"].values())
     assert results["workloads"][0]["langrt"]["cache_hit_rate"] > 0.5, "4 questions after one ~1,100-token preamble"
+    vote = results["workloads"][1]
+    assert vote["langrt"]["warm_up_requests"] > vote["langrt_no_cache"]["warm_up_requests"], "fork commits only with a cache"

@@ -37,5 +37,6 @@ class Backend(Protocol):
 def caches_prefixes(backend: Any) -> bool:
     """Whether the backend's runtime reuses K/V across requests. A backend may say it does not
     with a `caches_prefixes = False` attribute (a --disable-radix-cache server); the interpreter
-    then sends no cache warm-up requests (fork, run_batch), which there would only repeat work."""
+    then sends no per-fork or per-select cache warm-up requests, which there would only repeat
+    work (run_batch's one warm-up per batch stays: it also learns the shared prefix's token count)."""
     return getattr(backend, "caches_prefixes", True)
