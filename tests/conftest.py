@@ -53,6 +53,13 @@ def build_tiny_model(kind: str, path, seed: int = 0, **overrides):
 
 
 @pytest.fixture(scope="session")
+def tiny_model_builder():
+    """`build_tiny_model` for tests that need a config of their own (a fixture, because
+    `from conftest import ...` can resolve to tests/reliability/conftest.py in a full run)."""
+    return build_tiny_model
+
+
+@pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_llama")
     build_tiny_model("llama", path)

@@ -310,11 +310,9 @@ def test_factory_refuses_triton_on_cpu_outside_the_interpreter():
 
 
 @pytest.fixture(scope="module")
-def interpreter_results(tiny_llama_dir, tmp_path_factory):
-    from conftest import build_tiny_model
-
+def interpreter_results(tiny_llama_dir, tiny_model_builder, tmp_path_factory):
     windowed = tmp_path_factory.mktemp("tiny_llama_window")
-    build_tiny_model("llama", windowed, seed=3, sliding_window=8)
+    tiny_model_builder("llama", windowed, seed=3, sliding_window=8)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     command = [sys.executable, __file__, "--interpreter-worker", str(tiny_llama_dir), str(windowed)]
     result = subprocess.run(command, check=False, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
