@@ -71,7 +71,7 @@ def write_chart(results: dict, path: Path) -> Path:
         positions = [i + (k - 1) * width for i in range(len(rows))]
         bars = speed.bar(positions, values, width, label=LABELS[system], color=COLORS[system])
         if system == "langrt":
-            speed.bar_label(bars, labels=[f"{v:.1f}x" for v in values], fontsize=7, padding=2)
+            speed.bar_label(bars, labels=[f"{v:.2f}x" for v in values], fontsize=7, padding=2)
     speed.set_yscale("log")
     speed.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
     speed.set_ylabel("programs/s relative to HF transformers")
