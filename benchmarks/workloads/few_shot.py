@@ -1,4 +1,4 @@
-"""Few-shot multiple choice (MMLU-like): per subject a ~1,100-token preamble (reference notes and
+"""Few-shot multiple choice (MMLU-like): per subject a ~1,150-token preamble (reference notes and
 5 answered examples), then each question answered with one greedy token (SGLang's MMLU
 benchmark does the same). Questions of one subject share the preamble; subjects share nothing
 but the instruction's first words."""

@@ -8,8 +8,8 @@ offline optimum (recording.py), and the ratios between the systems, checked agai
 of issue 8. Both servers run with one torch thread (steadier on a shared 2-core machine), and so
 does the baseline.
 
-    .venv/bin/python benchmarks/workloads/run.py --quick             # CI scale, ~2 min
-    .venv/bin/python benchmarks/workloads/run.py                     # the figures (~12 min)
+    .venv/bin/python benchmarks/workloads/run.py --quick             # CI scale, a few minutes
+    .venv/bin/python benchmarks/workloads/run.py --report            # the figures (~13 min), README table, chart
     .venv/bin/python benchmarks/workloads/run.py --only hellaswag --systems langrt hf
 """
 
