@@ -33,8 +33,8 @@ from decimal import Decimal
 from functools import reduce
 
 from langrt.constrained import json_schema_regex as rx
-from langrt.constrained.json_schema_flat import TYPES, Flat, Node, Normalizer, json_type
-from langrt.constrained.json_schema_pattern import emit, format_pattern, max_count, translate, with_length
+from langrt.constrained.json_schema_flat import Flat, Node, Normalizer, json_type
+from langrt.constrained.json_schema_pattern import emit, format_pattern, translate, with_length
 from langrt.errors import InvalidRequest, UnsupportedSchema
 
 WHITESPACE_POLICIES = ("compact", "flexible")
@@ -57,9 +57,6 @@ FLEXIBLE_WS_MAX = 20
 ANY_VALUE_DEPTH = 3
 # Why 64: anyOf inside allOf (or oneOf) multiplies out into alternatives, each a full regex.
 MAX_DISJUNCTS = 64
-# Why 8: a top-level string counted past this many characters leaves out the escaped quote
-# (see json_schema_regex.JSON_CHAR_NO_QUOTE); below it the automaton stays small anyway.
-_SMALL_COUNT = 8
 # Why 256: multipleOf (other than 1 or a divisor of 100) is enforced by listing the multiples.
 MAX_LISTED_MULTIPLES = 256
 
@@ -88,7 +85,7 @@ def schema_to_regex(
     if schema is False:
         raise UnsupportedSchema("the schema is false: no value is valid, there is nothing to generate", param="json_schema")
     compiler = _Compiler(schema, whitespace, max_ref_depth, max_regex_length)
-    regex = compiler.value([Node(schema, schema)], (), top=True)
+    regex = compiler.value([Node(schema, schema)], ())
     if regex is None:
         hint = f" (recursion through $ref stops at max_ref_depth={max_ref_depth})" if compiler.norm.depth_hit else ""
         raise UnsupportedSchema(f"the schema admits no value langrt can generate{hint}", param="json_schema")
@@ -108,11 +105,11 @@ class _Compiler:
         self._any: dict = {}
         self._checker: _Compiler | None = None
 
-    def value(self, nodes, refs: tuple, top: bool = False) -> str | None:
+    def value(self, nodes, refs: tuple) -> str | None:
         """A JSON value valid against every schema of `nodes`; None if there is none."""
-        key = (tuple(n.key for n in nodes), refs, top)
+        key = (tuple(n.key for n in nodes), refs)
         if key not in self.memo:
-            self.memo[key] = self._limit(rx.alt(self.flat(f, top) for f in self.norm.flatten(nodes, refs)))
+            self.memo[key] = self._limit(rx.alt(self.flat(f) for f in self.norm.flatten(nodes, refs)))
         return self.memo[key]
 
     def _limit(self, regex: str | None) -> str | None:
@@ -124,7 +121,7 @@ class _Compiler:
             )
         return regex
 
-    def flat(self, f: Flat, top: bool) -> str | None:
+    def flat(self, f: Flat) -> str | None:
         if f.enum is not None:
             return self.enum(f)
         t = f.types
@@ -132,7 +129,7 @@ class _Compiler:
             "null" if "null" in t else None,
             "(?:true|false)" if "boolean" in t else None,
             self.number(f) if t & {"integer", "number"} else None,
-            self.string(f, top) if "string" in t else None,
+            self.string(f) if "string" in t else None,
             self.array(f) if "array" in t else None,
             self.object(f) if "object" in t else None,
         ]
@@ -153,7 +150,7 @@ class _Compiler:
             if self._checker is None:
                 self._checker = _Compiler(self.root, "compact", self.max_ref_depth, self.max_len)
                 self._checker.norm = self.norm
-            check = self._checker.flat(rest, top=False)
+            check = self._checker.flat(rest)
             if check is None:
                 return None
         kept = []
@@ -211,9 +208,7 @@ class _Compiler:
                 parts.append(rx.number_range(dec_lo, dec_hi, fraction=True))
         return rx.alt(parts)
 
-    def string(self, f: Flat, top: bool) -> str | None:
-        # A length-bounded string that opens the whole regex leaves out the escaped quote (see
-        # json_schema_regex.JSON_CHAR_NO_QUOTE): a sound restriction.
+    def string(self, f: Flat) -> str | None:
         specs = [("pattern", p) for p in dict.fromkeys(f.patterns)] + [("format", x) for x in dict.fromkeys(f.formats)]
         if len(specs) > 1:
             keyword = specs[1][0]
@@ -226,11 +221,8 @@ class _Compiler:
             kind, source = specs[0]
             translated = translate(source) if kind == "pattern" else format_pattern(source)
             alts = with_length(translated, f.min_length, f.max_length)
-            quote_ok = not (top and any(max_count(a) > _SMALL_COUNT for a in alts))
-            return rx.seq('"', rx.alt(emit(a, quote_ok) for a in alts), '"')
-        counted = max(f.min_length, f.max_length or 0) > _SMALL_COUNT
-        char = rx.JSON_CHAR_NO_QUOTE if top and counted else rx.JSON_CHAR
-        return rx.seq('"', rx.repeat(char, f.min_length, f.max_length), '"')
+            return rx.seq('"', rx.alt(emit(a) for a in alts), '"')
+        return rx.seq('"', rx.repeat(rx.JSON_CHAR, f.min_length, f.max_length), '"')
 
     # -- containers -------------------------------------------------------------------------
 

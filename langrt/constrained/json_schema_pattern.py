@@ -366,32 +366,22 @@ def _cut(node, min_len: int, max_len: int | None, t: Translated) -> list:
     return out
 
 
-def max_count(node) -> int:
-    """The largest finite repetition count in `node` (how far its automaton counts)."""
-    kind = node[0]
-    if kind == "rep":
-        return max(node[2], node[3] or 0, max_count(node[1]))
-    if kind in ("seq", "alt"):
-        return max((max_count(n) for n in node[1]), default=0)
-    return 0
-
-
 # ---------------------------------------------------------------------------------------------
 # Emission
 
 
-def emit(node, quote_ok: bool) -> str | None:
+def emit(node) -> str | None:
     """The JSON text (between the quotes) of strings matching `node`."""
     kind = node[0]
     if kind == "set":
-        return rx.json_chars(rx.intersect(node[1], BMP), quote_ok)
+        return rx.json_chars(rx.intersect(node[1], BMP))
     if kind == "any":
-        return rx.JSON_CHAR if quote_ok else rx.JSON_CHAR_NO_QUOTE
+        return rx.JSON_CHAR
     if kind == "seq":
-        return rx.seq(*(emit(n, quote_ok) for n in node[1]))
+        return rx.seq(*(emit(n) for n in node[1]))
     if kind == "alt":
-        return rx.alt(emit(n, quote_ok) for n in node[1])
-    return rx.repeat(emit(node[1], quote_ok), node[2], node[3])
+        return rx.alt(emit(n) for n in node[1])
+    return rx.repeat(emit(node[1]), node[2], node[3])
 
 
 # ---------------------------------------------------------------------------------------------

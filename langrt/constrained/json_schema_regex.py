@@ -36,10 +36,6 @@ HEX = "[0-9a-fA-F]"
 _RAW_CHAR = f'[^"\\\\\\x00-\\x1f{PLANE_16}]'
 _U_ESCAPE = "\\\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD](?:[0-7][0-9a-fA-F]{2}|[89abAB][0-9a-fA-F]{2}\\\\u[dD][c-fC-F][0-9a-fA-F]{2}))"
 JSON_CHAR = f'(?:{_RAW_CHAR}|\\\\["\\\\/bfnrt]|{_U_ESCAPE})'
-# The same without the escaped quote. Used where a length-bounded string starts the whole regex:
-# outlines-core determinises the unanchored automaton too, and there every `\"` inside a
-# counted repetition could also open a new match: the subset construction grows as 2^n.
-JSON_CHAR_NO_QUOTE = f"(?:{_RAW_CHAR}|\\\\[\\\\/bfnrt]|{_U_ESCAPE})"
 JSON_STRING = f'"{JSON_CHAR}*"'
 INTEGER = "-?(?:0|[1-9][0-9]*)"
 NUMBER = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
@@ -201,7 +197,7 @@ def intersect(a, b) -> list[tuple[int, int]]:
     return complement(normalize(complement(a) + complement(b)))
 
 
-def json_chars(ranges, quote_ok: bool = True) -> str | None:
+def json_chars(ranges) -> str | None:
     """One JSON string character whose DECODED code point is in `ranges`: raw where JSON allows
     it raw, else its escapes. (Characters that may also be written as \\uXXXX are accepted raw
     only: a subset, which is sound.)"""
@@ -211,8 +207,7 @@ def json_chars(ranges, quote_ok: bool = True) -> str | None:
     for a, b in ranges:
         for cp in range(a, min(b, 0x5C) + 1):
             if cp < 0x20 or cp in (0x22, 0x5C):
-                if cp != 0x22 or quote_ok:
-                    parts.append(_escaped_char(cp))
+                parts.append(_escaped_char(cp))
     return alt(parts)
 
 

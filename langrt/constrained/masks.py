@@ -1,10 +1,13 @@
 """Token masks of a byte DFA over a vocabulary, computed lazily per state and memoized.
 
-A token is allowed in state s when walking its bytes from s never reaches the dead state. For
-one state the whole vocabulary is walked at once with numpy: tokens sorted longest first, so
-step j only touches the prefix of tokens longer than j, and tokens whose first byte is dead from
-s are left out up front. Only states a generation actually reaches are ever computed, which is
-what keeps compilation fast for large schemas (an eager index pays every state up front).
+A token is allowed in state s when walking its bytes from s never reaches the dead state. Per
+state: if the bytes going to s's most common next state keep moving together for D steps (a
+JSON string's characters; D unbounded when s loops on them), every token made only of those
+bytes and at most D long is allowed without a walk, from a bitmask memoized per vocabulary and
+byte set. The other tokens whose first byte is live are walked with numpy, dropping rows as they
+die; the last few finish token by token. Only states a generation actually reaches are ever
+computed, which is what keeps compilation fast for large schemas (an eager index pays every
+state up front).
 """
 
 from __future__ import annotations
