@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
+from langrt.model.config import ModelConfig
 from langrt.model.forward_batch import ForwardBatch
 
 
@@ -29,6 +31,17 @@ class Attention(ABC):
 
 
 class AttentionBackend(ABC):
+    """Built over the two pools; holds the model's attention shape (what every backend reads)."""
+
+    def __init__(self, config: ModelConfig, kv_pool: TokenToKVPool, req_pool: ReqToTokenPool):
+        self.kv_pool = kv_pool
+        self.req_pool = req_pool
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.scale = config.head_dim**-0.5
+        self.sliding_window = config.sliding_window
+
     @abstractmethod
     def prepare(self, batch: ForwardBatch) -> Attention:
         """Build the per-pass metadata. Must not change the pools."""

@@ -11,22 +11,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.model.attention.base import Attention, AttentionBackend
-from langrt.model.config import ModelConfig
 from langrt.model.forward_batch import ForwardBatch
 
 
 class TorchAttentionBackend(AttentionBackend):
-    def __init__(self, config: ModelConfig, kv_pool: TokenToKVPool, req_pool: ReqToTokenPool):
-        self.kv_pool = kv_pool
-        self.req_pool = req_pool
-        self.num_heads = config.num_heads
-        self.num_kv_heads = config.num_kv_heads
-        self.head_dim = config.head_dim
-        self.scale = config.head_dim**-0.5
-        self.sliding_window = config.sliding_window
-
     def prepare(self, batch: ForwardBatch) -> Attention:
         return _TorchAttention(self, batch)
 

@@ -26,13 +26,7 @@ class TritonAttentionBackend(AttentionBackend):
         self.decode_kernels = _kernel_module("decode_attention")
         self.extend_kernels = _kernel_module("extend_attention")
         _check_runs_on(kv_pool.device, self.decode_kernels)
-        self.kv_pool = kv_pool
-        self.req_pool = req_pool
-        self.num_heads = config.num_heads
-        self.num_kv_heads = config.num_kv_heads
-        self.head_dim = config.head_dim
-        self.scale = config.head_dim**-0.5
-        self.sliding_window = config.sliding_window
+        super().__init__(config, kv_pool, req_pool)
 
     def prepare(self, batch: ForwardBatch) -> Attention:
         return _TritonAttention(self, batch)
