@@ -1,10 +1,10 @@
 """JSON-schema extraction with and without jump-forward, side by side (built-in model, greedy).
 
-Documents (seeded templates) are turned into a JSON object following one schema. Reports
-output tok/s, forward passes and the ratio, and checks the outputs are identical (jump-forward
-only saves passes) and valid against the schema.
+Documents (seeded templates) are turned into a JSON object following one schema, sent in waves
+of 1, 4 and 16 requests. Reports output tok/s, forward passes and the ratios for each, and
+checks the outputs are identical (jump-forward only saves passes) and valid against the schema.
 
-    .venv/bin/python benchmarks/bench_json.py [--quick]
+    .venv/bin/python benchmarks/bench_json.py [--quick] [--dtype float32] [--batches 1,16]
 """
 
 from __future__ import annotations
@@ -55,10 +55,11 @@ def documents(n: int, seed: int = 0) -> list[str]:
     return docs
 
 
-def timed(engine, prompts: list[str], params: dict) -> dict:
+def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
+    """The prompts in waves of `batch` requests (each wave one generate call)."""
     before = engine.cache_stats()
     start = time.perf_counter()
-    outs = engine.generate(prompts, params)
+    outs = [o for i in range(0, len(prompts), batch) for o in engine.generate(prompts[i : i + batch], params)]
     seconds = time.perf_counter() - start
     after = engine.cache_stats()
     tokens = sum(o["meta_info"]["completion_tokens"] for o in outs)
@@ -72,22 +73,37 @@ def timed(engine, prompts: list[str], params: dict) -> dict:
     }
 
 
-def run_both(prompts: list[str], max_tokens: int, dtype: str, rounds: int) -> tuple[dict, dict]:
+def run_both(prompts: list[str], max_tokens: int, dtype: str, rounds: int, batches: list[int]) -> dict[int, tuple[dict, dict]]:
     """Both engines up at once, rounds alternating which goes first (this machine is shared:
-    interleaving keeps a noisy minute from landing on one side); each side's median round."""
+    interleaving keeps a noisy minute from landing on one side); each side's median round,
+    for each batch size."""
     params = {"json_schema": SCHEMA, "max_new_tokens": max_tokens, "temperature": 0}
     common = dict(log_level="warning", max_total_tokens=32768, dtype=dtype)
+    results = {}
     with langrt.Engine(**common) as on_engine, langrt.Engine(**common, disable_jump_forward=True) as off_engine:
         engines = {"on": on_engine, "off": off_engine}
         for engine in engines.values():
             engine.generate(prompts[:1], params)  # warm-up: compile the grammar, touch the masks
-        runs = {"on": [], "off": []}
-        for r in range(rounds):
-            for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
-                engines[side].flush_cache()
-                runs[side].append(timed(engines[side], prompts, params))
-    median = lambda rs: sorted(rs, key=lambda x: x["output_tok_s"])[len(rs) // 2]  # noqa: E731
-    return median(runs["on"]), median(runs["off"])
+        for batch in batches:
+            runs = {"on": [], "off": []}
+            for r in range(rounds):
+                for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
+                    engines[side].flush_cache()
+                    runs[side].append(timed(engines[side], prompts, params, batch))
+            median = lambda rs: sorted(rs, key=lambda x: x["output_tok_s"])[len(rs) // 2]  # noqa: E731
+            results[batch] = median(runs["on"]), median(runs["off"])
+    return results
+
+
+def count_valid(texts: list[str]) -> int:
+    valid = 0
+    for text in texts:
+        try:
+            jsonschema.validate(json.loads(text), SCHEMA)
+            valid += 1
+        except (json.JSONDecodeError, jsonschema.ValidationError):
+            pass
+    return valid
 
 
 def main() -> None:
@@ -95,8 +111,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on this CPU) or float32: bf16 matmuls are not batch-invariant "
                         "here, so jump-forward's different batches can flip a near-tie; float32 shows the outputs identical")  # fmt: skip
+    parser.add_argument("--batches", default=None, help="comma-separated requests per wave (default 1,4,16; --quick: 1,4)")
     args = parser.parse_args()
     n = 4 if args.quick else 16
+    batches = [int(b) for b in (args.batches or ("1,4" if args.quick else "1,4,16")).split(",")]
     with langrt.Engine(log_level="warning", max_total_tokens=4096) as probe:
         tok = probe.tokenizer
     prompts = [
@@ -105,32 +123,26 @@ def main() -> None:
         )
         for doc in documents(n)
     ]
-    on, off = run_both(prompts, 160, args.dtype, rounds=1 if args.quick else 3)
-    valid = 0
-    for text in on["texts"]:
-        try:
-            jsonschema.validate(json.loads(text), SCHEMA)
-            valid += 1
-        except (json.JSONDecodeError, jsonschema.ValidationError):
-            pass
-    results = {
-        "requests": n,
-        "dtype": args.dtype,
-        "identical_outputs": on["texts"] == off["texts"],
-        "identical_count": sum(a == b for a, b in zip(on["texts"], off["texts"])),
-        "valid_outputs": valid,
-        "jump_forward": {k: v for k, v in on.items() if k != "texts"},
-        "token_by_token": {k: v for k, v in off.items() if k != "texts"},
-        "speedup_output_tok_s": on["output_tok_s"] / off["output_tok_s"],
-        "pass_ratio": off["forward_passes"] / on["forward_passes"],
-        "sample_output": on["texts"][0],
-    }
-    print(f"jump-forward on : {on['output_tok_s']:6.1f} tok/s, {on['forward_passes']} passes "
-          f"({on['jump_forward_tokens']} tokens jumped)")  # fmt: skip
-    print(f"jump-forward off: {off['output_tok_s']:6.1f} tok/s, {off['forward_passes']} passes")
-    print(f"speedup {results['speedup_output_tok_s']:.2f}x tok/s, {results['pass_ratio']:.2f}x fewer passes; "
-          f"identical outputs: {results['identical_count']}/{n}; valid {valid}/{n}")  # fmt: skip
-    print("sample:", on["texts"][0])
+    measured = run_both(prompts, 160, args.dtype, 1 if args.quick else 3, batches)
+    results = {"requests": n, "dtype": args.dtype, "by_batch": {}}
+    for batch, (on, off) in measured.items():
+        row = {
+            "identical_outputs": on["texts"] == off["texts"],
+            "identical_count": sum(a == b for a, b in zip(on["texts"], off["texts"])),
+            "valid_outputs": count_valid(on["texts"]),
+            "valid_outputs_without": count_valid(off["texts"]),
+            "jump_forward": {k: v for k, v in on.items() if k != "texts"},
+            "token_by_token": {k: v for k, v in off.items() if k != "texts"},
+            "speedup_output_tok_s": on["output_tok_s"] / off["output_tok_s"],
+            "pass_ratio": off["forward_passes"] / on["forward_passes"],
+        }
+        results["by_batch"][str(batch)] = row
+        print(f"batch {batch:2d}: jump-forward {on['output_tok_s']:6.1f} tok/s, {on['forward_passes']} passes "
+              f"({on['jump_forward_tokens']} tokens jumped) | without {off['output_tok_s']:6.1f} tok/s, "
+              f"{off['forward_passes']} passes | {row['speedup_output_tok_s']:.2f}x tok/s, {row['pass_ratio']:.2f}x fewer passes; "
+              f"identical {row['identical_count']}/{n}; valid {row['valid_outputs']}/{n}")  # fmt: skip
+    results["sample_output"] = measured[batches[0]][0]["texts"][0]
+    print("sample:", results["sample_output"])
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_json{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
     out.write_text(json.dumps(results, indent=2))

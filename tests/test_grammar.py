@@ -146,6 +146,63 @@ def test_forced_bytes(compiler):
     assert m.forced_bytes() == b"}"
 
 
+def test_likely_bytes_run_through_optional_spaces(compiler):
+    m = compiler.compile_regex(r'\{"a": ?[0-9]+, ?"b": ?"[a-z ]+"\}').matcher()
+    assert m.forced_bytes() == b'{"a":'  # then a space or a digit
+    assert m.likely_bytes() == b'{"a": '  # no output yet: guess json.dumps's style
+    assert m.accept_bytes(b'{"a":5')
+    assert m.forced_bytes() == m.likely_bytes() == b""  # more digits or ','
+    m.spaced = False  # as if the output had taken no space after ':'
+    assert m.accept_bytes(b",")
+    assert m.likely_bytes() == b'"b":"'
+    m.spaced = True
+    assert m.likely_bytes() == b' "b": "'
+    assert m.accept_bytes(b' "b": "x')
+    assert m.likely_bytes() == b""  # inside the string a space is a character, not a choice
+
+
+def test_accepted_tokens_record_the_space_choice(compiler, tokenizer):
+    grammar = compiler.compile_regex(r'\{"a": ?[0-9]+, ?"b": ?[0-9]+\}')
+    m = grammar.matcher()
+    for t in tokenizer.encode('{"a":1,', add_special_tokens=False):
+        assert m.accept_token(t)
+    assert m.spaced is False
+    assert m.likely_bytes() == b'"b":'
+    m = grammar.matcher()
+    for t in tokenizer.encode('{"a": 1,', add_special_tokens=False):
+        assert m.accept_token(t)
+    assert m.spaced is True
+    assert m.likely_bytes() == b' "b": '
+    assert m.copy().spaced is True
+
+
+def test_drafts_learn_the_models_spelling(compiler, tokenizer):
+    """Jump-forward drafts first spell forced text as the tokenizer would; once an output has
+    spelled the same run otherwise, later drafts from that state (any request) use its tokens."""
+    from langrt.managers.constraints import propose_drafts
+    from langrt.managers.req import Req
+    from langrt.sampling.sampling_params import SamplingParams
+
+    grammar = compiler.compile_regex(r'\{"languages": ?\["[A-Z][a-z]+"\]\}')
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+
+    def new_req():
+        req = Req("r", [1, 2, 3], SamplingParams(max_new_tokens=64))
+        req.matcher = grammar.matcher()
+        return req
+
+    first = new_req()
+    assert propose_drafts(first, encode) == encode('{"languages": ["')
+    model_spelling = [encode(piece)[0] for piece in ('{"', "language", "s", '":', ' ["')]
+    assert b"".join(grammar.vocab.token_bytes[t] for t in model_spelling) == b'{"languages": ["'
+    assert model_spelling != encode('{"languages": ["')
+    for t in model_spelling + encode("English"):  # the model's own tokens, then a free word
+        first.output_ids.append(t)
+        assert first.matcher.accept_token(t)
+    propose_drafts(first, encode)
+    assert propose_drafts(new_req(), encode) == model_spelling
+
+
 def test_bad_regex_names_the_position(compiler):
     with pytest.raises(InvalidRequest, match="position 3"):
         compiler.compile_regex("abc(")

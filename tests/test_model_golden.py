@@ -1,5 +1,6 @@
 """langrt's logits equal HF transformers' on the same weights (fp32): prefill of a ragged batch,
-step-by-step decode, and an extend on top of a prefix another request wrote into the pool."""
+step-by-step decode, an extend on top of a prefix another request wrote into the pool, and a
+pass mixing one-token, few-token and whole-prompt extends."""
 
 from __future__ import annotations
 
@@ -55,7 +56,22 @@ def _check_extend_on_prefix(hf, driver, tol):
     assert (fresh - _hf_logits(hf, other)).abs().max().item() <= tol
 
 
-CHECKS = [_check_prefill, _check_decode, _check_extend_on_prefix]
+def _check_mixed_pass(hf, driver, tol):
+    """One pass with one new token on a prefix, a few (jump-forward drafts), a few more on
+    another, and a whole 40-token prompt: short extends share one padded attention, the long
+    one runs alone."""
+    a, b, c, fresh = _prompts(4, (11, 30, 6, 40))
+    driver.prefill([a, b, c])
+    base = len(driver.seqs) - 3
+    extra = _prompts(5, (1, 5, 16))
+    prompts = [a + extra[0], b + extra[1], c + extra[2], fresh]
+    reuse = [(base, len(a)), (base + 1, len(b)), (base + 2, len(c)), None]
+    for prompt, logits, start in zip(prompts, driver.prefill(prompts, prefix_from=reuse), (len(a), len(b), len(c), 0)):
+        assert logits.shape[0] == len(prompt) - start
+        assert (logits - _hf_logits(hf, prompt)[start:]).abs().max().item() <= tol
+
+
+CHECKS = [_check_prefill, _check_decode, _check_extend_on_prefix, _check_mixed_pass]
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])

@@ -55,6 +55,24 @@ class ByteDFA:
         # slower), made on first visit: converting a big table up front cost more than a compile.
         self._rows: dict[int, list[int]] = {}
         self._live = (self.table != self.dead).any(axis=1)
+        self._space_choice: dict[int, bool] = {}
+
+    def is_space_choice(self, state: int) -> bool:
+        """An optional space: after a space, exactly the same bytes lead on as without one
+        (JSON's optional space after ':' and ','). Jump-forward drafts run through these,
+        guessing the output's habit. Decided on first visit (a few µs)."""
+        choice = self._space_choice.get(state)
+        if choice is None:
+            row = self.row(state)
+            after = row[0x20]
+            if after == self.dead or after == state:
+                choice = False
+            else:
+                without = list(row)
+                without[0x20] = self.dead
+                choice = self.row(after) == without
+            self._space_choice[state] = choice
+        return choice
 
     def row(self, state: int) -> list[int]:
         r = self._rows.get(state)
@@ -71,17 +89,33 @@ class ByteDFA:
                 return dead
         return state
 
+    def walk_noting_space(self, state: int, data: bytes) -> tuple[int, bool | None]:
+        """walk(), also returning whether a space was taken at the last space choice passed
+        (None if none was passed)."""
+        dead, spaced = self.dead, None
+        for byte in data:
+            if self.is_space_choice(state):
+                spaced = byte == 0x20
+            state = self.row(state)[byte]
+            if state == dead:
+                return dead, spaced
+        return state, spaced
+
     def has_exit(self, state: int) -> bool:
         """Some byte leads on from `state`."""
         return bool(self._live[state])
 
-    def forced_bytes(self, state: int, limit: int = 256) -> bytes:
+    def forced_bytes(self, state: int, limit: int = 256, space: bool | None = None) -> bytes:
         """The bytes every continuation from `state` must start with: followed while exactly one
-        byte leads on and the state does not accept (where it could also end)."""
+        byte leads on and the state does not accept (where it could also end). With `space`
+        set, also through space choices (taking the space or not as told): then the bytes are
+        a likely continuation, not a forced one."""
         out = bytearray()
         dead = self.dead
         while len(out) < limit and not self.accepting[state]:
             nexts = [(b, s) for b, s in enumerate(self.row(state)) if s != dead]
+            if space is not None and len(nexts) > 1 and self.is_space_choice(state):
+                nexts = [n for n in nexts if (n[0] == 0x20) == space]
             if len(nexts) != 1:
                 break
             byte, state = nexts[0]

@@ -35,19 +35,25 @@ class Grammar:
         self.vocab = vocab
         self.masks = TokenMasks(dfa, vocab)
         self.source = source
+        # (state, space guess) -> the tokens a model was seen to spell the text forced from
+        # there with (jump-forward drafts; the scheduler thread alone reads and writes it)
+        self.learned_spellings: dict[tuple[int, bool], list[int]] = {}
 
     def matcher(self) -> "GrammarMatcher":
         return GrammarMatcher(self, self.dfa.initial)
 
 
 class GrammarMatcher:
-    def __init__(self, grammar: Grammar, state: int, terminated: bool = False):
+    def __init__(self, grammar: Grammar, state: int, terminated: bool = False, spaced: bool = True):
         self.grammar = grammar
         self.state = state
         self.terminated = terminated
+        # At the last "space or not" choice (JSON's optional space after ':' and ','), was a
+        # space taken? Models keep one style within an output; before any, guess json.dumps's.
+        self.spaced = spaced
 
     def copy(self) -> "GrammarMatcher":
-        return GrammarMatcher(self.grammar, self.state, self.terminated)
+        return GrammarMatcher(self.grammar, self.state, self.terminated, self.spaced)
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
         """Write the allowed-token bits of the current state into bitmask[row] (int32 words)."""
@@ -68,10 +74,12 @@ class GrammarMatcher:
         data = g.vocab.token_bytes[token_id] if token_id < len(g.vocab.token_bytes) else None
         if not data:
             return False
-        state = g.dfa.walk(self.state, data)
+        state, spaced = g.dfa.walk_noting_space(self.state, data)
         if state == g.dfa.dead:
             return False
         self.state = state
+        if spaced is not None:
+            self.spaced = spaced
         return True
 
     def accept_bytes(self, data: bytes) -> bool:
@@ -90,8 +98,13 @@ class GrammarMatcher:
         return self.terminated or (self.can_end and not self.grammar.dfa.has_exit(self.state))
 
     def forced_bytes(self) -> bytes:
-        """What every continuation must start with (for jump-forward)."""
+        """What every continuation must start with."""
         return self.grammar.dfa.forced_bytes(self.state)
+
+    def likely_bytes(self) -> bytes:
+        """The forced bytes, continued through space choices the way this output last chose
+        (jump-forward drafts: a wrong guess costs only the drafts after it)."""
+        return self.grammar.dfa.forced_bytes(self.state, space=self.spaced)
 
 
 class GrammarCompiler:

@@ -9,6 +9,7 @@ waiting queue. A compile failure fails that request alone.
 from __future__ import annotations
 
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 import torch
 
@@ -86,16 +87,39 @@ def advance_grammar(req: Req, token: int, eos_token_id: int | None) -> int | Non
     return before
 
 
+# Why 32: a drafted run is learned once the output has spelled all of it; one that a mismatch
+# cut short is finished by the next passes, a few tokens later. Past this many it is dropped.
+LEARN_WITHIN_TOKENS = 32
+
+
+@dataclass
+class DraftOrigin:
+    """Where a drafted run began: the grammar state and space guess it was drafted from, the
+    output length then, and how many bytes it covered."""
+
+    key: tuple[int, bool]
+    output_pos: int
+    length: int
+
+
 def propose_drafts(req: Req, encode) -> list[int]:
-    """Jump-forward: where the grammar forces the next characters, the tokens spelling them
-    (tokenized alone, as the tokenizer would) are proposed as drafts. The next forward pass
-    computes them together with the last sampled token, and each draft is kept only if the token
-    sampled at its position equals it (see token_emitter.py): the output is exactly what it
-    would be without jump-forward, in fewer passes."""
+    """Jump-forward: where the grammar forces the next characters, tokens spelling them are
+    proposed as drafts; the run goes on through JSON's optional spaces, guessed from the
+    output's own style. The next forward pass computes the drafts together with the last sampled
+    token, and each draft is kept only if the token sampled at its position equals it (see
+    token_emitter.py): the output is exactly what it would be without jump-forward, in fewer
+    passes.
+
+    The tokens: how the model itself spelled the same run before (from the same grammar state,
+    in any request), else the tokenizer's own spelling of the text alone. Models often split
+    text differently from the tokenizer (`language` + `s`, or ` ["` across the forced `[` and
+    the free `"`), and every draft after a wrong one is computed in vain."""
     matcher = req.matcher
     if matcher is None or req.finished:
         return []
-    forced = matcher.forced_bytes()
+    grammar = matcher.grammar
+    _learn_spellings(req)
+    forced = matcher.likely_bytes()
     if not forced:
         return []
     try:
@@ -105,11 +129,37 @@ def propose_drafts(req: Req, encode) -> list[int]:
         text = forced.decode("utf-8")
     if not text:
         return []
-    tokens = encode(text)
-    vocab = matcher.grammar.vocab
-    if b"".join(vocab.token_bytes[t] or b"" for t in tokens) != forced:
-        return []  # the tokenizer would not spell these bytes back exactly
+    key = (matcher.state, matcher.spaced)
+    tokens = grammar.learned_spellings.get(key)
+    if tokens is None:
+        tokens = encode(text)
+        if b"".join(grammar.vocab.token_bytes[t] or b"" for t in tokens) != forced:
+            return []  # the tokenizer would not spell these bytes back exactly
+    req.draft_origins.append(DraftOrigin(key, len(req.output_ids), len(forced)))
     return tokens[: max(0, req.remaining_new_tokens - 1)]
+
+
+def _learn_spellings(req: Req) -> None:
+    """Record, for each drafted run the output now covers, the tokens it was spelled with (up to
+    the first that reaches its end)."""
+    token_bytes = req.matcher.grammar.vocab.token_bytes
+    learned = req.matcher.grammar.learned_spellings
+    pending = []
+    for origin in req.draft_origins:
+        spelled, tokens = 0, []
+        for token in req.output_ids[origin.output_pos :]:
+            data = token_bytes[token] if token < len(token_bytes) else None
+            if not data:
+                break
+            tokens.append(token)
+            spelled += len(data)
+            if spelled >= origin.length:
+                break
+        if spelled >= origin.length:
+            learned[origin.key] = tokens
+        elif len(req.output_ids) - origin.output_pos < LEARN_WITHIN_TOKENS and len(tokens) == len(req.output_ids) - origin.output_pos:
+            pending.append(origin)
+    req.draft_origins = pending
 
 
 def _whole_characters(data: bytes) -> bytes:

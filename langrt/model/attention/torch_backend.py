@@ -1,9 +1,10 @@
 """Attention in plain torch over the paged pool: the reference backend and the CPU path.
 
-Requests adding one token (decode) gather their K/V through `req_to_token` into one padded
-[B, L] block and run a single masked SDPA per layer (per-op overhead, not FLOPs, bounds small CPU
-batches). Requests adding several tokens (prefill) run one SDPA each, since prompt lengths are
-ragged and prefill is compute-bound anyway. One pass may mix both.
+Requests adding one token (decode) or a few (jump-forward drafts) gather their K/V through
+`req_to_token` into one padded [B, L] block and run a single masked SDPA per layer (per-op
+overhead, not FLOPs, bounds small CPU batches). Requests adding many tokens (prefill) run one
+SDPA each, since prompt lengths are ragged and prefill is compute-bound anyway. One pass may mix
+both.
 """
 
 from __future__ import annotations
@@ -45,26 +46,37 @@ class TorchAttentionBackend(AttentionBackend):
         return allowed
 
 
+# Why 16: jump-forward drafts (a few tokens each) ride in the padded block with the decodes;
+# the block pads every request to the longest, so long extends (prompts) go one at a time.
+SHORT_EXTEND = 16
+
+
 class _TorchAttention(Attention):
-    """Requests adding one token (decode, or a decode riding along a prefill) are attended
-    together in one padded SDPA; longer extends one request at a time."""
+    """Requests adding a few tokens (decode, jump-forward drafts, or a decode riding along a
+    prefill) are attended together in one padded SDPA; longer extends one request at a time."""
 
     def __init__(self, backend: TorchAttentionBackend, batch: ForwardBatch):
         self.b = backend
         self.batch = batch
         device = batch.input_ids.device
-        singles = [i for i, n in enumerate(batch.extend_lens) if n == 1]
-        self.single_rows = torch.tensor([batch.extend_starts[i] for i in singles], dtype=torch.int64, device=device)
-        self.all_single = len(singles) == batch.batch_size
+        short = [i for i, n in enumerate(batch.extend_lens) if n <= SHORT_EXTEND]
+        self.all_short = len(short) == batch.batch_size and all(n == 1 for n in batch.extend_lens)
         self.padded = (
-            _PaddedSingleTokens(backend, [batch.req_pool_indices[i] for i in singles], [batch.seq_lens[i] for i in singles], device)
-            if singles
+            _PaddedShortExtends(
+                backend,
+                [batch.req_pool_indices[i] for i in short],
+                [batch.seq_lens[i] for i in short],
+                [batch.extend_starts[i] for i in short],
+                [batch.extend_lens[i] for i in short],
+                device,
+            )
+            if short
             else None
         )
         self.extends = [
             _SingleExtend(backend, batch.req_pool_indices[i], batch.extend_starts[i], batch.seq_lens[i], n, device)
             for i, n in enumerate(batch.extend_lens)
-            if n > 1
+            if n > SHORT_EXTEND
         ]
 
     def attend(self, layer_id, q, k, v):
@@ -72,55 +84,76 @@ class _TorchAttention(Attention):
         n = self.batch.num_tokens
         heads, kv_heads, dim = b.num_heads, b.num_kv_heads, b.head_dim
         b.kv_pool.write(layer_id, self.batch.out_cache_loc, k.view(n, kv_heads, dim), v.view(n, kv_heads, dim))
-        if self.all_single:
+        if self.all_short:  # a plain decode batch: rows are already in order
             return self.padded.attend(layer_id, q)
         out = torch.empty((n, heads * dim), dtype=q.dtype, device=q.device)
         if self.padded is not None:
-            out.index_copy_(0, self.single_rows, self.padded.attend(layer_id, q.index_select(0, self.single_rows)))
+            self.padded.attend_into(layer_id, q, out)
         for ext in self.extends:
             ext.attend(layer_id, q, out)
         return out
 
 
-class _PaddedSingleTokens:
-    """One new token for each of B requests: one masked SDPA over K/V gathered into [B, L].
+class _PaddedShortExtends:
+    """E_i new tokens (E_i small) for each of B requests: one masked SDPA over K/V gathered into
+    [B, L], queries padded to [B, E] with E = max E_i.
 
-    The `group` query heads sharing a KV head are passed to SDPA as `group` query positions of
-    that KV head (no causal mask applies to a single new token), which is the same math as GQA
-    but ~3x faster in torch's CPU kernel than its `enable_gqa` path."""
+    The `group` query heads sharing a KV head are passed to SDPA as `group` x E query positions
+    of that KV head (the mask is per query position, repeated for each head of the group), which
+    is the same math as GQA but ~3x faster in torch's CPU kernel than its `enable_gqa` path."""
 
-    def __init__(self, backend: TorchAttentionBackend, rows: list[int], seq_lens: list[int], device):
+    def __init__(self, backend: TorchAttentionBackend, rows, seq_lens, starts, extend_lens, device):
         self.b = backend
         self.batch_size = len(rows)
         self.max_len = max(seq_lens)
+        self.width = max(extend_lens)
         index = backend.req_pool.req_to_token[torch.tensor(rows, device=device), : self.max_len]
         # Entries past a request's length are stale but valid slot ids; the mask hides them.
         self.kv_index = index.to(torch.int64).flatten()
-        self.mask = self._mask(seq_lens, device)
+        # Query rows of q [T, H*D] in padded [B, E] order (padding repeats a real row; its output
+        # is dropped), and the positions of the real ones in that order.
+        q_rows, real = [], []
+        for i, (start, n) in enumerate(zip(starts, extend_lens)):
+            q_rows += list(range(start, start + n)) + [start] * (self.width - n)
+            real += range(i * self.width, i * self.width + n)
+        self.q_rows = torch.tensor(q_rows, dtype=torch.int64, device=device)
+        self.real = torch.tensor(real, dtype=torch.int64, device=device)
+        self.out_rows = self.q_rows.index_select(0, self.real)
+        self.mask = self._mask(seq_lens, extend_lens, device)
 
-    def _mask(self, seq_lens: list[int], device) -> torch.Tensor | None:
-        """Additive [B, 1, 1, L] mask (0 or -inf), or None when every position is visible."""
-        window = self.b.sliding_window
-        max_len = self.max_len
-        if min(seq_lens) == max_len and (window is None or max_len <= window):
+    def _mask(self, seq_lens: list[int], extend_lens: list[int], device) -> torch.Tensor | None:
+        """Additive [B, 1, group * E, L] mask (0 or -inf), or None when every position is visible."""
+        b, width, max_len = self.b, self.width, self.max_len
+        if width == 1 and min(seq_lens) == max_len and (b.sliding_window is None or max_len <= b.sliding_window):
             return None
-        lens = torch.tensor(seq_lens, device=device)[:, None]
-        k_pos = torch.arange(max_len, device=device)[None, :]
-        visible = self.b.window_mask(lens - 1, k_pos) & (k_pos < lens)
-        mask = torch.zeros(visible.shape, dtype=self.b.kv_pool.dtype, device=device)
-        return mask.masked_fill_(~visible, float("-inf"))[:, None, None, :]
+        lens = torch.tensor(seq_lens, device=device)[:, None, None]
+        # query e of request i sits at position len_i - E_i + e (padding rows: clamped, unused)
+        q_pos = lens - torch.tensor(extend_lens, device=device)[:, None, None] + torch.arange(width, device=device)[None, :, None]
+        q_pos = torch.minimum(q_pos, lens - 1)
+        k_pos = torch.arange(max_len, device=device)[None, None, :]
+        visible = b.window_mask(q_pos, k_pos) & (k_pos < lens)  # [B, E, L]
+        mask = torch.zeros(visible.shape, dtype=b.kv_pool.dtype, device=device).masked_fill_(~visible, float("-inf"))
+        group = b.num_heads // b.num_kv_heads
+        return mask[:, None].expand(-1, group, -1, -1).reshape(self.batch_size, 1, group * width, max_len)
 
     def attend(self, layer_id: int, q: torch.Tensor) -> torch.Tensor:
-        """q [B, H*D] (K/V already written) -> [B, H*D]."""
+        """q [B*E, H*D] in padded order (K/V already written) -> [B*E, H*D]."""
         b = self.b
-        bs, kv_heads, dim = self.batch_size, b.num_kv_heads, b.head_dim
+        bs, width, kv_heads, dim = self.batch_size, self.width, b.num_kv_heads, b.head_dim
+        group = b.num_heads // kv_heads
         shape = (bs, self.max_len, kv_heads, dim)
         keys = b.kv_pool.k_buffers[layer_id].index_select(0, self.kv_index).view(shape).transpose(1, 2)
         values = b.kv_pool.v_buffers[layer_id].index_select(0, self.kv_index).view(shape).transpose(1, 2)
-        q = q.reshape(bs, kv_heads, b.num_heads // kv_heads, dim)
+        # [B, E, Hkv, group, D] -> [B, Hkv, group * E, D]
+        q = q.reshape(bs, width, kv_heads, group, dim).permute(0, 2, 3, 1, 4).reshape(bs, kv_heads, group * width, dim)
         mask = None if self.mask is None else self.mask.to(q.dtype)
         out = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, scale=b.scale)
-        return out.reshape(bs, b.num_heads * dim)
+        return out.reshape(bs, kv_heads, group, width, dim).permute(0, 3, 1, 2, 4).reshape(bs * width, b.num_heads * dim)
+
+    def attend_into(self, layer_id: int, q: torch.Tensor, out: torch.Tensor) -> None:
+        """Reads these requests' rows of q [T, H*D], writes their rows of out."""
+        result = self.attend(layer_id, q.index_select(0, self.q_rows))
+        out.index_copy_(0, self.out_rows, result.index_select(0, self.real))
 
 
 class _SingleExtend:
