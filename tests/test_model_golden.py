@@ -119,3 +119,22 @@ def test_torch_compile_gives_the_same_logits(tiny_llama_dir):
         b = compiled.decode([3, 4, 5], tokens)
         assert (a - b).abs().max().item() <= 1e-4
         tokens = [int(t) for t in a.argmax(-1)]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 16, 64, 65, 300])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_equals_torch_linear(rows, dtype):
+    """layers.linear picks a CPU kernel by row count and dtype; the math is x @ W.T + b."""
+    from langrt.model.layers import linear
+
+    gen = torch.Generator().manual_seed(rows)
+    x, w, b = (torch.randn(shape, generator=gen).to(dtype) for shape in ((rows, 96), (40, 96), (40,)))
+    expected = torch.nn.functional.linear(x.float(), w.float(), b.float())
+    for bias in (None, b):
+        got = linear(x, w, bias).float()
+        assert got.shape == (rows, 40)
+        want = expected if bias is not None else expected - b.float()
+        if dtype == torch.float32:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+        else:  # two bf16 roundings (product, then + bias): within 2 ulps of each value
+            torch.testing.assert_close(got, want, rtol=2**-6, atol=2**-6)
