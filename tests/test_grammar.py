@@ -83,6 +83,62 @@ def test_masks_equal_a_partial_match_oracle(regex, vocab, compiler):
         assert (2 in allowed) == (pattern.fullmatch(prefix) is not None), "EOS exactly where the regex may end"
 
 
+MASK_SCHEMAS = [
+    {"type": "string", "maxLength": 30},
+    {"type": "string", "format": "uuid"},
+    {"type": "string", "format": "date-time"},
+    {"type": "string", "pattern": "^[a-z]{3}-[0-9]{2}$"},
+    {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": -50, "maximum": 5000},
+        "s": {"type": "string", "minLength": 2, "maxLength": 6},
+        "e": {"enum": ["alpha", "beta", "alphabet"]},
+        "a": {"type": "array", "items": {"type": "number"}, "maxItems": 3},
+        "o": {"type": "object", "additionalProperties": {"type": "boolean"}, "maxProperties": 2},
+    }, "required": ["n", "s", "e", "a", "o"], "additionalProperties": False},
+]  # fmt: skip
+MASK_TEXTS = [
+    ['"a quick brown fox jumps over i"', '"Dès Noël où un zéphyr haï"', '"\\u00e9\\"x"'],
+    ['"123e4567-e89b-12d3-a456-426614174000"'],
+    ['"2024-02-29T23:59:59.123+05:30"', '"1999-12-31T00:00:00Z"'],
+    ['"abc-42"'],
+    ['{"n": -7, "s": "xy", "e": "alphabet", "a": [1.5, -2e3, 0], "o": {"k": true, "": false}}',
+     '{"n":4999,"s":"ab\\"cd","e":"beta","a":[],"o":{}}'],
+]  # fmt: skip
+
+
+def _brute_force_mask(dfa, vocab, state) -> set[int]:
+    """Every token walked from `state` over the whole vocabulary, no pruning: the reference."""
+    import numpy as np
+
+    rows = np.arange(vocab.walk_lengths.size)
+    current = np.full(rows.size, state, dtype=np.int64)
+    alive = np.ones(rows.size, dtype=bool)
+    for j in range(vocab.walk_columns.shape[0]):
+        going = alive & (vocab.walk_lengths > j)
+        current[going] = dfa.table[current[going], vocab.walk_columns[j][going]]
+        alive &= ~going | (current != dfa.dead)
+    allowed = set(vocab.walk_ids[alive].tolist())
+    return allowed | (set(vocab.eos_token_ids) if dfa.accepting[state] else set())
+
+
+@pytest.mark.parametrize("index", range(len(MASK_SCHEMAS)))
+def test_masks_equal_a_brute_force_walk_on_json_schemas(index, compiler, vocab, tokenizer):
+    """Counted strings (chains with a depth), loops, formats, numbers, enums sharing a prefix:
+    at every state the tokens of the texts pass through, the mask is exactly the set of tokens
+    whose bytes walk from there without dying."""
+    grammar = compiler.compile_json_schema(MASK_SCHEMAS[index])
+    checked = set()
+    for text in MASK_TEXTS[index]:
+        matcher = grammar.matcher()
+        for token in tokenizer.encode(text, add_special_tokens=False) + [2]:
+            if matcher.state not in checked:
+                checked.add(matcher.state)
+                assert allowed_ids(matcher, vocab) == _brute_force_mask(grammar.dfa, vocab, matcher.state), (text, matcher.state)
+            assert matcher.accept_token(token), (text, token)
+        assert matcher.is_terminated()
+    assert len(checked) >= 5
+
+
 def test_optional_suffix_after_a_possible_end(compiler, vocab):
     """After "1" the regex 1(x2)? may end or go on with x (outlines-core's Index loses the x)."""
     m = compiler.compile_regex("1(x2)?").matcher()

@@ -25,6 +25,7 @@ one match is ever in progress, so the unanchored automaton is no bigger than the
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,15 +158,11 @@ def _dense_table(transitions: dict, finals) -> tuple[np.ndarray, np.ndarray, np.
     Built from whole lists (C speed): a per-edge Python loop cost ~30 ms per 2k states."""
     number = np.array(sorted(transitions), dtype=np.int64)
     dead = len(number)
-    sources, keys, targets = [], [], []
-    for row, s in enumerate(number.tolist()):
-        edges = transitions[s]
-        sources.append(np.full(len(edges), row, dtype=np.int64))
-        keys.extend(edges)
-        targets.extend(edges.values())
-    src = np.concatenate(sources) if sources else np.zeros(0, dtype=np.int64)
-    byte = np.array(keys, dtype=np.int64)
-    dst = np.searchsorted(number, np.array(targets, dtype=np.int64))
+    edges = [transitions[s] for s in number.tolist()]
+    src = np.repeat(np.arange(dead, dtype=np.int64), np.fromiter(map(len, edges), dtype=np.int64, count=dead))
+    byte = np.fromiter(itertools.chain.from_iterable(edges), dtype=np.int64, count=src.size)
+    targets = np.fromiter(itertools.chain.from_iterable(e.values() for e in edges), dtype=np.int64, count=src.size)
+    dst = np.searchsorted(number, targets)
     keep = byte != _EOS
     table = np.full((dead + 1, 256), dead, dtype=np.int32)
     table[src[keep], byte[keep]] = dst[keep]

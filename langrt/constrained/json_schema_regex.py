@@ -11,6 +11,7 @@ escaped). No `\\d \\w \\s` (Unicode-aware, different per engine), no lookaround.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from decimal import Decimal
@@ -143,6 +144,11 @@ def escape(text: str) -> str:
 
 def char_class(ranges: list[tuple[int, int]]) -> str | None:
     """A class matching the code points in `ranges` (sorted, disjoint, no surrogates)."""
+    return _char_class(tuple(map(tuple, ranges)))
+
+
+@functools.lru_cache(maxsize=4096)  # schemas repeat the same few classes (string characters, digits)
+def _char_class(ranges: tuple[tuple[int, int], ...]) -> str | None:
     if not ranges:
         return None
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
@@ -201,7 +207,11 @@ def json_chars(ranges) -> str | None:
     """One JSON string character whose DECODED code point is in `ranges`: raw where JSON allows
     it raw, else its escapes. (Characters that may also be written as \\uXXXX are accepted raw
     only: a subset, which is sound.)"""
-    ranges = normalize(ranges)
+    return _json_chars(tuple(normalize(ranges)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_chars(ranges: tuple[tuple[int, int], ...]) -> str | None:
     raw = intersect(ranges, [(0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CP)])
     parts = [char_class(raw)] if raw else []
     for a, b in ranges:

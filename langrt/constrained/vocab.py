@@ -34,7 +34,15 @@ class TokenVocabulary:
             b = self.token_bytes[i]
             matrix[row, : len(b)] = np.frombuffer(b, dtype=np.uint8)
         self.walk_columns = np.ascontiguousarray(matrix.T)  # [width, n]: byte j of every token
+        self.walk_columns_flat = self.walk_columns.ravel()  # byte j of row r at j * n + r
         self.first_byte = matrix[:, 0].copy() if len(ids) else np.zeros(0, dtype=np.int32)
+        # Walk rows grouped by their first two bytes (key first * 257 + second, second 256 for
+        # a one-byte token): a state where few bytes lead on finds its candidates without
+        # touching the rest of the vocabulary.
+        second = np.where(self.walk_lengths > 1, matrix[:, 1] if width > 1 else 256, 256)
+        keys = self.first_byte.astype(np.int64) * 257 + second
+        self.by_pair = np.argsort(keys, kind="stable")
+        self.pair_bounds = np.searchsorted(keys[self.by_pair], np.arange(256 * 257 + 1))
         self.byte_sets = _byte_sets(matrix, self.walk_lengths)
         order = np.argsort(self.first_byte, kind="stable")
         bounds = np.searchsorted(self.first_byte[order], np.arange(257))
@@ -80,7 +88,38 @@ class SpelledWith:
         self.within = np.flatnonzero(inside)  # ascending walk rows: longest first
         self.within_lengths = vocab.walk_lengths[self.within]
         self.others = np.flatnonzero(~inside)
+        self._allowed = allowed
         self._masks: dict[int | None, np.ndarray] = {}
+        self._first_outside: tuple[np.ndarray, np.ndarray] | None = None
+        self._by_first_outside: tuple[np.ndarray, np.ndarray] | None = None
+
+    def by_first_outside(self) -> tuple[np.ndarray, np.ndarray]:
+        """`others` grouped by (position p, byte b) of their first byte outside X: walk rows
+        ordered by key p * 256 + b, and the bounds of each key's group in that order."""
+        if self._by_first_outside is None:
+            pos, byte = self.first_outside()
+            keys = pos * 256 + byte
+            order = np.argsort(keys, kind="stable")
+            width = self.vocab.walk_columns.shape[0]
+            self._by_first_outside = self.others[order], np.searchsorted(keys[order], np.arange(width * 256 + 1))
+        return self._by_first_outside
+
+    def first_outside(self) -> tuple[np.ndarray, np.ndarray]:
+        """For each of `others`: the position of its first byte outside X, and that byte."""
+        if self._first_outside is None:
+            columns, outside = self.vocab.walk_columns, ~self._allowed
+            pos = np.zeros(self.others.size, dtype=np.int64)
+            byte = np.zeros(self.others.size, dtype=np.int64)
+            undecided = np.arange(self.others.size)
+            for j in range(columns.shape[0]):
+                if not undecided.size:
+                    break
+                b = columns[j][self.others[undecided]]
+                hit = outside[b]
+                pos[undecided[hit]], byte[undecided[hit]] = j, b[hit]
+                undecided = undecided[~hit]
+            self._first_outside = pos, byte
+        return self._first_outside
 
     def longer_than(self, depth: int) -> np.ndarray:
         """Walk rows of X-tokens longer than `depth` bytes."""
