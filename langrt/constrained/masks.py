@@ -1,13 +1,21 @@
 """Token masks of a byte DFA over a vocabulary, computed lazily per state and memoized.
 
 A token is allowed in state s when walking its bytes from s never reaches the dead state. Per
-state: if the bytes going to s's most common next state keep moving together for D steps (a
-JSON string's characters; D unbounded when s loops on them), every token made only of those
-bytes and at most D long is allowed without a walk, from a bitmask memoized per vocabulary and
-byte set. The other tokens whose first byte is live are walked with numpy, dropping rows as they
-die; the last few finish token by token. Only states a generation actually reaches are ever
-computed, which is what keeps compilation fast for large schemas (an eager index pays every
-state up front).
+state, one of two ways:
+
+- A chain: the bytes X going where a letter goes keep moving together for D steps (a JSON
+  string's characters; D unbounded when s loops on them, D counting down under maxLength).
+  Tokens made only of X-bytes and at most D long are allowed from a bitmask memoized per
+  vocabulary and byte set. The chain's states s_0 .. s_D are known, so a token leaving X at
+  position p with byte b is in s_p there: only the vocabulary's (p, b) groups with b live at
+  s_p are walked on.
+- Otherwise, where few bytes lead on (structure, numbers), only tokens whose first two bytes
+  live are gathered, from the vocabulary's groups by first two bytes; where many do, every
+  token with a live first byte is walked.
+
+Walks run in numpy, dropping rows as they die; the last few finish token by token in Python.
+Only states a generation actually reaches are ever computed, which is what keeps compilation
+fast for large schemas (an eager index pays every state up front).
 """
 
 from __future__ import annotations
@@ -137,9 +145,7 @@ class TokenMasks:
         positions, bytes_ = np.nonzero((table[states] != dead) & ~inside)
         keys = positions * 256 + bytes_
         lo, sizes = bounds[keys], bounds[keys + 1] - bounds[keys]
-        total = int(sizes.sum())
-        offsets = np.cumsum(sizes) - sizes
-        index = np.repeat(lo - offsets, sizes) + np.arange(total)
+        index = _ranges(lo, sizes)
         walks = [
             self._walk(
                 rows[index],
@@ -163,12 +169,9 @@ class TokenMasks:
         which, seconds = np.nonzero(table[afters] != dead)
         keys = firsts[which] * 257 + seconds
         lo, sizes = v.pair_bounds[keys], v.pair_bounds[keys + 1] - v.pair_bounds[keys]
-        total = int(sizes.sum())
-        if total == 0:
+        if not sizes.any():
             return ones
-        # the pair groups' rows, concatenated: group g covers by_pair[lo[g] : lo[g] + sizes[g]]
-        offsets = np.cumsum(sizes) - sizes
-        index = np.repeat(lo - offsets, sizes) + np.arange(total)
+        index = _ranges(lo, sizes)
         starts = np.repeat(self._flat[afters[which] * 256 + seconds], sizes)
         return np.concatenate([ones, self._walk(v.by_pair[index], starts, 2)])
 
@@ -220,6 +223,12 @@ _MIN_CHAIN_BYTES = 16
 _MAX_CHAIN_DEPTH = 24
 # The byte tried first as the chain's: a letter.
 _PROBE_BYTE = ord("a")
+def _ranges(lo: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The positions lo[g] .. lo[g] + sizes[g] - 1 of every group g, concatenated."""
+    offsets = np.cumsum(sizes) - sizes
+    return np.repeat(lo - offsets, sizes) + np.arange(int(sizes.sum()))
+
+
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 # Allowed tokens set bit by bit up to this many; more are packed from a flag array.
 _FEW_ALLOWED = 256
