@@ -36,14 +36,14 @@ class LaunchedServer:
             time.sleep(0.2)
 
     def request(self, method: str, path: str, body=None, headers=None, check: bool = True, timeout: float = 60.0):
-        """(status, parsed JSON or text)."""
+        """(status, parsed JSON or text); the response's headers are kept in `last_headers`."""
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
-                status, raw = resp.status, resp.read().decode()
+                status, raw, self.last_headers = resp.status, resp.read().decode(), dict(resp.headers)
         except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read().decode()
+            status, raw, self.last_headers = e.code, e.read().decode(), dict(e.headers)
         except (urllib.error.URLError, ConnectionError):
             if check:
                 raise

@@ -116,6 +116,7 @@ def test_full_queue_is_503_then_served(guarded):
     wait_running(guarded, 3)
     status, payload = guarded.post("/generate", long_body(5), headers=AUTH, check=False)
     assert status == 503 and "overloaded" in payload["error"]["message"]
+    assert guarded.last_headers.get("Retry-After") == "1", "an overloaded 503 says when to retry"
     for b in backgrounds:
         b.check()
     extra.check()

@@ -25,6 +25,10 @@ _TYPES = {
     503: "service_unavailable",
 }
 OPEN_ROUTES = ("/health", "/health_generate")  # no API key needed
+# Why 1 s: an overloaded server frees a place when a running request ends, which at decode
+# speed is seconds away; clients that honour Retry-After (OpenAI's SDK does) come back then
+# instead of at once. Errors that retrying this server will not cure (it is dying) get none.
+RETRY_AFTER_S = 1
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict:
@@ -61,7 +65,10 @@ async def error_middleware(request: web.Request, handler):
         status, message, param = status_of(e)
         if status == 500:
             logger.exception("error serving %s %s", request.method, request.path)
-        return error_response(status, message, param)
+        response = error_response(status, message, param)
+        if isinstance(e, Overloaded):
+            response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
 
 
 def auth_middleware(api_key: str | None):
