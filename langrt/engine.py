@@ -3,6 +3,8 @@
     engine = langrt.Engine()                      # the built-in SmolLM2-135M-Instruct
     out = engine.generate("The capital of France is", {"max_new_tokens": 8, "temperature": 0})
     out["text"], out["output_ids"], out["meta_info"]
+    for chunk in engine.generate("Once upon a time", {"max_new_tokens": 32}, stream=True):
+        chunk["text"]                             # cumulative; the last chunk has the final meta_info
     engine.shutdown()
 
 It starts the same scheduler and detokenizer processes as `langrt launch` and talks to them
@@ -15,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import queue
 import threading
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Iterator, Sequence
 
 from langrt.managers.processes import ChildProcesses
+from langrt.managers.req_state import merged_snapshots
 from langrt.managers.tokenizer_manager import TokenizerManager, make_generate_input
 from langrt.model.source import ModelSource
 from langrt.model.tokenizer import load_tokenizer
@@ -65,11 +69,22 @@ class Engine:
         top_logprobs_num: int | list[int] | None = None,
         return_text_in_logprobs: bool = False,
         rid: str | list[str] | None = None,
-    ) -> dict | list[dict]:
+        stream: bool = False,
+    ) -> dict | list[dict] | Iterator[dict]:
         """One prompt (text or token ids) -> one result; a list of prompts, or n > 1 -> a list.
 
         Each result: {"text", "output_ids", "meta_info"} as the native HTTP API returns it.
-        Bad input raises InvalidRequest naming the field; nothing of the call runs then."""
+        Bad input raises InvalidRequest naming the field; nothing of the call runs then.
+
+        stream=True returns an iterator of results as they grow, as the native API streams
+        them: `text` is cumulative, the last result of each request has its final meta_info,
+        and results of a batch carry their "index". Closing the iterator early aborts the
+        requests."""
+        if stream:
+            return self._stream_sync(
+                prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
+                return_text_in_logprobs, rid,
+            )  # fmt: skip
         return self._call(
             self.async_generate(
                 prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
@@ -99,11 +114,9 @@ class Engine:
             )
             return await asyncio.wrap_future(future)
         manager = self.manager
-        inp, is_batch = make_generate_input(
-            manager.tokenize, prompt if isinstance(prompt, (str, list)) or prompt is None else list(prompt),
-            _listify(input_ids), sampling_params, rid, return_logprob, logprob_start_len, top_logprobs_num,
-            return_text_in_logprobs,
-        )  # fmt: skip
+        inp, is_batch = self._input(
+            prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid
+        )
         states = await manager.submit(inp)
         try:
             for state in states:
@@ -114,6 +127,71 @@ class Engine:
             raise
         results = [s.response(self.tokenizer) for s in states]
         return results if is_batch else results[0]
+
+    async def async_generate_stream(
+        self,
+        prompt=None,
+        sampling_params=None,
+        input_ids=None,
+        return_logprob=False,
+        logprob_start_len=None,
+        top_logprobs_num=None,
+        return_text_in_logprobs=False,
+        rid=None,
+    ) -> AsyncIterator[dict]:
+        """`generate(..., stream=True)` as an async iterator, on the engine's own loop."""
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError("async_generate_stream runs on the engine's loop; use generate(..., stream=True)")
+        manager = self.manager
+        inp, is_batch = self._input(
+            prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid,
+            stream=True,
+        )
+        states = await manager.submit(inp)
+        try:
+            async for i, state in merged_snapshots(states):
+                result = state.response(self.tokenizer)
+                if is_batch:
+                    result["index"] = i
+                yield result
+        finally:  # finished, failed, or the consumer stopped early
+            for state in states:
+                if not state.finished:
+                    manager.abort(state)
+
+    def _input(
+        self, prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid,
+        stream=False,
+    ):  # fmt: skip
+        """(GenerateInput, is_batch) from generate's arguments; raises InvalidRequest."""
+        return make_generate_input(
+            self.manager.tokenize, prompt if isinstance(prompt, (str, list)) or prompt is None else list(prompt),
+            _listify(input_ids), sampling_params, rid, return_logprob, logprob_start_len, top_logprobs_num,
+            return_text_in_logprobs, stream,
+        )  # fmt: skip
+
+    def _stream_sync(self, *args) -> Iterator[dict]:
+        """Bridges async_generate_stream (on the engine's loop) to the calling thread."""
+        items: queue.Queue = queue.Queue()
+        done = object()
+
+        async def pump():
+            try:
+                async for result in self.async_generate_stream(*args):
+                    items.put(result)
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                items.put(e)
+            finally:
+                items.put(done)
+
+        future = asyncio.run_coroutine_threadsafe(pump(), self._loop)
+        try:
+            while (item := items.get()) is not done:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            future.cancel()  # a consumer that stops early aborts the requests
 
     # ---- control -------------------------------------------------------------------------
 

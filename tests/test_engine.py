@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -51,6 +53,43 @@ def test_batch_equals_one_by_one(engine):
         alone = engine.generate(prompt, greedy(16))
         assert alone["output_ids"] == out["output_ids"]
     assert_pools_empty(engine)
+
+
+def test_stream_grows_to_the_same_result(engine):
+    """stream=True: results as they grow (cumulative text), the last one equal to the result
+    without streaming; only it has a finish reason."""
+    whole = engine.generate(PROMPTS[1], greedy(12))
+    chunks = list(engine.generate(PROMPTS[1], greedy(12), stream=True))
+    assert len(chunks) > 1, "more than one event: the text arrives as it is generated"
+    for before, after in zip(chunks, chunks[1:]):
+        assert after["text"].startswith(before["text"]) and len(after["output_ids"]) >= len(before["output_ids"])
+        assert before["meta_info"]["finish_reason"] is None
+    assert chunks[-1]["text"] == whole["text"] and chunks[-1]["output_ids"] == whole["output_ids"]
+    assert chunks[-1]["meta_info"]["finish_reason"] == whole["meta_info"]["finish_reason"]
+
+
+def test_stream_of_a_batch_is_indexed(engine):
+    whole = engine.generate(PROMPTS[:2], greedy(8))
+    last = {}
+    for chunk in engine.generate(PROMPTS[:2], greedy(8), stream=True):
+        last[chunk["index"]] = chunk
+    assert [last[i]["output_ids"] for i in (0, 1)] == [w["output_ids"] for w in whole]
+
+
+def test_stream_closed_early_aborts_and_bad_input_raises(engine):
+    stream = engine.generate(PROMPTS[2], greedy(500), stream=True)
+    first = next(stream)
+    assert first["meta_info"]["finish_reason"] is None
+    passes = engine.cache_stats()["forward_passes"]
+    stream.close()  # the consumer stops: the request is aborted, nothing is left running
+    deadline = time.monotonic() + 30
+    while engine.cache_stats()["running_requests"] or engine.cache_stats()["in_flight_requests"]:
+        assert time.monotonic() < deadline, "the abandoned request kept running"
+        time.sleep(0.01)
+    assert engine.cache_stats()["forward_passes"] - passes < 250, "stopped early, not after its 500 tokens"
+    assert_pools_empty(engine)
+    with pytest.raises(InvalidRequest, match="temperature"):
+        next(engine.generate(PROMPTS[0], {"temperature": -1}, stream=True))
 
 
 def test_input_ids_and_rids(engine):

@@ -83,7 +83,9 @@ def test_engine_backend_runs_programs_in_process():
         error = bad.run(backend=backend).error()
         assert isinstance(error, RuntimeError) and "max_new_tokens" in str(error)
         streamed = capital.run(temperature=0, stream=True, backend=backend)
-        assert "".join(streamed.text_iter()) == streamed.text()
+        pieces = list(streamed.text_iter("answer"))
+        assert len(pieces) > 1, "the Engine streams: the answer arrives in pieces"
+        assert "".join(pieces) == streamed["answer"] and "".join(streamed.text_iter()) == streamed.text()
     finally:
         backend.shutdown()
 

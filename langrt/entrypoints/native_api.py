@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import AsyncIterator
 
 from aiohttp import web
 
 from langrt.errors import InvalidRequest
-from langrt.managers.req_state import ReqState
+from langrt.managers.req_state import ReqState, merged_snapshots
 from langrt.managers.tokenizer_manager import TokenizerManager, make_generate_input
 from langrt.version import __version__
 
@@ -92,35 +91,6 @@ async def wait_all(manager: TokenizerManager, states: list[ReqState]) -> None:
         for state in states:
             manager.abort(state)
         raise
-
-
-async def merged_snapshots(states: list[ReqState]) -> AsyncIterator[tuple[int, ReqState]]:
-    """(index, state) after every update of any of the states, until all finish."""
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump(i: int, state: ReqState):
-        try:
-            async for snapshot in state.snapshots():
-                await queue.put((i, snapshot, None))
-        except Exception as e:  # noqa: BLE001 - forwarded to the consumer
-            await queue.put((i, state, e))
-        await queue.put(None)
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(states)]
-    try:
-        remaining = len(states)
-        while remaining:
-            item = await queue.get()
-            if item is None:
-                remaining -= 1
-                continue
-            i, state, error = item
-            if error is not None:
-                raise error
-            yield i, state
-    finally:
-        for task in tasks:
-            task.cancel()
 
 
 async def start_sse(request: web.Request) -> web.StreamResponse:

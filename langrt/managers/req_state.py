@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncIterator
 
 from langrt.messages import TextUpdate
 
@@ -101,3 +101,32 @@ def _entry(value, token_id: int, tokenizer, with_text: bool) -> list:
 
 def _top(top, tokenizer, with_text: bool):
     return None if top is None else [_entry(v, t, tokenizer, with_text) for v, t in top]
+
+
+async def merged_snapshots(states: list[ReqState]) -> AsyncIterator[tuple[int, ReqState]]:
+    """(index, state) after every update of any of the states, until all finish."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, state: ReqState):
+        try:
+            async for snapshot in state.snapshots():
+                await queue.put((i, snapshot, None))
+        except Exception as e:  # noqa: BLE001 - forwarded to the consumer
+            await queue.put((i, state, e))
+        await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(states)]
+    try:
+        remaining = len(states)
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+                continue
+            i, state, error = item
+            if error is not None:
+                raise error
+            yield i, state
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -39,19 +39,27 @@ class EngineBackend:
         return self.model_info
 
     def generate(self, payload: dict) -> dict | list[dict]:
+        return self._generate(payload, stream=False)
+
+    def generate_stream(self, payload: dict) -> Iterator[dict]:
+        """Results as they grow (cumulative text), as the native API streams them."""
+        from langrt.errors import LangrtError
+
+        try:
+            yield from self._generate(payload, stream=True)
+        except LangrtError as e:
+            raise RuntimeError(f"generate failed: {e}") from e
+
+    def _generate(self, payload: dict, stream: bool):
         from langrt.errors import LangrtError
 
         if payload.get("image_data") is not None:
             raise RuntimeError("this model is text-only: image inputs are not supported")
         kwargs = {k: payload[k] for k in _GENERATE_ARGS if k in payload}
         try:
-            return self.engine.generate(payload.get("text"), input_ids=payload.get("input_ids"), **kwargs)
+            return self.engine.generate(payload.get("text"), input_ids=payload.get("input_ids"), stream=stream, **kwargs)
         except LangrtError as e:
             raise RuntimeError(f"generate failed: {e}") from e
-
-    def generate_stream(self, payload: dict) -> Iterator[dict]:
-        # The Engine returns finished results only: one event with the whole text.
-        yield self.generate(payload)
 
     def flush_cache(self) -> bool:
         return self.engine.flush_cache()
