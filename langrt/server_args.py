@@ -46,6 +46,7 @@ class ServerArgs:
     served_model_name: str | None = _flag("model name reported by the OpenAI API (default: the model path)", default=None)
     chat_template: str | None = _flag("chat template for /v1/chat/completions: a name (chatml, llama-3-instruct, qwen, default) or a .jinja file (default: the tokenizer's)", default=None)
     max_request_bytes: int = _flag("largest HTTP request body accepted; larger get 413", default=16 * 1024 * 1024)
+    body_read_timeout: float = _flag("seconds a client may take to send its request body; slower ones get 408 (a stalled upload must not hold a connection forever)", default=30.0)
     tp_size: int = _flag("tensor parallel size (only 1: one device per server)", default=1)
     quantization: str | None = _flag("weight quantization (none supported yet: weights are served in --dtype)", default=None)
     enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; on a 2-core CPU it measured no faster)", default=False)
@@ -60,6 +61,8 @@ class ServerArgs:
             if choices and value not in choices:
                 raise ValueError(f"--{_flag_name(f.name)} must be one of {', '.join(choices)}; got {value!r}")
         _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads", "max_request_bytes")
+        if not self.body_read_timeout > 0:
+            raise ValueError(f"--body-read-timeout must be positive; got {self.body_read_timeout}")
         if self.max_queued_requests < 0:
             raise ValueError(f"--max-queued-requests must be >= 0; got {self.max_queued_requests}")
         if self.chunked_prefill_size is not None and (self.chunked_prefill_size == 0 or self.chunked_prefill_size < -1):

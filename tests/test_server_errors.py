@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -21,7 +22,7 @@ def guarded(tiny_llama_dir):
     s = LaunchedServer(
         "--model-path", str(tiny_llama_dir), "--api-key", "secret", "--max-request-bytes", "20000",
         "--max-total-tokens", "8192", "--max-running-requests", "2", "--max-queued-requests", "1",
-        "--context-length", "2048", "--dtype", "float32",
+        "--context-length", "2048", "--dtype", "float32", "--body-read-timeout", "1",
     )  # fmt: skip
     yield s
     s.stop()
@@ -105,6 +106,25 @@ def test_errors_while_serving(guarded):
     status, payload = guarded.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": []}, headers=AUTH, check=False)
     assert status == 400 and payload["error"]["param"] == "tools"
     background.check()
+
+
+def test_stalled_body_gets_408_and_the_server_goes_on(guarded):
+    """A client that sends its headers and part of its body, then stalls (slow-loris), is
+    answered 408 once --body-read-timeout (1 s here) has passed; others are served meanwhile."""
+    sock = socket.create_connection(("127.0.0.1", guarded.port), timeout=10)
+    sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"text\": ")  # fmt: skip
+    started = time.monotonic()
+    assert guarded.post("/generate", long_body(3), headers=AUTH)[0] == 200
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = sock.recv(4096)
+        assert chunk, f"closed without an answer: {reply!r}"
+        reply += chunk
+    waited = time.monotonic() - started
+    sock.close()
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert 0.9 <= waited < 5, waited
 
 
 def test_full_queue_is_503_then_served(guarded):

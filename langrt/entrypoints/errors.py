@@ -20,6 +20,7 @@ _TYPES = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     500: "internal_error",
     503: "service_unavailable",
@@ -57,9 +58,10 @@ async def error_middleware(request: web.Request, handler):
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        message = {413: f"the request body is larger than the limit ({request.app['max_request_bytes']} bytes)"}.get(
-            e.status, e.reason
-        )
+        message = {
+            408: f"the request body did not arrive within {request.app.get('body_read_timeout')} s",
+            413: f"the request body is larger than the limit ({request.app['max_request_bytes']} bytes)",
+        }.get(e.status, e.reason)
         return error_response(e.status, message)
     except Exception as e:  # noqa: BLE001 - every failure becomes a JSON error, never a hang
         status, message, param = status_of(e)

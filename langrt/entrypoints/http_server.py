@@ -37,6 +37,7 @@ def create_app(manager: TokenizerManager, args: ServerArgs, model_path: str, tok
     app["served_model_name"] = args.served_model_name or (args.model_path or BUILTIN_NAME)
     app["chat_template"] = resolve_chat_template(args.chat_template, manager.tokenizer)
     app["max_request_bytes"] = args.max_request_bytes
+    app["body_read_timeout"] = args.body_read_timeout
     app["started"] = int(time.time())
     native_api.add_routes(app)
     openai_api.add_routes(app)

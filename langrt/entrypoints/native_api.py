@@ -24,8 +24,14 @@ MAX_JSON_DEPTH = 64
 
 
 async def read_json(request: web.Request, allowed: set[str] | None = None) -> dict:
-    """The body as a JSON object; unknown fields refused when `allowed` is given."""
-    body = parse_json(await request.read())
+    """The body as a JSON object; unknown fields refused when `allowed` is given. A body that
+    takes longer than --body-read-timeout to arrive gets 408."""
+    timeout = request.app.get("body_read_timeout")
+    try:
+        raw = await asyncio.wait_for(request.read(), timeout)
+    except asyncio.TimeoutError:
+        raise web.HTTPRequestTimeout() from None
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
     if allowed is not None:
