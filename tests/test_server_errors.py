@@ -181,6 +181,30 @@ def test_dead_scheduler_means_503_and_exit(tiny_llama_dir):
     assert not os.path.exists(ipc), "the ipc files are removed"
 
 
+def test_health_generate_needs_a_scheduler_that_makes_progress(tiny_llama_dir):
+    """/health only says the processes live; /health_generate runs a one-token probe when
+    nothing was generated lately, so a stuck (here: stopped) scheduler fails it."""
+    server = LaunchedServer("--model-path", str(tiny_llama_dir), "--max-total-tokens", "4096", "--dtype", "float32")
+    try:
+        passes = server.get("/get_server_info")[1]["forward_passes"]
+        assert server.get("/health_generate")[0] == 200
+        assert server.get("/get_server_info")[1]["forward_passes"] > passes, "an idle server generated to answer"
+        scheduler = server.get("/get_server_info")[1]["processes"]["scheduler"]
+        time.sleep(5.5)  # past the window in which recent output counts as progress
+        os.kill(scheduler, signal.SIGSTOP)
+        try:
+            assert server.get("/health")[0] == 200
+            started = time.monotonic()
+            status, payload = server.get("/health_generate", check=False, timeout=30)
+            assert status == 503 and "progress" in payload["error"]["message"], payload
+            assert 9 <= time.monotonic() - started < 15
+        finally:
+            os.kill(scheduler, signal.SIGCONT)
+        assert server.get("/health_generate", timeout=30)[0] == 200
+    finally:
+        server.stop()
+
+
 def test_response_format_constrains_chat_output(guarded):
     import jsonschema
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from aiohttp import web
 
@@ -183,6 +184,32 @@ async def health(request: web.Request) -> web.Response:
     return error_response(503, f"not serving: {manager.failure or 'starting'}")
 
 
+# Why 5 s / 10 s: output from the runtime within the last 5 s proves it is making progress
+# (a busy server answers at once); otherwise a one-token probe must finish within 10 s, which an
+# idle or lightly loaded server does in milliseconds and a stuck scheduler never does.
+PROGRESS_WINDOW_S = 5.0
+HEALTH_PROBE_TIMEOUT_S = 10.0
+
+
+async def health_generate(request: web.Request) -> web.Response:
+    """200 only if the runtime is generating: recent output, or a one-token probe that finishes
+    (a scheduler that is alive but stuck passes /health and fails this)."""
+    manager: TokenizerManager = request.app["manager"]
+    if not manager.healthy:
+        return error_response(503, f"not serving: {manager.failure or 'starting'}")
+    if time.monotonic() - manager.last_progress < PROGRESS_WINDOW_S:
+        return web.Response(text="ok\n")
+    inp, _ = make_generate_input(manager.tokenize, "ok", sampling_params={"max_new_tokens": 1, "temperature": 0})
+    try:
+        states = await manager.submit(inp)
+        await asyncio.wait_for(wait_all(manager, states), HEALTH_PROBE_TIMEOUT_S)  # aborts them on timeout
+    except asyncio.TimeoutError:
+        return error_response(503, f"no generation progress: a one-token probe did not finish within {HEALTH_PROBE_TIMEOUT_S:g} s")
+    except Exception as e:  # noqa: BLE001 - any failure of the probe is a failed check
+        return error_response(503, f"the generation probe failed: {e}")
+    return web.Response(text="ok\n")
+
+
 async def metrics(request: web.Request) -> web.Response:
     manager: TokenizerManager = request.app["manager"]
     stats = await manager.server_stats()
@@ -215,6 +242,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_route("GET", "/flush_cache", flush_cache)
     app.router.add_route("POST", "/flush_cache", flush_cache)
     app.router.add_get("/health", health)
-    app.router.add_get("/health_generate", health)
+    app.router.add_get("/health_generate", health_generate)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/concate_and_append_request", concate_and_append_request)

@@ -85,6 +85,7 @@ class TokenizerManager:
         # refused before tokenizing, which runs on the event loop (~1 s per MB).
         self.max_token_chars = max(map(len, tokenizer.get_vocab()), default=1)
         self._tasks: list[asyncio.Task] = []
+        self.last_progress = float("-inf")  # monotonic time of the last output from the runtime
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -243,6 +244,7 @@ class TokenizerManager:
         while True:
             message = await self.inbox.get()
             if isinstance(message, TextUpdates):
+                self.last_progress = time.monotonic()
                 for update in message.updates:
                     self._on_update(update)
             elif isinstance(message, RequestFailed):
