@@ -131,14 +131,25 @@ def test_number_bounds_are_sound_and_tight(lo, width, probes):
         assert accepted == valid, (schema, text)  # plain decimals inside the range are all taken
 
 
+# Text is Unicode scalar values: a lone surrogate is not a character (UTF-8 cannot carry it, and
+# RFC 8259 leaves its meaning to each parser), so langrt never produces one; see the next test.
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lo=st.integers(0, 6), extra=st.integers(0, 6), text=st.text(st.characters(max_codepoint=0xFFFFF), max_size=14))
+@given(lo=st.integers(0, 6), extra=st.integers(0, 6),
+       text=st.text(st.characters(max_codepoint=0xFFFFF, exclude_categories=("Cs",)), max_size=14))  # fmt: skip
 def test_string_lengths_count_characters_not_bytes_or_escapes(lo, extra, text):
     schema = {"type": "string", "minLength": lo, "maxLength": lo + extra}
     pattern = re.compile(schema_to_regex(schema))
     valid = lo <= len(text) <= lo + extra
     for dumped in (json.dumps(text), json.dumps(text, ensure_ascii=False)):  # escaped and raw
         assert (pattern.fullmatch(dumped) is not None) == valid, (schema, dumped)
+
+
+def test_surrogate_escapes_only_in_pairs():
+    """\\uD83D\\uDE00 is one character (a pair); a lone \\uD800 or \\uDC00 escape is refused."""
+    pattern = re.compile(schema_to_regex({"type": "string", "maxLength": 1}))
+    assert pattern.fullmatch(json.dumps("\U0001F600"))  # "\ud83d\ude00"
+    for lone in ('"\\ud800"', '"\\udc00"', '"\\ud83d"', '"\\ude00\\ud83d"'):
+        assert not pattern.fullmatch(lone), lone
 
 
 def test_exclusive_float_bound_rejects_what_rounds_onto_it():
