@@ -81,18 +81,9 @@ class ByteDFA:
             r = self._rows[state] = self.table[state].tolist()
         return r
 
-    def walk(self, state: int, data: bytes) -> int:
-        """The state after `data`, or `dead`."""
-        dead = self.dead
-        for byte in data:
-            state = self.row(state)[byte]
-            if state == dead:
-                return dead
-        return state
-
     def walk_noting_space(self, state: int, data: bytes) -> tuple[int, bool | None]:
-        """walk(), also returning whether a space was taken at the last space choice passed
-        (None if none was passed)."""
+        """The state after `data` (or `dead`), and whether a space was taken at the last space
+        choice passed (None if none was passed)."""
         dead, spaced = self.dead, None
         for byte in data:
             if self.is_space_choice(state):

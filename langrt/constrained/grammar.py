@@ -72,21 +72,16 @@ class GrammarMatcher:
                 return True
             return False
         data = g.vocab.token_bytes[token_id] if token_id < len(g.vocab.token_bytes) else None
-        if not data:
-            return False
-        state, spaced = g.dfa.walk_noting_space(self.state, data)
-        if state == g.dfa.dead:
+        return bool(data) and self.accept_bytes(data)
+
+    def accept_bytes(self, data: bytes) -> bool:
+        """Walk `data`; False (and no change) if the grammar forbids it."""
+        state, spaced = self.grammar.dfa.walk_noting_space(self.state, data)
+        if state == self.grammar.dfa.dead:
             return False
         self.state = state
         if spaced is not None:
             self.spaced = spaced
-        return True
-
-    def accept_bytes(self, data: bytes) -> bool:
-        state = self.grammar.dfa.walk(self.state, data)
-        if state == self.grammar.dfa.dead:
-            return False
-        self.state = state
         return True
 
     @property

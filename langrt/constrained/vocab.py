@@ -90,36 +90,25 @@ class SpelledWith:
         self.others = np.flatnonzero(~inside)
         self._allowed = allowed
         self._masks: dict[int | None, np.ndarray] = {}
-        self._first_outside: tuple[np.ndarray, np.ndarray] | None = None
         self._by_first_outside: tuple[np.ndarray, np.ndarray] | None = None
 
     def by_first_outside(self) -> tuple[np.ndarray, np.ndarray]:
         """`others` grouped by (position p, byte b) of their first byte outside X: walk rows
         ordered by key p * 256 + b, and the bounds of each key's group in that order."""
         if self._by_first_outside is None:
-            pos, byte = self.first_outside()
-            keys = pos * 256 + byte
-            order = np.argsort(keys, kind="stable")
-            width = self.vocab.walk_columns.shape[0]
-            self._by_first_outside = self.others[order], np.searchsorted(keys[order], np.arange(width * 256 + 1))
-        return self._by_first_outside
-
-    def first_outside(self) -> tuple[np.ndarray, np.ndarray]:
-        """For each of `others`: the position of its first byte outside X, and that byte."""
-        if self._first_outside is None:
             columns, outside = self.vocab.walk_columns, ~self._allowed
-            pos = np.zeros(self.others.size, dtype=np.int64)
-            byte = np.zeros(self.others.size, dtype=np.int64)
+            keys = np.zeros(self.others.size, dtype=np.int64)
             undecided = np.arange(self.others.size)
-            for j in range(columns.shape[0]):
+            for j in range(columns.shape[0]):  # every other-row has an outside byte: all decide
                 if not undecided.size:
                     break
                 b = columns[j][self.others[undecided]]
                 hit = outside[b]
-                pos[undecided[hit]], byte[undecided[hit]] = j, b[hit]
+                keys[undecided[hit]] = j * 256 + b[hit]
                 undecided = undecided[~hit]
-            self._first_outside = pos, byte
-        return self._first_outside
+            order = np.argsort(keys, kind="stable")
+            self._by_first_outside = self.others[order], np.searchsorted(keys[order], np.arange(columns.shape[0] * 256 + 1))
+        return self._by_first_outside
 
     def longer_than(self, depth: int) -> np.ndarray:
         """Walk rows of X-tokens longer than `depth` bytes."""
