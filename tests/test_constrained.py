@@ -158,3 +158,82 @@ def test_smollm_regex_and_json(smollm_path):
         value = json.loads(out["text"])
         jsonschema.validate(value, schema)
         assert value["age"] == 34 and "Seville" in value["city"], value
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "city": {"type": "string", "maxLength": 30},
+        "employed": {"type": "boolean"},
+        "languages": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3},
+    },
+    "required": ["name", "age", "city", "employed", "languages"],
+    "additionalProperties": False,
+}
+PEOPLE = [
+    "Alice Moreau is a 34-year-old nurse living in Lyon. She speaks French and English, and is employed.",
+    "Bruno Silva, 51, a baker from Porto, speaks Portuguese and Spanish; he is looking for work.",
+    "Chen Wang is 27 and works as a data analyst in Chengdu. Chen speaks Mandarin and English.",
+    "Dara Okafor, a 45-year-old pilot in Lagos, speaks Yoruba, English and French. Dara is employed.",
+]
+
+
+@pytest.mark.slow
+def test_jump_forward_on_smollm_extraction(smollm_path):
+    """SmolLM2, float32, four extractions at once: with jump-forward the tokens are the same, in
+    fewer passes, and draft rows are verified among the tokens their grammar state allows (their
+    full logits rows are not computed)."""
+    from runner_driver import make_scheduler
+
+    from langrt.managers.req import Req
+    from langrt.sampling.sampling_params import SamplingParams
+
+    outputs, stats, full_rows = {}, {}, {}
+    for jump in (True, False):
+        scheduler = make_scheduler(smollm_path, max_total_tokens=8192, disable_jump_forward=not jump)
+        tokenizer, runner = scheduler.tokenizer, scheduler.runner
+        rows = []
+        compute_logits = runner.compute_logits
+        runner.compute_logits = lambda hidden: rows.append(hidden.shape[0]) or compute_logits(hidden)
+        reqs = []
+        for i, text in enumerate(PEOPLE):
+            messages = [{"role": "user", "content": f"Extract the person's details as JSON.\n\n{text}"}]
+            prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            params = SamplingParams(max_new_tokens=120, temperature=0, json_schema=json.dumps(PERSON))
+            reqs.append(Req(f"r{i}", tokenizer.encode(prompt), params))
+            scheduler.add_request(reqs[-1])
+        while scheduler.has_work:
+            scheduler.step()
+        outputs[jump] = [r.output_ids for r in reqs]
+        stats[jump] = scheduler.stats
+        full_rows[jump] = sum(rows)
+        for r in reqs:
+            assert r.finish_reason.type == "stop"
+            jsonschema.validate(json.loads(tokenizer.decode(r.output_ids, skip_special_tokens=True)), PERSON)
+    assert outputs[True] == outputs[False]
+    produced = sum(len(o) for o in outputs[True])
+    assert full_rows[False] == produced
+    jumped = stats[True].jump_forward_tokens
+    assert jumped > 0.3 * produced
+    assert stats[True].forward_passes < 0.7 * stats[False].forward_passes
+    # each pass's emission outputs its accepted drafts and one token sampled after them: the
+    # drafts' rows never needed full logits
+    assert full_rows[True] <= produced - jumped
+
+
+def test_logits_of_single_tokens_equal_the_full_rows(tiny_llama_dir):
+    """compute_logits_of gives, for each (row, token), the value compute_logits has there."""
+    import torch
+    from runner_driver import make_runner
+
+    for dtype in ("float32", "bfloat16"):
+        runner = make_runner(tiny_llama_dir, dtype=dtype, max_total_tokens=512, context_length=128)
+        hidden = torch.randn(5, runner.config.hidden_size, generator=torch.Generator().manual_seed(0)).to(runner.dtype)
+        full = runner.compute_logits(hidden)
+        rows = torch.tensor([0, 0, 3, 4, 4, 4])
+        tokens = torch.tensor([0, 7, runner.vocab_size - 1, 5, 6, 9])
+        picked = runner.compute_logits_of(hidden, rows, tokens)
+        assert picked.dtype == torch.float32
+        torch.testing.assert_close(picked, full[rows, tokens], rtol=1e-5 if dtype == "float32" else 1e-2, atol=1e-5)

@@ -235,28 +235,78 @@ def test_accepted_tokens_record_the_space_choice(compiler, tokenizer):
 def test_drafts_learn_the_models_spelling(compiler, tokenizer):
     """Jump-forward drafts first spell forced text as the tokenizer would; once an output has
     spelled the same run otherwise, later drafts from that state (any request) use its tokens."""
-    from langrt.managers.constraints import propose_drafts
-    from langrt.managers.req import Req
-    from langrt.sampling.sampling_params import SamplingParams
+    from langrt.managers.constraints import advance_grammar, propose_drafts
 
     grammar = compiler.compile_regex(r'\{"languages": ?\["[A-Z][a-z]+"\]\}')
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
 
-    def new_req():
-        req = Req("r", [1, 2, 3], SamplingParams(max_new_tokens=64))
-        req.matcher = grammar.matcher()
-        return req
-
-    first = new_req()
+    first = _constrained_req(grammar)
     assert propose_drafts(first, encode) == encode('{"languages": ["')
     model_spelling = [encode(piece)[0] for piece in ('{"', "language", "s", '":', ' ["')]
     assert b"".join(grammar.vocab.token_bytes[t] for t in model_spelling) == b'{"languages": ["'
     assert model_spelling != encode('{"languages": ["')
     for t in model_spelling + encode("English"):  # the model's own tokens, then a free word
         first.output_ids.append(t)
-        assert first.matcher.accept_token(t)
-    propose_drafts(first, encode)
-    assert propose_drafts(new_req(), encode) == model_spelling
+        advance_grammar(first, t, None)
+    assert propose_drafts(_constrained_req(grammar), encode) == model_spelling
+
+
+def test_drafts_follow_the_most_frequent_spelling_and_stop_where_models_leave_the_run(compiler, tokenizer):
+    """From each state the draft takes the token models wrote most often there; where that
+    token runs on past the forced text (` true` after the forced space), or where no spelling
+    has a majority, drafting stops: the model's own sample at that row continues the output."""
+    from langrt.managers.constraints import advance_grammar, propose_drafts
+
+    grammar = compiler.compile_regex(r'\{"employed": (true|false), "n": [0-9]\}')
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    token = lambda piece: encode(piece)[0]  # noqa: E731
+
+    def write(pieces):
+        req = _constrained_req(grammar)
+        for piece in pieces:
+            advance_grammar(req, token(piece), None)
+        return req
+
+    em, employ = ['{"', "em", "ployed", '":', " true"], ['{"', "employ", "ed", '":', " true"]
+    for pieces in (em, em, employ):
+        write(pieces)
+    # two of three wrote `em` + `ployed`; every one ran on into the free value with ` true`
+    assert propose_drafts(_constrained_req(grammar), encode) == [token(p) for p in em[:4]]
+    write(employ)
+    write(employ)  # now `employ` leads 3 to 2: a majority of the five
+    assert propose_drafts(_constrained_req(grammar), encode) == [token(p) for p in employ[:4]]
+    write(em)  # 3 to 3: no majority after `{"`
+    assert propose_drafts(_constrained_req(grammar), encode) == [token('{"')]
+
+
+def _constrained_req(grammar):
+    from langrt.managers.req import Req
+    from langrt.sampling.sampling_params import SamplingParams
+
+    req = Req("r", [1, 2, 3], SamplingParams(max_new_tokens=64))
+    req.matcher = grammar.matcher()
+    return req
+
+
+def test_allowed_ids_list_the_mask(compiler, vocab):
+    """A state's allowed ids are its bitmask's set bits, ascending; past MAX_LISTED_IDS, None."""
+    from langrt.constrained.masks import MAX_LISTED_IDS
+
+    grammar = compiler.compile_regex(r'\{"key": "[a-z]*"\}')
+    matcher = grammar.matcher()
+    listed = 0
+    for piece in (b'{"k', b'ey": ', b'"', b"abc"):
+        bits = torch.zeros((1, vocab.num_words), dtype=torch.int32)
+        matcher.fill_bitmask(bits, 0)
+        expected = [t for t in range(vocab.vocab_size) if (int(bits[0, t // 32]) >> (t % 32)) & 1]
+        ids = grammar.masks.allowed_ids(matcher.state)
+        if len(expected) > MAX_LISTED_IDS:
+            assert ids is None
+        else:
+            assert ids.tolist() == expected
+            listed += 1
+        assert matcher.accept_bytes(piece)
+    assert listed >= 2, "the forced key's states list their few tokens"
 
 
 def test_bad_regex_names_the_position(compiler):

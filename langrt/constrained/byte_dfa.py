@@ -57,6 +57,7 @@ class ByteDFA:
         self._rows: dict[int, list[int]] = {}
         self._live = (self.table != self.dead).any(axis=1)
         self._space_choice: dict[int, bool] = {}
+        self._forced: dict[tuple[int, int, bool | None], bytes] = {}
 
     def is_space_choice(self, state: int) -> bool:
         """An optional space: after a space, exactly the same bytes lead on as without one
@@ -97,11 +98,23 @@ class ByteDFA:
         """Some byte leads on from `state`."""
         return bool(self._live[state])
 
+    def in_run(self, state: int) -> bool:
+        """One byte leads on (or an optional space and what follows it): `state` lies inside
+        forced text, where jump-forward drafts."""
+        return bool(self.forced_bytes(state, limit=1, space=True))
+
     def forced_bytes(self, state: int, limit: int = 256, space: bool | None = None) -> bytes:
         """The bytes every continuation from `state` must start with: followed while exactly one
         byte leads on and the state does not accept (where it could also end). With `space`
         set, also through space choices (taking the space or not as told): then the bytes are
-        a likely continuation, not a forced one."""
+        a likely continuation, not a forced one. Memoized."""
+        key = (state, limit, space)
+        found = self._forced.get(key)
+        if found is None:
+            found = self._forced[key] = self._follow_forced(state, limit, space)
+        return found
+
+    def _follow_forced(self, state: int, limit: int, space: bool | None) -> bytes:
         out = bytearray()
         dead = self.dead
         while len(out) < limit and not self.accepting[state]:

@@ -27,6 +27,9 @@ from langrt.errors import InvalidRequest
 # Why: a DFA's states each cost a token mask (~6 KB for a 49k vocabulary, computed on first
 # visit), so 200k states bound a grammar's worst case to ~1 GB.
 MAX_DFA_STATES = 200_000
+# Why 64: in forced text a model writes one of a few spellings; past 64 different tokens from
+# one state the state is not worth drafting from, and the table stays small.
+MAX_TOKENS_NOTED = 64
 
 
 class Grammar:
@@ -35,9 +38,20 @@ class Grammar:
         self.vocab = vocab
         self.masks = TokenMasks(dfa, vocab)
         self.source = source
-        # (state, space guess) -> the tokens a model was seen to spell the text forced from
-        # there with (jump-forward drafts; the scheduler thread alone reads and writes it)
-        self.learned_spellings: dict[tuple[int, bool], list[int]] = {}
+        # state inside forced text -> {token: times a model wrote it from there}: how models
+        # spell forced runs (jump-forward drafts; the scheduler thread alone reads and writes it)
+        self.next_tokens: dict[int, dict[int, int]] = {}
+
+    def note_next(self, state: int, token: int) -> None:
+        """A model wrote `token` from `state`: remembered where `state` lies inside forced (or
+        likely) text, the only places jump-forward drafts from."""
+        seen = self.next_tokens.get(state)
+        if seen is None:
+            if not self.dfa.in_run(state):
+                return
+            seen = self.next_tokens[state] = {}
+        if token in seen or len(seen) < MAX_TOKENS_NOTED:
+            seen[token] = seen.get(token, 0) + 1
 
     def matcher(self) -> "GrammarMatcher":
         return GrammarMatcher(self, self.dfa.initial)

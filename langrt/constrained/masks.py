@@ -29,6 +29,12 @@ from langrt.constrained.byte_dfa import ByteDFA
 from langrt.constrained.vocab import TokenVocabulary
 
 
+# Why 512: listed ids serve jump-forward's draft rows, whose logits are computed for the
+# allowed tokens only (a gather of their embedding rows); past a few hundred tokens a full row
+# of the batched LM-head GEMM costs less than the gather.
+MAX_LISTED_IDS = 512
+
+
 class TokenMasks:
     def __init__(self, dfa: ByteDFA, vocab: TokenVocabulary):
         self.dfa = dfa
@@ -36,6 +42,7 @@ class TokenMasks:
         self._flat = dfa.table.astype(np.int64).ravel()
         self._flat_ints = memoryview(self._flat)  # indexing yields Python ints (walks in Python)
         self._packed: dict[int, torch.Tensor] = {}
+        self._ids: dict[int, torch.Tensor | None] = {}
         self._chains: dict[int, tuple[np.ndarray, int | None] | None] = {}
         self._lock = threading.Lock()  # masks may be read from several threads (forks)
 
@@ -48,6 +55,18 @@ class TokenMasks:
             with self._lock:
                 self._packed[state] = mask
         return mask
+
+    def allowed_ids(self, state: int) -> torch.Tensor | None:
+        """int64 ids of the tokens allowed in `state`, ascending; None when more than
+        MAX_LISTED_IDS are. Memoized."""
+        if state in self._ids:
+            return self._ids[state]
+        bits = np.unpackbits(self.packed(state).numpy().view(np.uint8), bitorder="little")
+        ids = np.flatnonzero(bits[: self.vocab.vocab_size])
+        found = torch.from_numpy(ids) if ids.size <= MAX_LISTED_IDS else None
+        with self._lock:
+            self._ids[state] = found
+        return found
 
     @property
     def states_computed(self) -> int:

@@ -9,8 +9,6 @@ waiting queue. A compile failure fails that request alone.
 from __future__ import annotations
 
 from concurrent.futures import Future
-from dataclasses import dataclass
-
 import torch
 
 from langrt.constrained.spec import GrammarSpec
@@ -82,24 +80,17 @@ def advance_grammar(req: Req, token: int, eos_token_id: int | None) -> int | Non
     before = matcher.state
     if not matcher.accept_token(token):
         raise RuntimeError(f"request {req.rid}: sampled token {token} that its grammar forbids")
+    matcher.grammar.note_next(before, token)
     if matcher.is_terminated():
         req.finish(FinishReason.by_stop(token if token in matcher.grammar.vocab.eos_token_ids else eos_token_id))
     return before
 
 
-# Why 32: a drafted run is learned once the output has spelled all of it; one that a mismatch
-# cut short is finished by the next passes, a few tokens later. Past this many it is dropped.
-LEARN_WITHIN_TOKENS = 32
-
-
-@dataclass
-class DraftOrigin:
-    """Where a drafted run began: the grammar state and space guess it was drafted from, the
-    output length then, and how many bytes it covered."""
-
-    key: tuple[int, bool]
-    output_pos: int
-    length: int
+# Why a majority: where models split forced text several ways from one state (`em` + `ployed`,
+# `employ` + `e` + `d`), a draft past that point is as often computed in vain as not; stopping
+# there costs nothing when the guess would have been wrong, and the next pass drafts on from
+# the spelling the model chose.
+MIN_SHARE_TO_DRAFT = 0.5
 
 
 def propose_drafts(req: Req, encode) -> list[int]:
@@ -110,61 +101,55 @@ def propose_drafts(req: Req, encode) -> list[int]:
     token_emitter.py): the output is exactly what it would be without jump-forward, in fewer
     passes.
 
-    The tokens: how the model itself spelled the same run before (from the same grammar state,
-    in any request), else the tokenizer's own spelling of the text alone. Models often split
-    text differently from the tokenizer (`language` + `s`, or ` ["` across the forced `[` and
-    the free `"`), and every draft after a wrong one is computed in vain."""
+    The tokens: from each state, the token models wrote most often from there (in any request),
+    else the tokenizer's own spelling of the rest of the run. Models often split text
+    differently from the tokenizer (`language` + `s`, or ` ["` across the forced `[` and the
+    free `"`), and from one request to the next (`em` + `ployed`, `employ` + `e` + `d`); every
+    draft after a wrong one is computed in vain. Where models most often leave the run early
+    (a token running on into free text, like ` false` after the forced space), drafting stops:
+    the token sampled at the last draft's row comes from the model anyway."""
     matcher = req.matcher
     if matcher is None or req.finished:
         return []
+    run = matcher.likely_bytes()
+    budget = req.remaining_new_tokens - 1
+    if not run or budget <= 0:
+        return []
     grammar = matcher.grammar
-    _learn_spellings(req)
-    forced = matcher.likely_bytes()
-    if not forced:
-        return []
-    try:
-        text = forced.decode("utf-8")
-    except UnicodeDecodeError:
-        forced = _whole_characters(forced)
-        text = forced.decode("utf-8")
-    if not text:
-        return []
-    key = (matcher.state, matcher.spaced)
-    tokens = grammar.learned_spellings.get(key)
-    if tokens is None:
-        tokens = encode(text)
-        if b"".join(grammar.vocab.token_bytes[t] or b"" for t in tokens) != forced:
-            return []  # the tokenizer would not spell these bytes back exactly
-    req.draft_origins.append(DraftOrigin(key, len(req.output_ids), len(forced)))
-    return tokens[: max(0, req.remaining_new_tokens - 1)]
+    token_bytes = grammar.vocab.token_bytes
+    state, tokens, pos = matcher.state, [], 0
+    while pos < len(run) and len(tokens) < budget:
+        seen = grammar.next_tokens.get(state)
+        if not seen:
+            tokens += _tokenizer_spelling(run[pos:], encode, token_bytes)
+            break
+        token = max(seen, key=seen.__getitem__)
+        if seen[token] <= MIN_SHARE_TO_DRAFT * sum(seen.values()):
+            break
+        data = token_bytes[token] if token < len(token_bytes) else None
+        if not data or not run.startswith(data, pos):
+            break
+        tokens.append(token)
+        pos += len(data)
+        state = grammar.dfa.walk_noting_space(state, data)[0]
+    return tokens[:budget]
 
 
-def _learn_spellings(req: Req) -> None:
-    """Record, for each drafted run the output now covers, the tokens it was spelled with (up to
-    the first that reaches its end)."""
-    token_bytes = req.matcher.grammar.vocab.token_bytes
-    learned = req.matcher.grammar.learned_spellings
-    pending = []
-    for origin in req.draft_origins:
-        spelled, tokens = 0, []
-        for token in req.output_ids[origin.output_pos :]:
-            data = token_bytes[token] if token < len(token_bytes) else None
-            if not data:
-                break
-            tokens.append(token)
-            spelled += len(data)
-            if spelled >= origin.length:
-                break
-        if spelled >= origin.length:
-            learned[origin.key] = tokens
-        elif len(req.output_ids) - origin.output_pos < LEARN_WITHIN_TOKENS and len(tokens) == len(req.output_ids) - origin.output_pos:
-            pending.append(origin)
-    req.draft_origins = pending
+def _tokenizer_spelling(run: bytes, encode, token_bytes) -> list[int]:
+    """The tokenizer's tokens for the whole characters of `run` ([] if they would not spell
+    those bytes back exactly)."""
+    run = _whole_characters(run)
+    if not run:
+        return []
+    tokens = encode(run.decode("utf-8"))
+    if b"".join(token_bytes[t] or b"" if t < len(token_bytes) else b"" for t in tokens) != run:
+        return []
+    return tokens
 
 
 def _whole_characters(data: bytes) -> bytes:
     """The longest prefix of `data` that ends on a character boundary."""
-    for end in range(len(data), 0, -1):
+    for end in range(len(data), max(len(data) - 4, 0), -1):
         try:
             data[:end].decode("utf-8")
             return data[:end]

@@ -88,7 +88,6 @@ class Req:
     text_end: int | None = None  # a stop string matched: the output text ends here
     matcher: Any = None  # a GrammarMatcher when the output is constrained
     draft_ids: list[int] = field(default_factory=list)  # jump-forward proposals, not yet output
-    draft_origins: list = field(default_factory=list)  # drafted runs not yet learned (constraints.py)
     input_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     output_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     sent: "SentMarks" = field(default_factory=lambda: SentMarks())

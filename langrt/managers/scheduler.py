@@ -276,7 +276,7 @@ class Scheduler:
             else:
                 emissions.append(Emission(req, [start + n - 1], []))
         if emissions:
-            self._emit(emissions, hidden)
+            self.emitter.emit(emissions, hidden, self.runner)
         for req, end in zip(decode, computed_to):
             # K/V is valid up to the last output token (which has none yet); drafts past the
             # first mismatch were computed in vain and give their slots back.
@@ -286,14 +286,6 @@ class Scheduler:
         for e in emissions:
             self.emitter.propose(e.req)
         return self._settle(decode, prefill)
-
-    def _emit(self, emissions: list[Emission], hidden: torch.Tensor) -> None:
-        rows = sorted({row for e in emissions for row in e.rows})
-        position = {row: i for i, row in enumerate(rows)}
-        logits = self.runner.compute_logits(hidden[torch.tensor(rows, device=hidden.device)])
-        for e in emissions:
-            e.rows = [position[row] for row in e.rows]
-        self.emitter.emit(emissions, logits)
 
     def _settle(self, decode: list[Req], prefill: list[PrefillItem]) -> list[Req]:
         """Finished requests leave (their tokens to the cache); new prefixes become shared."""

@@ -7,6 +7,10 @@ read in order: the token sampled from row i is output, and if it equals draft i 
 (which was computed with that very token in context) is sampled too. The first mismatch ends
 the run. Each output token is thus sampled from the model's distribution given exactly the
 tokens before it, as without drafts; drafts only save the forward passes they predicted.
+
+A greedy request's draft rows lie inside forced text, where its grammar allows few tokens: the
+choice there is the argmax over those tokens' logits alone (the same token as the argmax of the
+masked full row), so the LM head and the masking are spent only on rows with many choices.
 """
 
 from __future__ import annotations
@@ -38,17 +42,29 @@ class TokenEmitter:
         self.jump_forward = jump_forward
         self.stats = stats
 
-    def emit(self, emissions: list[Emission], logits: torch.Tensor) -> None:
-        """Sample and output tokens; `logits` holds every row any emission names."""
-        active, position = emissions, 0
+    def emit(self, emissions: list[Emission], hidden: torch.Tensor, runner) -> None:
+        """Choose and output tokens from the rows of `hidden` the emissions name."""
+        picks = _greedy_among_allowed(emissions, [_allowed_lists(e) for e in emissions], hidden, runner)
+        full = sorted({row for e, p in zip(emissions, picks) for row, t in zip(e.rows, p) if t is None})
+        logits = runner.compute_logits(hidden[torch.tensor(full, device=hidden.device)]) if full else None
+        where = {row: i for i, row in enumerate(full)}
+        active, position = list(range(len(emissions))), 0
         while active:
-            rows = torch.tensor([e.rows[position] for e in active], device=logits.device)
-            chosen = self._sample([e.req for e in active], logits[rows])
+            chosen = {}
+            sampled = [k for k in active if picks[k][position] is None]
+            if sampled:
+                rows = torch.tensor([where[emissions[k].rows[position]] for k in sampled], device=hidden.device)
+                chosen = dict(zip(sampled, self._sample([emissions[k].req for k in sampled], logits[rows])))
+            for k in active:
+                if picks[k][position] is not None:
+                    chosen[k] = picks[k][position]
+                    self._output(emissions[k].req, chosen[k])
             still = []
-            for e, token in zip(active, chosen):
-                if position < len(e.drafts) and token == e.drafts[position] and not e.req.finished:
+            for k in active:
+                e = emissions[k]
+                if position < len(e.drafts) and chosen[k] == e.drafts[position] and not e.req.finished:
                     self.stats.jump_forward_tokens += 1
-                    still.append(e)
+                    still.append(k)
             active, position = still, position + 1
 
     def propose(self, req: Req) -> None:
@@ -65,12 +81,14 @@ class TokenEmitter:
         mask_logits(reqs, logits)
         next_ids = sampling.sample(logits).tolist()
         logprobs.record(next_ids)
-        eos = self.tokenizer.eos_token_id
         for req, token in zip(reqs, next_ids):
-            req.output_ids.append(token)
-            self.stop_checker.update(req, token)
-            advance_grammar(req, token, eos)
+            self._output(req, token)
         return next_ids
+
+    def _output(self, req: Req, token: int) -> None:
+        req.output_ids.append(token)
+        self.stop_checker.update(req, token)
+        advance_grammar(req, token, self.tokenizer.eos_token_id)
 
     def _ban_early_stops(self, reqs: list[Req], logits: torch.Tensor) -> None:
         """Before min_new_tokens, EOS and stop token ids cannot be sampled (unless a grammar
@@ -84,3 +102,43 @@ class TokenEmitter:
         ]
         if any(banned):
             ban_tokens(logits, banned)
+
+
+def _allowed_lists(e: Emission) -> list[torch.Tensor | None]:
+    """Per row of a drafting emission of a greedy request: the ids its grammar state allows
+    there (the state after the drafts before the row), or None where the row needs its full
+    logits (sampled or penalized requests, logprobs asked for, or too many tokens allowed)."""
+    req = e.req
+    if not e.drafts or req.matcher is None or req.return_logprob:
+        return [None] * len(e.rows)
+    if not req.params.is_greedy or req.params.needs_penalties:
+        return [None] * len(e.rows)
+    grammar, state, allowed = req.matcher.grammar, req.matcher.state, []
+    for i in range(len(e.rows)):
+        allowed.append(grammar.masks.allowed_ids(state))
+        if i < len(e.drafts):
+            state = grammar.dfa.walk_noting_space(state, grammar.vocab.token_bytes[e.drafts[i]])[0]
+    return allowed
+
+
+def _greedy_among_allowed(emissions: list[Emission], allowed: list[list], hidden: torch.Tensor, runner) -> list[list]:
+    """Per emission and row: the allowed token of highest logit, the lowest id on ties (argmax
+    over the masked full row gives the same), with only the allowed tokens' logits computed;
+    None where `allowed` has None."""
+    chosen = [[None] * len(a) for a in allowed]
+    places = [(k, i) for k, a in enumerate(allowed) for i, ids in enumerate(a) if ids is not None]
+    if not places:
+        return chosen
+    lists = [allowed[k][i] for k, i in places]
+    sizes = torch.tensor([len(ids) for ids in lists])
+    rows = torch.repeat_interleave(torch.tensor([emissions[k].rows[i] for k, i in places]), sizes)
+    token_ids = torch.cat(lists)
+    logits = runner.compute_logits_of(hidden, rows.to(hidden.device), token_ids.to(hidden.device)).cpu()
+    # each place's logits in a row of their own, padded with -inf to the longest list
+    place = torch.repeat_interleave(torch.arange(len(places)), sizes)
+    column = torch.arange(token_ids.numel()) - torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)
+    padded = torch.full((len(places), int(sizes.max())), float("-inf"))
+    padded[place, column] = logits
+    for (k, i), ids, best in zip(places, lists, padded.max(dim=-1).indices.tolist()):
+        chosen[k][i] = int(ids[best])
+    return chosen

@@ -126,6 +126,14 @@ class LlamaForCausalLM(nn.Module):
         """[N, hidden] -> [N, vocab] float32 logits."""
         return linear(hidden, self.lm_head_weight).float()
 
+    def compute_logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+        """Logits of single tokens: [K] float32, logit of token_ids[k] under hidden[rows[k]] —
+        what compute_logits gives at that place (accumulated in float32, rounded to the model's
+        dtype), without the rest of the row."""
+        weight = self.lm_head_weight.index_select(0, token_ids).float()
+        dots = (weight * hidden.index_select(0, rows).float()).sum(dim=-1)
+        return dots.to(hidden.dtype).float()
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy HF-named tensors into this model's (fused) parameters; every one must be filled."""
         params = dict(self.named_parameters())

@@ -69,6 +69,11 @@ class ModelRunner:
         """[N, hidden] -> [N, vocab] float32."""
         return self.model.compute_logits(hidden)
 
+    @torch.inference_mode()
+    def compute_logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+        """[K] float32: the logit of token_ids[k] under hidden[rows[k]] (only those)."""
+        return self.model.compute_logits_of(hidden, rows, token_ids)
+
 
 def plan_memory(args: ServerArgs, config: ModelConfig, dtype: torch.dtype) -> MemoryPlan:
     context_len = args.context_length or config.max_position_embeddings
