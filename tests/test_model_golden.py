@@ -71,7 +71,21 @@ def _check_mixed_pass(hf, driver, tol):
         assert (logits - _hf_logits(hf, prompt)[start:]).abs().max().item() <= tol
 
 
-CHECKS = [_check_prefill, _check_decode, _check_extend_on_prefix, _check_mixed_pass]
+def _check_mixed_pass_interleaved(hf, driver, tol):
+    """One-token extends on either side of a few-token one: attention takes the one-token
+    extends as a block of their own, gathering their rows from around the other."""
+    a, b, c = _prompts(6, (9, 21, 14))
+    driver.prefill([a, b, c])
+    base = len(driver.seqs) - 3
+    extra = _prompts(7, (1, 6, 1))
+    prompts = [a + extra[0], b + extra[1], c + extra[2]]
+    reuse = [(base, len(a)), (base + 1, len(b)), (base + 2, len(c))]
+    for prompt, logits, start in zip(prompts, driver.prefill(prompts, prefix_from=reuse), (len(a), len(b), len(c))):
+        assert logits.shape[0] == len(prompt) - start
+        assert (logits - _hf_logits(hf, prompt)[start:]).abs().max().item() <= tol
+
+
+CHECKS = [_check_prefill, _check_decode, _check_extend_on_prefix, _check_mixed_pass, _check_mixed_pass_interleaved]
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])

@@ -190,7 +190,8 @@ class Scheduler:
             self.runner.req_pool.write(req.req_pool_idx, req.kv_len, kv.alloc(len(req.pending_ids)))
         if not retracted:
             self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
-        return list(self.running), retracted
+        # one-token decodes first, then those with drafts: attention takes each kind in a block
+        return sorted(self.running, key=lambda r: bool(r.draft_ids)), retracted
 
     def _retract(self, req: Req) -> None:
         """Back to the waiting queue's front; its computed tokens stay in the prefix cache."""

@@ -52,27 +52,30 @@ SHORT_EXTEND = 16
 
 
 class _TorchAttention(Attention):
-    """Requests adding a few tokens (decode, jump-forward drafts, or a decode riding along a
-    prefill) are attended together in one padded SDPA; longer extends one request at a time."""
+    """Requests adding one token (decode) are attended together in one padded SDPA, those adding
+    a few (jump-forward drafts) in another; longer extends one request at a time."""
 
     def __init__(self, backend: TorchAttentionBackend, batch: ForwardBatch):
         self.b = backend
         self.batch = batch
         device = batch.input_ids.device
-        short = [i for i, n in enumerate(batch.extend_lens) if n <= SHORT_EXTEND]
-        self.all_short = len(short) == batch.batch_size and all(n == 1 for n in batch.extend_lens)
-        self.padded = (
+        lens = batch.extend_lens
+        self.all_short = all(n == 1 for n in lens)
+        # One-token requests apart from those with a few (drafts): in one block the decodes
+        # would be padded to the drafts' width.
+        groups = [[i for i, n in enumerate(lens) if n == 1], [i for i, n in enumerate(lens) if 1 < n <= SHORT_EXTEND]]
+        self.padded = [
             _PaddedShortExtends(
                 backend,
-                [batch.req_pool_indices[i] for i in short],
-                [batch.seq_lens[i] for i in short],
-                [batch.extend_starts[i] for i in short],
-                [batch.extend_lens[i] for i in short],
+                [batch.req_pool_indices[i] for i in group],
+                [batch.seq_lens[i] for i in group],
+                [batch.extend_starts[i] for i in group],
+                [lens[i] for i in group],
                 device,
             )
-            if short
-            else None
-        )
+            for group in groups
+            if group
+        ]
         self.extends = [
             _SingleExtend(backend, batch.req_pool_indices[i], batch.extend_starts[i], batch.seq_lens[i], n, device)
             for i, n in enumerate(batch.extend_lens)
@@ -85,10 +88,10 @@ class _TorchAttention(Attention):
         heads, kv_heads, dim = b.num_heads, b.num_kv_heads, b.head_dim
         b.kv_pool.write(layer_id, self.batch.out_cache_loc, k.view(n, kv_heads, dim), v.view(n, kv_heads, dim))
         if self.all_short:  # a plain decode batch: rows are already in order
-            return self.padded.attend(layer_id, q)
+            return self.padded[0].attend(layer_id, q)
         out = torch.empty((n, heads * dim), dtype=q.dtype, device=q.device)
-        if self.padded is not None:
-            self.padded.attend_into(layer_id, q, out)
+        for group in self.padded:
+            group.attend_into(layer_id, q, out)
         for ext in self.extends:
             ext.attend(layer_id, q, out)
         return out
@@ -119,6 +122,10 @@ class _PaddedShortExtends:
         self.q_rows = torch.tensor(q_rows, dtype=torch.int64, device=device)
         self.real = torch.tensor(real, dtype=torch.int64, device=device)
         self.out_rows = self.q_rows.index_select(0, self.real)
+        # one token each, on consecutive rows (the scheduler puts decodes first): slices will do
+        self.span = None
+        if self.width == 1 and q_rows == list(range(q_rows[0], q_rows[0] + len(q_rows))):
+            self.span = slice(q_rows[0], q_rows[0] + len(q_rows))
         self.mask = self._mask(seq_lens, extend_lens, device)
 
     def _mask(self, seq_lens: list[int], extend_lens: list[int], device) -> torch.Tensor | None:
@@ -152,6 +159,9 @@ class _PaddedShortExtends:
 
     def attend_into(self, layer_id: int, q: torch.Tensor, out: torch.Tensor) -> None:
         """Reads these requests' rows of q [T, H*D], writes their rows of out."""
+        if self.span is not None:
+            out[self.span] = self.attend(layer_id, q[self.span])
+            return
         result = self.attend(layer_id, q.index_select(0, self.q_rows))
         out.index_copy_(0, self.out_rows, result.index_select(0, self.real))
 
