@@ -86,13 +86,6 @@ def advance_grammar(req: Req, token: int, eos_token_id: int | None) -> int | Non
     return before
 
 
-# Why a majority: where models split forced text several ways from one state (`em` + `ployed`,
-# `employ` + `e` + `d`), a draft past that point is as often computed in vain as not; stopping
-# there costs nothing when the guess would have been wrong, and the next pass drafts on from
-# the spelling the model chose.
-MIN_SHARE_TO_DRAFT = 0.5
-
-
 def propose_drafts(req: Req, encode) -> list[int]:
     """Jump-forward: where the grammar forces the next characters, tokens spelling them are
     proposed as drafts; the run goes on through JSON's optional spaces, guessed from the
@@ -124,8 +117,6 @@ def propose_drafts(req: Req, encode) -> list[int]:
             tokens += _tokenizer_spelling(run[pos:], encode, token_bytes)
             break
         token = max(seen, key=seen.__getitem__)
-        if seen[token] <= MIN_SHARE_TO_DRAFT * sum(seen.values()):
-            break
         data = token_bytes[token] if token < len(token_bytes) else None
         if not data or not run.startswith(data, pos):
             break
