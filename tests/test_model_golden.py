@@ -94,7 +94,7 @@ def tiny_pair(request, tiny_llama_dir, tiny_qwen2_dir):
 
     path = {"llama": tiny_llama_dir, "qwen2": tiny_qwen2_dir}[request.param]
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return hf, make_runner(path, max_total_tokens=4096, max_running_requests=16)
+    return hf, make_runner(path, max_total_tokens=4096, max_running_requests=32)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("_check_"))
@@ -108,7 +108,7 @@ def smollm_pair(smollm_path):
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(smollm_path.parent, gguf_file=smollm_path.name, dtype=torch.float32)
-    return hf.eval(), make_runner(smollm_path, max_total_tokens=4096, max_running_requests=16)
+    return hf.eval(), make_runner(smollm_path, max_total_tokens=4096, max_running_requests=32)
 
 
 @pytest.mark.slow
