@@ -57,13 +57,13 @@ class TokenMasks:
         return mask
 
     def allowed_ids(self, state: int) -> torch.Tensor | None:
-        """int64 ids of the tokens allowed in `state`, ascending; None when more than
+        """int32 ids of the tokens allowed in `state`, ascending; None when more than
         MAX_LISTED_IDS are. Memoized."""
         if state in self._ids:
             return self._ids[state]
         bits = np.unpackbits(self.packed(state).numpy().view(np.uint8), bitorder="little")
         ids = np.flatnonzero(bits[: self.vocab.vocab_size])
-        found = torch.from_numpy(ids) if ids.size <= MAX_LISTED_IDS else None
+        found = torch.from_numpy(ids.astype(np.int32)) if ids.size <= MAX_LISTED_IDS else None
         with self._lock:
             self._ids[state] = found
         return found
