@@ -3,6 +3,8 @@
 Documents (seeded templates) are turned into a JSON object following one schema, sent in waves
 of 1, 4 and 16 requests. Reports output tok/s, forward passes and the ratios for each, and
 checks the outputs are identical (jump-forward only saves passes) and valid against the schema.
+Also what a pass costs: tokens computed per pass and seconds per pass with and without the
+drafts (the speed-up is the pass ratio over the pass cost ratio), and the share of drafts kept.
 
     .venv/bin/python benchmarks/bench_json.py [--quick] [--dtype float32] [--batches 1,16]
 """
@@ -69,6 +71,8 @@ def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
         "output_tokens": tokens,
         "output_tok_s": tokens / seconds,
         "forward_passes": after["forward_passes"] - before["forward_passes"],
+        "forward_tokens": after["forward_tokens"] - before["forward_tokens"],
+        "drafted_tokens": after["drafted_tokens"] - before["drafted_tokens"],
         "jump_forward_tokens": after["jump_forward_tokens"] - before["jump_forward_tokens"],
     }
 
@@ -135,12 +139,18 @@ def main() -> None:
             "token_by_token": {k: v for k, v in off.items() if k != "texts"},
             "speedup_output_tok_s": on["output_tok_s"] / off["output_tok_s"],
             "pass_ratio": off["forward_passes"] / on["forward_passes"],
+            # what a pass costs with the drafts' rows in it, against one without
+            "tokens_per_pass": [on["forward_tokens"] / on["forward_passes"], off["forward_tokens"] / off["forward_passes"]],
+            "pass_cost_ratio": (on["seconds"] / on["forward_passes"]) / (off["seconds"] / off["forward_passes"]),
+            "drafts_kept": on["jump_forward_tokens"] / max(1, on["drafted_tokens"]),
         }
         results["by_batch"][str(batch)] = row
         print(f"batch {batch:2d}: jump-forward {on['output_tok_s']:6.1f} tok/s, {on['forward_passes']} passes "
               f"({on['jump_forward_tokens']} tokens jumped) | without {off['output_tok_s']:6.1f} tok/s, "
               f"{off['forward_passes']} passes | {row['speedup_output_tok_s']:.2f}x tok/s, {row['pass_ratio']:.2f}x fewer passes; "
               f"identical {row['identical_count']}/{n}; valid {row['valid_outputs']}/{n}")  # fmt: skip
+        print(f"          tokens computed per pass {row['tokens_per_pass'][0]:.1f} vs {row['tokens_per_pass'][1]:.1f}, "
+              f"a pass {row['pass_cost_ratio']:.2f}x as long; {on['drafted_tokens']} drafts, {row['drafts_kept']:.0%} kept")  # fmt: skip
     results["sample_output"] = measured[batches[0]][0]["texts"][0]
     print("sample:", results["sample_output"])
     RESULTS.mkdir(exist_ok=True)

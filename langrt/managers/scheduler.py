@@ -52,7 +52,9 @@ class SchedulerStats:
     cached_tokens: int = 0
     retractions: int = 0
     forward_passes: int = 0
-    jump_forward_tokens: int = 0
+    forward_tokens: int = 0  # tokens the passes computed (prompts, decodes and drafts)
+    drafted_tokens: int = 0  # jump-forward drafts computed
+    jump_forward_tokens: int = 0  # drafts kept (the rest were computed in vain)
 
     @property
     def cache_hit_rate(self) -> float:
@@ -168,6 +170,8 @@ class Scheduler:
         batch = self._build_batch(decode, prefill)
         hidden = self.runner.forward(batch)
         self.stats.forward_passes += 1
+        self.stats.forward_tokens += batch.num_tokens
+        self.stats.drafted_tokens += sum(len(r.draft_ids) for r in decode)
         return self._process(batch, hidden, decode, prefill)
 
     def _prepare_decode(self) -> tuple[list[Req], bool]:
@@ -322,6 +326,8 @@ class Scheduler:
             "cached_prompt_tokens": self.stats.cached_tokens,
             "retractions": self.stats.retractions,
             "forward_passes": self.stats.forward_passes,
+            "forward_tokens": self.stats.forward_tokens,
+            "drafted_tokens": self.stats.drafted_tokens,
             "jump_forward_tokens": self.stats.jump_forward_tokens,
             "running_requests": len(self.running) + (self.chunked is not None),
             "waiting_requests": len(self.waiting),
