@@ -33,6 +33,8 @@ def validate_request(input_ids: Sequence[int], params: SamplingParams, limits: L
     vocab = limits.vocab_size
     if any(not (isinstance(t, int) and 0 <= t < vocab) for t in input_ids):
         raise InvalidRequest(f"input_ids contain token ids outside [0, {vocab})", param="input_ids")
+    if any(t >= vocab for t in params.stop_token_ids):  # min_new_tokens would index logits with them
+        raise InvalidRequest(f"stop_token_ids contain token ids outside [0, {vocab})", param="stop_token_ids")
     prompt_len = len(input_ids)
     if prompt_len >= limits.context_len:
         raise InvalidRequest(f"the prompt has {prompt_len} tokens; the context length is {limits.context_len}", param="prompt")

@@ -46,6 +46,8 @@ REGRESSIONS = [
     # (route, raw body, param named by the 400). Each was a 500, or took the scheduler down.
     ("/generate", json.dumps(tokens({"top_k": 10**30})).encode(), "top_k"),  # int64 overflow in the sampler: scheduler died
     ("/generate", json.dumps(tokens({"stop_token_ids": [2**64]})).encode(), "stop_token_ids"),
+    # past the vocabulary: with min_new_tokens, banning it indexed the logits out of bounds
+    ("/generate", json.dumps(tokens({"stop_token_ids": [239211363778], "min_new_tokens": 1})).encode(), "stop_token_ids"),
     ("/generate", json.dumps(tokens({"temperature": 10**400})).encode(), "temperature"),  # OverflowError in float()
     ("/generate", b'{"text": "hi", "sampling_params": {"top_k": ' + b"9" * 5000 + b"}}", None),  # past the 4300-digit int limit
     ("/generate", b"\xff\xfe{}", None),  # not UTF-8
