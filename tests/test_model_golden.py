@@ -152,3 +152,22 @@ def test_linear_equals_torch_linear(rows, dtype):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
         else:  # two bf16 roundings (product, then + bias): within 2 ulps of each value
             torch.testing.assert_close(got, want, rtol=2**-6, atol=2**-6)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 16, 40, 65, 256, 300])
+@pytest.mark.parametrize("shape", [(960, 576), (576, 576), (3072, 576), (576, 1536)])
+def test_packed_bf16_linear_gives_torch_linears_bits(rows, shape):
+    """A packed copy (bf16 on CPU) changes the speed, not the numbers: every product is the
+    bits torch's own bf16 linear gives (a single row: the GEMV on the plain weight, as before)."""
+    from langrt.model.layers import can_pack, linear, pack_weight
+
+    gen = torch.Generator().manual_seed(rows)
+    x, w, b = (torch.randn(s, generator=gen).to(torch.bfloat16) for s in ((rows, shape[1]), shape, shape[:1]))
+    if not can_pack(w):
+        pytest.skip("oneDNN is not built into this torch")
+    packed = pack_weight(w)
+    for bias in (None, b):
+        plain = linear(x, w, bias)
+        assert torch.equal(linear(x, w, bias, packed), plain)
+        if rows > 1:
+            assert torch.equal(plain, torch.nn.functional.linear(x, w, bias))

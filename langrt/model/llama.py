@@ -16,7 +16,8 @@ from torch import nn
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
-from langrt.model.layers import Embedding, Linear, RMSNorm, RotaryEmbedding, apply_rotary, linear, rms_norm, silu_and_mul
+from langrt.model.layers import Embedding, Linear, RMSNorm, RotaryEmbedding, apply_rotary, can_pack, linear, pack_weight
+from langrt.model.layers import rms_norm, silu_and_mul
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin for this pass's positions
 
@@ -38,20 +39,23 @@ class LlamaMLP(nn.Module):
         self.down_proj = Linear(config.intermediate_size, config.hidden_size)
 
 
-def before_attention(x, residual, norm_w, eps: float, qkv_w, qkv_b, cos, sin, q_size: int, kv_size: int, head_dim: int):
-    """(residual add +) input norm, qkv projection, rotary on q and k -> (q, k, v, residual)."""
+def before_attention(
+    x, residual, norm_w, eps: float, qkv_w, qkv_packed, qkv_b, cos, sin, q_size: int, kv_size: int, head_dim: int
+):
+    """(residual add +) input norm, qkv projection, rotary on q and k -> (q, k, v, residual).
+    Each weight comes with its packed copy or None (see Linear)."""
     residual = x if residual is None else x + residual
-    qkv = linear(rms_norm(residual, norm_w, eps), qkv_w, qkv_b)
+    qkv = linear(rms_norm(residual, norm_w, eps), qkv_w, qkv_b, qkv_packed)
     # q and k sit side by side in qkv: one rotation covers both.
     qk = apply_rotary(qkv[:, : q_size + kv_size], cos, sin, head_dim)
     return qk[:, :q_size], qk[:, q_size:], qkv[:, q_size + kv_size :], residual
 
 
-def after_attention(o, residual, o_w, norm_w, eps: float, gate_up_w, down_w):
+def after_attention(o, residual, o_w, o_packed, norm_w, eps: float, gate_up_w, gate_up_packed, down_w, down_packed):
     """Output projection, residual add, post norm, SwiGLU MLP -> (layer output, residual)."""
-    residual = linear(o, o_w) + residual
+    residual = linear(o, o_w, None, o_packed) + residual
     x = rms_norm(residual, norm_w, eps)
-    return linear(silu_and_mul(linear(x, gate_up_w)), down_w), residual
+    return linear(silu_and_mul(linear(x, gate_up_w, None, gate_up_packed)), down_w, None, down_packed), residual
 
 
 @dataclass(frozen=True)
@@ -85,13 +89,14 @@ class LlamaDecoderLayer(nn.Module):
         """Returns (this layer's output, the residual stream before it); their sum is the new stream."""
         a, norm = self.self_attn, self.input_layernorm
         q, k, v, residual = self.ops.before_attention(
-            x, residual, norm.weight, norm.eps, a.qkv_proj.weight, a.qkv_proj.bias, *rope, *self.sizes
+            x, residual, norm.weight, norm.eps, *a.qkv_proj.weights, a.qkv_proj.bias, *rope, *self.sizes
         )
         o = attn.attend(a.layer_id, q, k, v)
         post = self.post_attention_layernorm
         return self.ops.after_attention(
-            o, residual, a.o_proj.weight, post.weight, post.eps, self.mlp.gate_up_proj.weight, self.mlp.down_proj.weight
-        )
+            o, residual, *a.o_proj.weights, post.weight, post.eps, *self.mlp.gate_up_proj.weights,
+            *self.mlp.down_proj.weights,
+        )  # fmt: skip
 
 
 class LlamaForCausalLM(nn.Module):
@@ -107,6 +112,18 @@ class LlamaForCausalLM(nn.Module):
         )
         if not config.tie_word_embeddings:
             self.lm_head = Linear(config.hidden_size, config.vocab_size)
+        self.lm_head_packed: torch.Tensor | None = None
+
+    def pack_for_cpu(self) -> bool:
+        """Adds oneDNN-packed copies of the layers' and the LM head's weights where that pays
+        (bf16 on CPU, see Linear). Call once, after the weights are loaded. -> whether it did."""
+        if not can_pack(self.embed_tokens.weight):
+            return False
+        for layer in self.layers:
+            for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
+                lin.pack_for_cpu()
+        self.lm_head_packed = pack_weight(self.lm_head_weight)
+        return True
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
@@ -124,7 +141,7 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> [N, vocab] float32 logits."""
-        return linear(hidden, self.lm_head_weight).float()
+        return linear(hidden, self.lm_head_weight, None, self.lm_head_packed).float()
 
     def compute_logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         """Logits of single tokens: [K] float32, logit of token_ids[k] under hidden[rows[k]] —

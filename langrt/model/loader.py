@@ -36,7 +36,10 @@ def load_model(
         _fill_dummy(model, seed)
     else:
         model.load_weights(source.iter_weights(dtype, progress))
-    return model.eval().requires_grad_(False)
+    model.eval().requires_grad_(False)
+    if not compiled:  # compiled graphs take plain weights (the compiler packs its own)
+        model.pack_for_cpu()
+    return model
 
 
 @contextlib.contextmanager
