@@ -237,3 +237,42 @@ def test_logits_of_single_tokens_equal_the_full_rows(tiny_llama_dir):
         picked = runner.compute_logits_of(hidden, rows, tokens)
         assert picked.dtype == torch.float32
         torch.testing.assert_close(picked, full[rows, tokens], rtol=1e-5 if dtype == "float32" else 1e-2, atol=1e-5)
+
+
+def test_jump_forward_drafts_ride_in_the_prompts_pass(tiny_llama_dir):
+    """Where the grammar forces the output's opening text, its drafts are computed in the pass
+    that ends the prompt (not one pass later), kept only where the model agrees, and their
+    slots come back when it does not; the tokens are those without jump-forward."""
+    from runner_driver import make_scheduler
+
+    from langrt.managers.req import Req
+    from langrt.sampling.sampling_params import SamplingParams
+
+    regex = r'\{"name": "[a-z]{1,8}", "legs": [0-9]\}'
+    outputs, passes = {}, {}
+    for jump in (True, False):
+        scheduler = make_scheduler(tiny_llama_dir, max_total_tokens=4096, context_length=512, disable_jump_forward=not jump)
+        free_before = scheduler.runner.kv_pool.available_size
+        reqs = [Req(f"r{i}", scheduler.tokenizer.encode(p), SamplingParams(max_new_tokens=60, temperature=0, regex=regex))
+                for i, p in enumerate(["Describe an animal:", "JSON please:", "x"])]  # fmt: skip
+        for req in reqs:
+            scheduler.add_request(req)
+        first_pass = {}  # tokens each request had after the pass that ended its prompt
+        while len(first_pass) < len(reqs):
+            scheduler.step()
+            first_pass.update({r.rid: len(r.output_ids) for r in reqs if r.output_ids and r.rid not in first_pass})
+        if jump:  # drafts computed with the prompts, the agreeing ones output at once
+            assert scheduler.stats.drafted_tokens > 0 and max(first_pass.values()) > 1
+            # no slot left to a rejected draft: every slot in use holds a computed token
+            used = free_before - scheduler.runner.kv_pool.available_size
+            assert used == scheduler.cache.cached_size + sum(r.kv_len - r.cached_len for r in reqs)
+        else:
+            assert set(first_pass.values()) == {1}
+        while scheduler.has_work:
+            scheduler.step()
+        outputs[jump] = [r.output_ids for r in reqs]
+        passes[jump] = scheduler.stats.forward_passes
+        text = [scheduler.tokenizer.decode(o) for o in outputs[jump]]
+        assert all(re.fullmatch(regex, t) for t in text), text
+    assert outputs[True] == outputs[False]
+    assert passes[True] < passes[False]

@@ -167,12 +167,32 @@ class Scheduler:
         prefill = [] if retracted else self._admit()
         if not decode and not prefill:
             return []
+        self._draft_after_prompts(prefill)
         batch = self._build_batch(decode, prefill)
         hidden = self.runner.forward(batch)
         self.stats.forward_passes += 1
         self.stats.forward_tokens += batch.num_tokens
-        self.stats.drafted_tokens += sum(len(r.draft_ids) for r in decode)
+        self.stats.drafted_tokens += sum(len(r.draft_ids) for r in decode) + sum(len(i.req.draft_ids) for i in prefill)
         return self._process(batch, hidden, decode, prefill)
+
+    def _draft_after_prompts(self, prefill: list[PrefillItem]) -> None:
+        """Jump-forward from the first token: where a request's grammar forces its output's
+        opening text (`{"name": "`), the drafts ride in the pass that ends its prompt, as they
+        would in a decode pass, and save the request one pass. Slots permitting."""
+        kv = self.runner.kv_pool
+        for item in prefill:
+            req = item.req
+            if not item.completes_prompt:
+                continue
+            self.emitter.propose(req)
+            n = len(req.draft_ids)
+            if n and kv.available_size < n:
+                self.cache.evict(n - kv.available_size)
+            slots = kv.alloc(n) if n else None
+            if slots is None:
+                req.draft_ids = []
+                continue
+            self.runner.req_pool.write(req.req_pool_idx, item.chunk_start + item.extend_len, slots)
 
     def _prepare_decode(self) -> tuple[list[Req], bool]:
         """Give every running request slots for its uncomputed tokens (the last sampled one, and
@@ -252,10 +272,10 @@ class Scheduler:
         extend_lens = [len(p) for p in pending]
         for item in prefill:
             req = item.req
-            ids += req.all_ids[item.chunk_start : item.chunk_start + item.extend_len]
+            ids += req.all_ids[item.chunk_start : item.chunk_start + item.extend_len] + req.draft_ids
             rows.append(req.req_pool_idx)
-            seq_lens.append(item.chunk_start + item.extend_len)
-            extend_lens.append(item.extend_len)
+            seq_lens.append(item.chunk_start + item.extend_len + len(req.draft_ids))
+            extend_lens.append(item.extend_len + len(req.draft_ids))
         slots = torch.cat(
             [self.runner.req_pool.slots(row, end, end - n) for row, end, n in zip(rows, seq_lens, extend_lens)]
         )
@@ -269,20 +289,23 @@ class Scheduler:
         for req, start, n in zip(decode, batch.extend_starts, batch.extend_lens):
             drafts, req.draft_ids = req.draft_ids, []
             emissions.append(Emission(req, list(range(start + n - 1 - len(drafts), start + n)), drafts))
-        computed_to = [r.kv_len + n for r, n in zip(decode, batch.extend_lens)]
+        computed = list(zip(decode, [r.kv_len + n for r, n in zip(decode, batch.extend_lens)]))
         for item, start, n in zip(prefill, batch.extend_starts[len(decode) :], batch.extend_lens[len(decode) :]):
             req = item.req
             req.kv_len = item.chunk_start + item.extend_len
             collect_input_logprobs(self.runner, req, hidden, start, item.chunk_start)
             if not item.completes_prompt:
                 continue
+            drafts, req.draft_ids = req.draft_ids, []
+            if drafts:
+                computed.append((req, req.kv_len + len(drafts)))
             if req.remaining_new_tokens <= 0:
                 req.finish(FinishReason.by_length(len(req.output_ids)))
             else:
-                emissions.append(Emission(req, [start + n - 1], []))
+                emissions.append(Emission(req, list(range(start + n - 1 - len(drafts), start + n)), drafts))
         if emissions:
             self.emitter.emit(emissions, hidden, self.runner)
-        for req, end in zip(decode, computed_to):
+        for req, end in computed:
             # K/V is valid up to the last output token (which has none yet); drafts past the
             # first mismatch were computed in vain and give their slots back.
             req.kv_len = req.seq_len - 1
