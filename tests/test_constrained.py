@@ -276,3 +276,46 @@ def test_jump_forward_drafts_ride_in_the_prompts_pass(tiny_llama_dir):
         assert all(re.fullmatch(regex, t) for t in text), text
     assert outputs[True] == outputs[False]
     assert passes[True] < passes[False]
+
+
+def test_jump_forward_keeps_logprobs(tiny_llama_dir):
+    """With logprobs asked for, drafts (in the prompt's pass and later) change nothing a client
+    sees: the same tokens, input logprobs and output logprobs (top ones too) as without."""
+    import langrt
+
+    regex = r'\{"name": "[a-z]{1,8}", "legs": [0-9]\}'
+    got = {}
+    for jump in (True, False):
+        with langrt.Engine(str(tiny_llama_dir), dtype="float32", max_total_tokens=4096, context_length=512,
+                           log_level="warning", disable_jump_forward=not jump) as engine:  # fmt: skip
+            outs = engine.generate(["Describe an animal:", "JSON please:"], {"regex": regex, "max_new_tokens": 60, "temperature": 0},
+                                   return_logprob=True, logprob_start_len=0, top_logprobs_num=2)  # fmt: skip
+            got[jump] = [o["meta_info"] for o in outs], [o["output_ids"] for o in outs]
+            if jump:
+                assert engine.cache_stats()["jump_forward_tokens"] > 0
+    (on_meta, on_ids), (off_meta, off_ids) = got[True], got[False]
+    assert on_ids == off_ids
+    for a, b, ids in zip(on_meta, off_meta, on_ids):
+        for key in ("input_token_logprobs", "output_token_logprobs"):
+            assert [e[1] for e in a[key]] == [e[1] for e in b[key]]
+            assert all(x[0] == y[0] or abs(x[0] - y[0]) < 1e-4 for x, y in zip(a[key], b[key]))
+        assert [e[1] for e in a["output_token_logprobs"]] == ids
+        assert [[t[1] for t in row] for row in a["output_top_logprobs"]] == [[t[1] for t in row] for row in b["output_top_logprobs"]]
+
+
+def test_jump_forward_keeps_seeded_sampling(tiny_llama_dir):
+    """A seeded sampled request draws one random choice per output token, drafted or not: the
+    same text with and without jump-forward."""
+    import langrt
+
+    regex = r'\{"name": "[a-z]{1,8}", "legs": [0-9]\}'
+    texts = {}
+    for jump in (True, False):
+        with langrt.Engine(str(tiny_llama_dir), dtype="float32", max_total_tokens=4096, context_length=512,
+                           log_level="warning", disable_jump_forward=not jump) as engine:  # fmt: skip
+            outs = engine.generate(["Describe an animal:", "JSON please:", "x"],
+                                   {"regex": regex, "max_new_tokens": 60, "temperature": 1.0, "seed": 7})  # fmt: skip
+            texts[jump] = [o["text"] for o in outs]
+            assert engine.cache_stats()["jump_forward_tokens"] > 0 or not jump
+    assert texts[True] == texts[False]
+    assert all(re.fullmatch(regex, t) for t in texts[True])
