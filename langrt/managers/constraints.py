@@ -90,9 +90,9 @@ def propose_drafts(req: Req, encode) -> list[int]:
     """Jump-forward: where the grammar forces the next characters, tokens spelling them are
     proposed as drafts; the run goes on through JSON's optional spaces, guessed from the
     output's own style. The next forward pass computes the drafts together with the last sampled
-    token (or the prompt's last, for the output's opening text), and each draft is kept only if the token sampled at its position equals it (see
-    token_emitter.py): the output is exactly what it would be without jump-forward, in fewer
-    passes.
+    token (or the prompt's last, for the output's opening text), and each draft is kept only if
+    the token sampled at its position equals it (see token_emitter.py): the output is exactly
+    what it would be without jump-forward, in fewer passes.
 
     The tokens: from each state, the token models wrote most often from there (in any request),
     else the tokenizer's own spelling of the rest of the run. Models often split text
