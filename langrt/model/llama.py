@@ -119,9 +119,9 @@ class LlamaForCausalLM(nn.Module):
         (bf16 on CPU, see Linear). Call once, after the weights are loaded. -> whether it did."""
         if not can_pack(self.embed_tokens.weight):
             return False
-        for layer in self.layers:
-            for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
-                lin.pack_for_cpu()
+        for module in self.layers.modules():
+            if isinstance(module, Linear):
+                module.pack_for_cpu()
         self.lm_head_packed = pack_weight(self.lm_head_weight)
         return True
 
