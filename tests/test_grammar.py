@@ -253,8 +253,8 @@ def test_drafts_learn_the_models_spelling(compiler, tokenizer):
 
 def test_drafts_follow_the_most_frequent_spelling_and_stop_where_models_leave_the_run(compiler, tokenizer):
     """From each state the draft takes the token models wrote most often there; where that
-    token runs on past the forced text (` true` after the forced space), or where no spelling
-    has a majority, drafting stops: the model's own sample at that row continues the output."""
+    token runs on past the forced text (` true` after the forced space), drafting stops: the
+    model's own sample at that row continues the output."""
     from langrt.managers.constraints import advance_grammar, propose_drafts
 
     grammar = compiler.compile_regex(r'\{"employed": (true|false), "n": [0-9]\}')
