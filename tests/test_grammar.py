@@ -312,6 +312,26 @@ def test_bad_regex_names_the_position(compiler):
         compiler.compile_regex("abc(")
 
 
+def test_a_specs_regex_is_translated_once_and_refusals_every_time(monkeypatch):
+    """The scheduler checks each arriving request's grammar: a schema sent again must not be
+    translated again, and a refused one must be refused again (never remembered as valid)."""
+    from langrt.constrained import spec as spec_module
+
+    calls = []
+    translate = spec_module._translate
+    monkeypatch.setattr(spec_module, "_translate", lambda s: calls.append(s) or translate(s))
+    schema = GrammarSpec("json_schema", '{"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}')
+    first = schema.to_regex()
+    assert GrammarSpec(schema.kind, schema.text).to_regex() == first
+    assert len(calls) == 1
+    assert re.fullmatch(first, '{"id":7}')
+    bad = GrammarSpec("json_schema", '{"type": "object", "not": {}}')
+    for _ in range(2):
+        with pytest.raises(InvalidRequest, match="not"):
+            bad.to_regex()
+    assert len(calls) == 3
+
+
 def test_service_caches_and_survives_an_exploding_regex(vocab):
     service = GrammarService(vocab, timeout_s=1.0)
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from langrt.errors import InvalidRequest
@@ -49,7 +51,7 @@ class GrammarSpec:
     text: str  # the regex, the schema's JSON, or the choices as a JSON list
 
     @classmethod
-    def from_params(cls, params) -> "GrammarSpec | None":
+    def from_params(cls, params) -> GrammarSpec | None:
         if params.regex is not None:
             return cls("regex", params.regex)
         if params.json_schema is not None:
@@ -59,12 +61,38 @@ class GrammarSpec:
         return None
 
     def to_regex(self) -> str:
-        """The regex this spec stands for (raises InvalidRequest / UnsupportedSchema)."""
-        if self.kind == "regex":
-            check_regex(self.text)
-            return self.text
-        if self.kind == "json_schema":
-            from langrt.constrained.json_schema import schema_to_regex
+        """The regex this spec stands for (raises InvalidRequest / UnsupportedSchema).
+        Remembered per spec: the scheduler checks every request's grammar as it arrives, and
+        an extraction pipeline sends the same schema over and over (translating one takes a
+        few ms, which would stall the batch each time). Refusals are not remembered."""
+        with _REGEX_LOCK:
+            regex = _REGEXES.get(self)
+            if regex is not None:
+                _REGEXES.move_to_end(self)
+                return regex
+        regex = _translate(self)
+        if len(self.text) + len(regex) <= _REMEMBER_MAX_CHARS:
+            with _REGEX_LOCK:
+                _REGEXES[self] = regex
+                while len(_REGEXES) > _REMEMBER_SPECS:
+                    _REGEXES.popitem(last=False)
+        return regex
 
-            return schema_to_regex(json.loads(self.text))
-        return choices_regex(json.loads(self.text))
+
+# Why these: pipelines reuse a handful of schemas, and 256 specs of at most 256k characters
+# (spec and regex together) keep the memory under ~130 MB even when full of the largest.
+_REMEMBER_SPECS = 256
+_REMEMBER_MAX_CHARS = 256_000
+_REGEXES: OrderedDict[GrammarSpec, str] = OrderedDict()
+_REGEX_LOCK = threading.Lock()  # the grammar service's thread translates too
+
+
+def _translate(spec: GrammarSpec) -> str:
+    if spec.kind == "regex":
+        check_regex(spec.text)
+        return spec.text
+    if spec.kind == "json_schema":
+        from langrt.constrained.json_schema import schema_to_regex
+
+        return schema_to_regex(json.loads(spec.text))
+    return choices_regex(json.loads(spec.text))
