@@ -132,53 +132,6 @@ def test_decode_keeps_going_while_a_long_prompt_is_chunked(tiny_llama_dir):
     assert steps == -(-1000 // 128), "one 128-token chunk per step"
 
 
-def run_to_end(scheduler, prompts: list[list[int]], new_tokens: int = 6) -> tuple[list[Req], list[int]]:
-    """Adds the prompts at once and steps until done -> (requests, tokens computed per pass)."""
-    reqs = [Req(f"r{i}", p, SamplingParams(max_new_tokens=new_tokens, temperature=0, ignore_eos=True)) for i, p in enumerate(prompts)]
-    for req in reqs:
-        scheduler.add_request(req)
-    computed = []
-    while scheduler.has_work:
-        before = scheduler.stats.forward_tokens
-        scheduler.step()
-        computed.append(scheduler.stats.forward_tokens - before)
-    return reqs, computed
-
-
-def test_a_burst_sharing_an_uncached_prefix_computes_it_once_in_one_pass(tiny_llama_dir):
-    """Four prompts with a common 200-token prefix nobody has cached: the first pass computes the
-    prefix once and all four suffixes (the others reuse the first one's prefix in that same pass),
-    with the outputs of a run that shares nothing."""
-    prefix = tokens(7, 200)
-    prompts = [prefix + tokens(70 + i, 5 + i) for i in range(4)]
-    kw = {"max_total_tokens": 8192, "context_length": 2048}
-    shared = make_scheduler(tiny_llama_dir, **kw)
-    reqs, computed = run_to_end(shared, prompts)
-    alone, _ = run_to_end(make_scheduler(tiny_llama_dir, disable_radix_cache=True, **kw), prompts)
-    assert computed[0] == 200 + sum(5 + i for i in range(4)), computed
-    assert [r.output_ids for r in reqs] == [r.output_ids for r in alone]
-    assert sorted(r.cached_tokens for r in reqs) == [0, 200, 200, 200]
-    stats = shared.cache_stats()
-    assert stats["kv_available_tokens"] == stats["kv_total_tokens"], "a slot leaked or stayed locked"
-    assert shared.flush_cache()
-
-
-def test_a_chunked_prompts_last_chunk_shares_the_prefix_with_batch_mates(tiny_llama_dir):
-    """Chunked prefill: the first prompt's first pass covers 128 of the 200 shared tokens; its
-    second computes the rest, and the others reuse all 200 in that same pass."""
-    prefix = tokens(8, 200)
-    prompts = [prefix + tokens(80 + i, 5) for i in range(3)]
-    kw = {"max_total_tokens": 8192, "context_length": 2048}
-    chunked = make_scheduler(tiny_llama_dir, chunked_prefill_size=128, **kw)
-    reqs, computed = run_to_end(chunked, prompts)
-    alone, _ = run_to_end(make_scheduler(tiny_llama_dir, disable_radix_cache=True, **kw), prompts)
-    assert computed[:2] == [128, 77 + 2 * 5], computed
-    assert [r.output_ids for r in reqs] == [r.output_ids for r in alone]
-    assert sorted(r.cached_tokens for r in reqs) == [0, 200, 200]
-    stats = chunked.cache_stats()
-    assert stats["kv_available_tokens"] == stats["kv_total_tokens"], "a slot leaked or stayed locked"
-
-
 def test_prefill_only_requests_share_their_prefix(engines):
     on, off = engines
     on.flush_cache()

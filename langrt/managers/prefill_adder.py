@@ -9,9 +9,7 @@ Limits, checked per request in policy order:
   in free + evictable slots, less what running requests are expected to need. Underestimates are
   corrected at decode time by retraction.
 - sharing: a request whose prompt shares more than `IN_BATCH_SHARE_TOKENS` uncached tokens with a
-  request already in this batch reuses them in the same pass: its batch-mate's share of the
-  pass is made shared ahead (`PrefixCache.share_ahead`), so the shared part is computed once.
-  Where that cannot be (the batch-mate computes only part of it in this pass), it waits one step.
+  request already in this batch waits one step, so the shared part is computed once and reused.
 """
 
 from __future__ import annotations
@@ -22,9 +20,7 @@ from dataclasses import dataclass
 from langrt.managers.req import Req
 from langrt.mem.prefix_cache import PrefixCache, PrefixMatch
 
-# Shared uncached tokens above which a request reuses its batch-mate's rather than computing them
-# itself. Set when sharing meant waiting a step (not worth it for a chat template's few opening
-# tokens); sharing in the same pass costs only a radix node, but a few tokens are not worth one.
+# Shared uncached tokens above which a request waits for its batch-mate to cache them.
 IN_BATCH_SHARE_TOKENS = 32
 
 
@@ -72,10 +68,8 @@ class PrefillAdder:
             return False
         if match is None:
             match = self.cache.match(req.all_ids[: req.max_prefix_len])
-        if self._shares_with_batch_mate(req, match.length):
-            if not self._share_batch_mates_prefix(req):
-                return False  # wait: next step the prefix is cached
-            match = self.cache.match(req.all_ids[: req.max_prefix_len])
+        if self._should_wait_for_batch_mate(req, match.length):
+            return False
         req.req_pool_idx = self.runner.req_pool.alloc()
         self.cache.adopt(req, match)
         need = req.seq_len - req.kv_len + reserved_tokens(req, self.ratio)
@@ -107,19 +101,12 @@ class PrefillAdder:
         assert slots is not None, "admission counted free + evictable slots"
         self.runner.req_pool.write(req.req_pool_idx, req.kv_len, slots)
 
-    def _shares_with_batch_mate(self, req: Req, matched: int) -> bool:
+    def _should_wait_for_batch_mate(self, req: Req, matched: int) -> bool:
         if not self.cache.reuses_prefixes or not self.items:
             return False
-        return max(_common_prefix(req.all_ids, item.req.all_ids) for item in self.items) - matched > IN_BATCH_SHARE_TOKENS
-
-    def _share_batch_mates_prefix(self, req: Req) -> bool:
-        """Make the longest prefix `req` shares with a batch-mate shared now, if this pass
-        computes all of it."""
-        item = max(self.items, key=lambda i: _common_prefix(req.all_ids, i.req.all_ids))
-        shared = min(_common_prefix(req.all_ids, item.req.all_ids), req.max_prefix_len)
-        if shared > item.chunk_start + item.extend_len:
-            return False
-        return self.cache.share_ahead(item.req, shared)
+        ids = req.all_ids
+        shared = max(_common_prefix(ids, item.req.all_ids) for item in self.items)
+        return shared - matched > IN_BATCH_SHARE_TOKENS
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

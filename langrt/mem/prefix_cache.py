@@ -7,9 +7,7 @@ runs the same code path.
 A request's row in `req_to_token` has two regions:
     [0, cached_len)       slots owned by the tree, locked by the request (`req.cache_node`)
     [cached_len, kv_len)  slots private to the request (newly computed, not yet inserted)
-Positions from kv_len on have no K/V yet. One exception, inside a scheduler step: a prompt
-prefix shared ahead (`share_ahead`) belongs to the tree before the step's pass writes its K/V,
-so until that pass has run its request has cached_len > kv_len.
+Positions from kv_len on have no K/V yet.
 """
 
 from __future__ import annotations
@@ -34,12 +32,6 @@ class PrefixCache(ABC):
     - `cache_finished(req)`: the request gives up its slots (finished, aborted or retracted):
       they go to the tree (or back to the pool), its lock is released. The row itself is the
       caller's to free.
-    - `share_ahead(req, length)`: at admission, for a request whose tokens [kv_len, length) the
-      step's pass is about to compute: those tokens become shared now, so batch-mates admitted
-      after it reuse them in the same pass (each layer writes every new token's K/V before any
-      attention reads it). The lock moves down, `req.cached_len = length`. True when the tree
-      holds [0, length) of the request afterwards (also when it already did); False, and nothing
-      changes, when it held only some of the new tokens, or for a cache that never matches.
     - `evict(n)`: free at least n slots from unlocked cached prefixes if possible.
     Nothing here allocates slots; every slot it receives is either kept or freed exactly once.
     """
@@ -58,9 +50,6 @@ class PrefixCache(ABC):
 
     @abstractmethod
     def cache_finished(self, req) -> None: ...
-
-    @abstractmethod
-    def share_ahead(self, req, length: int) -> bool: ...
 
     @abstractmethod
     def evict(self, num_tokens: int) -> int: ...
@@ -105,31 +94,15 @@ class RadixPrefixCache(PrefixCache):
         req.kv_len = req.cached_len = match.length
 
     def cache_unfinished(self, req) -> None:
-        self._insert(req, req.all_ids[: req.kv_len])
-        self._relock(req, req.kv_len)
-
-    def share_ahead(self, req, length: int) -> bool:
-        if length <= req.cached_len:
-            return True
-        ids = req.all_ids[:length]
-        # Tokens past cached_len already in the tree would be computed twice into two slots.
-        if self.tree.match_prefix(ids).length != req.cached_len:
-            return False
-        already = self.tree.insert(ids, self.req_pool.slots(req.req_pool_idx, length))
-        assert already == req.cached_len, "the tree held none of the tokens shared ahead"
-        self._relock(req, length)
-        return True
-
-    def _relock(self, req, length: int) -> None:
-        """The request's row [0, length) now lies in the tree: point it at the tree's slots and
-        move its lock down to the node ending there."""
-        match = self.tree.match_prefix(req.all_ids[:length])
-        assert match.length == length, "what was just inserted must match"
+        ids = req.all_ids[: req.kv_len]
+        self._insert(req, ids)
+        match = self.tree.match_prefix(ids)
+        assert match.length == req.kv_len, "what was just inserted must match"
         self.req_pool.write(req.req_pool_idx, 0, match.slots)
         self.tree.lock(match.node)
         self._unlock(req)
         req.cache_node = match.node
-        req.cached_len = length
+        req.cached_len = req.kv_len
 
     def cache_finished(self, req) -> None:
         self._insert(req, req.all_ids[: req.kv_len])
@@ -196,9 +169,6 @@ class NoPrefixCache(PrefixCache):
 
     def cache_finished(self, req) -> None:
         self.kv_pool.free(self.req_pool.slots(req.req_pool_idx, req.kv_len))
-
-    def share_ahead(self, req, length: int) -> bool:
-        return False
 
     def evict(self, num_tokens: int) -> int:
         return 0
