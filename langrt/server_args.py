@@ -52,6 +52,7 @@ class ServerArgs:
     enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; on a 2-core CPU it measured no faster)", default=False)
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
     num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
+    disable_malloc_tuning: bool = _flag("leave the C allocator of the model process at its defaults (by default it keeps freed memory for the next pass: on CPU, passes stop refaulting their activations; it holds on to its peak heap)", default=False)
     log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")
 
     def __post_init__(self):

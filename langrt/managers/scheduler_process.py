@@ -18,6 +18,7 @@ from langrt.managers.child import configure_logging, exit_with_parent
 from langrt.managers.incremental_decoder import CONTEXT_TOKENS
 from langrt.managers.req import Req
 from langrt.managers.scheduler import Scheduler
+from langrt.mem.host_malloc import keep_freed_memory
 from langrt.messages import (
     AbortRequest,
     ControlReply,
@@ -38,6 +39,8 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
     """Entry point of the scheduler process (spawned)."""
     exit_with_parent(parent_pid, endpoints.directory)
     configure_logging(args.log_level, "scheduler")
+    if not args.disable_malloc_tuning:
+        keep_freed_memory()
     context = zmq.Context()
     inbox: PullQueue = PullQueue(context, endpoints.scheduler)
     outbox: PushQueue = PushQueue(context, endpoints.detokenizer)

@@ -1,0 +1,45 @@
+"""The scheduler process's C allocator: keep freed tensor memory for the next pass.
+
+On CPU every forward pass allocates and frees the same large activations, K/V gathers and
+attention buffers. glibc's malloc by default serves blocks over a moving threshold with fresh
+mmaps and hands a heap top over 128 KiB of free space back to the kernel, so a pass keeps
+faulting in zeroed pages that the previous pass just released. Measured on the built-in model
+(bf16, 2-core CPU, 64 few-shot requests with a 1,205-token shared preamble, in-process): a
+wave took 4.9 s with the defaults and 3.4-3.5 s with the settings below; decode passes of 64
+rows went from 330-750 ms to 250-310 ms. (vLLM's CPU backend asks users to preload tcmalloc
+for the same reason; this needs no extra library.) The cost: the process keeps its peak heap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import sys
+
+logger = logging.getLogger(__name__)
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+# Why these: blocks up to 32 MiB (glibc's ceiling for the mmap threshold) come from the heap and
+# are reused; the heap is never trimmed below 1 GiB of free space; it grows 64 MiB at a time.
+_MMAP_THRESHOLD = 32 << 20
+_TRIM_THRESHOLD = 1 << 30
+_TOP_PAD = 64 << 20
+
+
+def keep_freed_memory() -> bool:
+    """Applies the settings above to this process's malloc; False (nothing changed) where the C
+    library is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # musl and other C libraries
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    applied = all(
+        mallopt(param, value)
+        for param, value in ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD), (_M_TOP_PAD, _TOP_PAD))
+    )
+    logger.debug("malloc keeps freed memory: %s", applied)
+    return applied
