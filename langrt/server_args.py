@@ -14,7 +14,7 @@ from pathlib import Path
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
-ATTENTION_BACKENDS = ("auto", "torch", "triton")
+ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 
 
@@ -29,7 +29,7 @@ class ServerArgs:
     load_format: str = _flag("weights format; dummy = seeded random weights", LOAD_FORMATS, default="auto")
     dtype: str = _flag("serving dtype; auto = bfloat16 where the device runs it fast, else float32/float16", DTYPES, default="auto")
     device: str = _flag("auto = cuda when present, else cpu", DEVICES, default="auto")
-    attention_backend: str = _flag("attention implementation; auto = triton on cuda, torch on cpu", ATTENTION_BACKENDS, default="auto")
+    attention_backend: str = _flag("attention implementation; auto = triton on cuda, cpu (torch with langrt's C++ kernel for decode rows) on cpu", ATTENTION_BACKENDS, default="auto")
     context_length: int | None = _flag("maximum tokens per request (prompt + output); default: the model's", default=None)
     max_total_tokens: int | None = _flag("KV pool size in tokens; default: from --mem-fraction-static", default=None)
     mem_fraction_static: float | None = _flag("fraction of free device memory (CPU: available RAM) for the KV pool; default 0.85 cuda, 0.1 cpu", default=None)
@@ -131,15 +131,19 @@ def _check_positive(args: ServerArgs, *names: str) -> None:
 
 
 def _attention_backend(asked: str, device: str) -> str:
-    """auto: the Triton kernels on CUDA (when triton is installed), torch on CPU. The Triton
-    backend runs on CPU only in Triton's interpreter (TRITON_INTERPRET=1), which tests use."""
+    """auto: the Triton kernels on CUDA (when triton is installed); on CPU the cpu backend (torch,
+    with langrt's C++ kernel for decode and draft rows where the CPU has AVX-512; plain torch
+    where not). The Triton backend runs on CPU only in Triton's interpreter (TRITON_INTERPRET=1),
+    which tests use."""
     import importlib.util
 
     if asked == "auto":
-        return "triton" if device == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
+        if device == "cuda":
+            return "triton" if importlib.util.find_spec("triton") is not None else "torch"
+        return "cpu" if device == "cpu" else "torch"
     if asked == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(
-            "--attention-backend triton needs --device cuda; on CPU use --attention-backend torch "
+            "--attention-backend triton needs --device cuda; on CPU use --attention-backend cpu or torch "
             "(or set TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, for tests)"
         )
     return asked

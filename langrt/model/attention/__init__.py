@@ -6,7 +6,7 @@ from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.model.attention.base import Attention, AttentionBackend
 from langrt.model.config import ModelConfig
 
-ATTENTION_BACKENDS = ("torch", "triton")
+ATTENTION_BACKENDS = ("torch", "cpu", "triton")
 
 
 def create_attention_backend(
@@ -16,6 +16,10 @@ def create_attention_backend(
         from langrt.model.attention.torch_backend import TorchAttentionBackend
 
         return TorchAttentionBackend(config, kv_pool, req_pool)
+    if name == "cpu":
+        from langrt.model.attention.cpu_backend import CpuAttentionBackend
+
+        return CpuAttentionBackend(config, kv_pool, req_pool)
     if name == "triton":
         from langrt.model.attention.triton_backend import TritonAttentionBackend
 

@@ -1,0 +1,229 @@
+// Attention for the short rows of a forward pass (decode tokens, jump-forward drafts), reading
+// K/V straight from the paged pool through the request's slot table.
+//
+// One call per layer covers every such row of the pass, however many new tokens each request
+// has: no K/V gather into a padded block, no padding, no scatter back. Each (row, KV head) is an
+// independent work item, and the arithmetic for a row depends only on that row's query and keys,
+// so its output is the same bits whatever else is in the batch.
+//
+// Numerics: scores, softmax and the weighted sum in float32 (bf16 inputs are widened exactly);
+// exp by a degree-6 polynomial after range reduction (about 1 ulp); the output rounded to the
+// input dtype to nearest-even, as torch's .to() does. Needs AVX-512F.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int kMaxGroup = 16;   // query heads per KV head
+constexpr int kMaxChunks = 16;  // head_dim / 16
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline void store16(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
+
+inline __m512 load16(const c10::BFloat16* p) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+}
+
+inline void store16(c10::BFloat16* p, __m512 x) {
+  // round to nearest even (inputs are finite)
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
+}
+
+// exp(x) for x <= 0; x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor polynomial of degree 6.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(
+      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 in two parts
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Lane i of the result: the sum of the 16 lanes of v[i].
+inline __m512 sum_lanes16(const __m512* v) {
+  __m512 y[4];
+  for (int b = 0; b < 4; ++b) {
+    const __m512 x01 = _mm512_add_ps(_mm512_unpacklo_ps(v[4 * b], v[4 * b + 1]), _mm512_unpackhi_ps(v[4 * b], v[4 * b + 1]));
+    const __m512 x23 =
+        _mm512_add_ps(_mm512_unpacklo_ps(v[4 * b + 2], v[4 * b + 3]), _mm512_unpackhi_ps(v[4 * b + 2], v[4 * b + 3]));
+    y[b] = _mm512_add_ps(
+        _mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  const __m512 s01 = _mm512_add_ps(
+      _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 s23 = _mm512_add_ps(
+      _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(
+      _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+template <typename T>
+void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& req_to_token,
+                 const at::Tensor& rows, const at::Tensor& reqs, const at::Tensor& starts, const at::Tensor& ends,
+                 at::Tensor& out, float scale) {
+  const int64_t num_rows = rows.size(0), heads = q.size(1), dim = q.size(2);
+  const int64_t kv_heads = k.size(1), group = heads / kv_heads, chunks = dim / 16;
+  const int64_t num_slots = k.size(0), table_width = req_to_token.size(1);
+  const T* qp = q.data_ptr<T>();
+  const T* kp = k.data_ptr<T>();
+  const T* vp = v.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const int32_t* table = req_to_token.data_ptr<int32_t>();
+  const int64_t* row_of = rows.data_ptr<int64_t>();
+  const int64_t* req_of = reqs.data_ptr<int64_t>();
+  const int32_t* start_of = starts.data_ptr<int32_t>();
+  const int32_t* end_of = ends.data_ptr<int32_t>();
+  const int64_t q_row_stride = q.stride(0), q_head_stride = q.stride(1);
+  const int64_t out_row_stride = out.stride(0), out_head_stride = out.stride(1);
+  int64_t longest = 0;
+  for (int64_t n = 0; n < num_rows; ++n) longest = std::max<int64_t>(longest, end_of[n] - start_of[n]);
+  const int64_t padded_longest = (longest + 15) / 16 * 16;
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+
+  at::parallel_for(0, num_rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(group * padded_longest);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t n = item / kv_heads, h = item % kv_heads;
+      const int64_t first = start_of[n], count = end_of[n] - first, padded = (count + 15) / 16 * 16;
+      const int32_t* slots = table + req_of[n] * table_width + first;
+      float* scores = scratch.data();
+
+      __m512 qv[kMaxGroup][kMaxChunks];
+      const __m512 scale_v = _mm512_set1_ps(scale);
+      for (int64_t g = 0; g < group; ++g) {
+        const T* src = qp + row_of[n] * q_row_stride + (h * group + g) * q_head_stride;
+        for (int64_t c = 0; c < chunks; ++c) qv[g][c] = _mm512_mul_ps(load16(src + 16 * c), scale_v);
+      }
+
+      // scores, 16 keys at a time
+      __m512 running_max[kMaxGroup];
+      for (int64_t g = 0; g < group; ++g) running_max[g] = neg_inf;
+      for (int64_t j0 = 0; j0 < count; j0 += 16) {
+        const int valid = static_cast<int>(std::min<int64_t>(16, count - j0));
+        __m512 key[16][kMaxChunks];
+        for (int t = 0; t < 16; ++t) {
+          if (t < valid) {
+            const int64_t slot = slots[j0 + t];
+            TORCH_CHECK(slot >= 0 && slot < num_slots, "paged_attention: slot ", slot, " outside the pool");
+            const T* src = kp + (slot * kv_heads + h) * dim;
+            for (int64_t c = 0; c < chunks; ++c) key[t][c] = load16(src + 16 * c);
+          } else {
+            for (int64_t c = 0; c < chunks; ++c) key[t][c] = _mm512_setzero_ps();
+          }
+        }
+        const __mmask16 live = static_cast<__mmask16>((1u << valid) - 1);
+        for (int64_t g = 0; g < group; ++g) {
+          __m512 dots[16];
+          for (int t = 0; t < 16; ++t) {
+            __m512 acc = _mm512_mul_ps(qv[g][0], key[t][0]);
+            for (int64_t c = 1; c < chunks; ++c) acc = _mm512_fmadd_ps(qv[g][c], key[t][c], acc);
+            dots[t] = acc;
+          }
+          const __m512 s = _mm512_mask_blend_ps(live, neg_inf, sum_lanes16(dots));
+          _mm512_storeu_ps(scores + g * padded + j0, s);
+          running_max[g] = _mm512_max_ps(running_max[g], s);
+        }
+      }
+
+      // softmax weights (unnormalized) and their sums
+      float inv_sum[kMaxGroup];
+      for (int64_t g = 0; g < group; ++g) {
+        const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(running_max[g]));
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t j0 = 0; j0 < padded; j0 += 16) {
+          const __m512 s = _mm512_loadu_ps(scores + g * padded + j0);
+          const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, neg_inf, _CMP_NEQ_OQ), exp16(_mm512_sub_ps(s, m)));
+          _mm512_storeu_ps(scores + g * padded + j0, e);
+          sum = _mm512_add_ps(sum, e);
+        }
+        inv_sum[g] = 1.0f / _mm512_reduce_add_ps(sum);
+      }
+
+      // weighted sum of the values
+      __m512 acc[kMaxGroup][kMaxChunks];
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t c = 0; c < chunks; ++c) acc[g][c] = _mm512_setzero_ps();
+      for (int64_t j = 0; j < count; ++j) {
+        const T* src = vp + (static_cast<int64_t>(slots[j]) * kv_heads + h) * dim;
+        __m512 value[kMaxChunks];
+        for (int64_t c = 0; c < chunks; ++c) value[c] = load16(src + 16 * c);
+        for (int64_t g = 0; g < group; ++g) {
+          const __m512 p = _mm512_set1_ps(scores[g * padded + j]);
+          for (int64_t c = 0; c < chunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, value[c], acc[g][c]);
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        T* dst = op + row_of[n] * out_row_stride + (h * group + g) * out_head_stride;
+        const __m512 norm = _mm512_set1_ps(inv_sum[g]);
+        for (int64_t c = 0; c < chunks; ++c) store16(dst + 16 * c, _mm512_mul_ps(acc[g][c], norm));
+      }
+    }
+  });
+}
+
+void paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& req_to_token,
+                     const at::Tensor& rows, const at::Tensor& reqs, const at::Tensor& starts, const at::Tensor& ends,
+                     at::Tensor out, double scale) {
+  TORCH_CHECK(q.device().is_cpu(), "paged_attention: CPU tensors only");
+  TORCH_CHECK(q.dim() == 3 && out.sizes() == q.sizes(), "paged_attention: q and out must be [tokens, heads, head_dim]");
+  TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes() && k.is_contiguous() && v.is_contiguous(),
+              "paged_attention: k and v must be contiguous [slots, kv_heads, head_dim]");
+  TORCH_CHECK(q.stride(2) == 1 && out.stride(2) == 1, "paged_attention: head_dim must be contiguous in q and out");
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type(),
+              "paged_attention: q, k, v and out must share a dtype");
+  TORCH_CHECK(q.size(2) == k.size(2) && q.size(2) % 16 == 0 && q.size(2) <= 16 * kMaxChunks,
+              "paged_attention: head_dim must match and be a multiple of 16, at most ", 16 * kMaxChunks);
+  TORCH_CHECK(q.size(1) % k.size(1) == 0 && q.size(1) / k.size(1) <= kMaxGroup,
+              "paged_attention: heads must be a multiple of kv_heads, at most ", kMaxGroup, " per KV head");
+  TORCH_CHECK(req_to_token.dim() == 2 && req_to_token.is_contiguous() && req_to_token.scalar_type() == at::kInt,
+              "paged_attention: req_to_token must be a contiguous int32 table");
+  TORCH_CHECK(rows.scalar_type() == at::kLong && reqs.scalar_type() == at::kLong && starts.scalar_type() == at::kInt &&
+                  ends.scalar_type() == at::kInt,
+              "paged_attention: rows and reqs int64, starts and ends int32");
+  const int64_t n = rows.numel();
+  TORCH_CHECK(rows.is_contiguous() && reqs.is_contiguous() && starts.is_contiguous() && ends.is_contiguous() &&
+                  reqs.numel() == n && starts.numel() == n && ends.numel() == n,
+              "paged_attention: rows, reqs, starts and ends must be contiguous and of one length");
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = rows.data_ptr<int64_t>()[i], req = reqs.data_ptr<int64_t>()[i];
+    const int32_t first = starts.data_ptr<int32_t>()[i], last = ends.data_ptr<int32_t>()[i];
+    TORCH_CHECK(row >= 0 && row < q.size(0), "paged_attention: row ", row, " outside q");
+    TORCH_CHECK(req >= 0 && req < req_to_token.size(0), "paged_attention: request row ", req, " outside req_to_token");
+    TORCH_CHECK(first >= 0 && first < last && last <= req_to_token.size(1),
+                "paged_attention: key range [", first, ", ", last, ") is empty or outside req_to_token");
+  }
+  if (q.scalar_type() == at::kBFloat16) {
+    attend_rows<c10::BFloat16>(q, k, v, req_to_token, rows, reqs, starts, ends, out, static_cast<float>(scale));
+  } else {
+    TORCH_CHECK(q.scalar_type() == at::kFloat, "paged_attention: bfloat16 or float32 only");
+    attend_rows<float>(q, k, v, req_to_token, rows, reqs, starts, ends, out, static_cast<float>(scale));
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(langrt_cpu, m) {
+  m.def(
+      "paged_attention(Tensor q, Tensor k, Tensor v, Tensor req_to_token, Tensor rows, Tensor reqs, Tensor starts, "
+      "Tensor ends, Tensor(a!) out, float scale) -> ()",
+      &paged_attention);
+}
