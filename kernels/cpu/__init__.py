@@ -21,7 +21,7 @@ import time
 SOURCE = pathlib.Path(__file__).with_name("paged_attention.cpp")
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
 # The instructions the source uses; the build targets exactly these, so it runs on any CPU that has them.
-CFLAGS = ["-O3", "-mavx512f", "-mfma", "-std=c++17"]
+CFLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]  # -fopenmp: at::parallel_for is a no-op without it
 
 logger = logging.getLogger("langrt.kernels.cpu")
 

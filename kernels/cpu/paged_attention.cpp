@@ -76,12 +76,12 @@ inline __m512 sum_lanes16(const __m512* v) {
       _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-template <typename T>
+template <typename T, int chunks>  // chunks = head_dim / 16, a constant so the loops unroll
 void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& req_to_token,
                  const at::Tensor& rows, const at::Tensor& reqs, const at::Tensor& starts, const at::Tensor& ends,
                  at::Tensor& out, float scale) {
   const int64_t num_rows = rows.size(0), heads = q.size(1), dim = q.size(2);
-  const int64_t kv_heads = k.size(1), group = heads / kv_heads, chunks = dim / 16;
+  const int64_t kv_heads = k.size(1), group = heads / kv_heads;
   const int64_t num_slots = k.size(0), table_width = req_to_token.size(1);
   const T* qp = q.data_ptr<T>();
   const T* kp = k.data_ptr<T>();
@@ -107,11 +107,11 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
       const int32_t* slots = table + req_of[n] * table_width + first;
       float* scores = scratch.data();
 
-      __m512 qv[kMaxGroup][kMaxChunks];
+      __m512 qv[kMaxGroup][chunks];
       const __m512 scale_v = _mm512_set1_ps(scale);
       for (int64_t g = 0; g < group; ++g) {
         const T* src = qp + row_of[n] * q_row_stride + (h * group + g) * q_head_stride;
-        for (int64_t c = 0; c < chunks; ++c) qv[g][c] = _mm512_mul_ps(load16(src + 16 * c), scale_v);
+        for (int c = 0; c < chunks; ++c) qv[g][c] = _mm512_mul_ps(load16(src + 16 * c), scale_v);
       }
 
       // scores, 16 keys at a time
@@ -119,15 +119,15 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
       for (int64_t g = 0; g < group; ++g) running_max[g] = neg_inf;
       for (int64_t j0 = 0; j0 < count; j0 += 16) {
         const int valid = static_cast<int>(std::min<int64_t>(16, count - j0));
-        __m512 key[16][kMaxChunks];
+        __m512 key[16][chunks];
         for (int t = 0; t < 16; ++t) {
           if (t < valid) {
             const int64_t slot = slots[j0 + t];
             TORCH_CHECK(slot >= 0 && slot < num_slots, "paged_attention: slot ", slot, " outside the pool");
             const T* src = kp + (slot * kv_heads + h) * dim;
-            for (int64_t c = 0; c < chunks; ++c) key[t][c] = load16(src + 16 * c);
+            for (int c = 0; c < chunks; ++c) key[t][c] = load16(src + 16 * c);
           } else {
-            for (int64_t c = 0; c < chunks; ++c) key[t][c] = _mm512_setzero_ps();
+            for (int c = 0; c < chunks; ++c) key[t][c] = _mm512_setzero_ps();
           }
         }
         const __mmask16 live = static_cast<__mmask16>((1u << valid) - 1);
@@ -135,7 +135,7 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
           __m512 dots[16];
           for (int t = 0; t < 16; ++t) {
             __m512 acc = _mm512_mul_ps(qv[g][0], key[t][0]);
-            for (int64_t c = 1; c < chunks; ++c) acc = _mm512_fmadd_ps(qv[g][c], key[t][c], acc);
+            for (int c = 1; c < chunks; ++c) acc = _mm512_fmadd_ps(qv[g][c], key[t][c], acc);
             dots[t] = acc;
           }
           const __m512 s = _mm512_mask_blend_ps(live, neg_inf, sum_lanes16(dots));
@@ -159,22 +159,22 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
       }
 
       // weighted sum of the values
-      __m512 acc[kMaxGroup][kMaxChunks];
+      __m512 acc[kMaxGroup][chunks];
       for (int64_t g = 0; g < group; ++g)
-        for (int64_t c = 0; c < chunks; ++c) acc[g][c] = _mm512_setzero_ps();
+        for (int c = 0; c < chunks; ++c) acc[g][c] = _mm512_setzero_ps();
       for (int64_t j = 0; j < count; ++j) {
         const T* src = vp + (static_cast<int64_t>(slots[j]) * kv_heads + h) * dim;
-        __m512 value[kMaxChunks];
-        for (int64_t c = 0; c < chunks; ++c) value[c] = load16(src + 16 * c);
+        __m512 value[chunks];
+        for (int c = 0; c < chunks; ++c) value[c] = load16(src + 16 * c);
         for (int64_t g = 0; g < group; ++g) {
           const __m512 p = _mm512_set1_ps(scores[g * padded + j]);
-          for (int64_t c = 0; c < chunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, value[c], acc[g][c]);
+          for (int c = 0; c < chunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, value[c], acc[g][c]);
         }
       }
       for (int64_t g = 0; g < group; ++g) {
         T* dst = op + row_of[n] * out_row_stride + (h * group + g) * out_head_stride;
         const __m512 norm = _mm512_set1_ps(inv_sum[g]);
-        for (int64_t c = 0; c < chunks; ++c) store16(dst + 16 * c, _mm512_mul_ps(acc[g][c], norm));
+        for (int c = 0; c < chunks; ++c) store16(dst + 16 * c, _mm512_mul_ps(acc[g][c], norm));
       }
     }
   });
@@ -211,12 +211,22 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     TORCH_CHECK(first >= 0 && first < last && last <= req_to_token.size(1),
                 "paged_attention: key range [", first, ", ", last, ") is empty or outside req_to_token");
   }
-  if (q.scalar_type() == at::kBFloat16) {
-    attend_rows<c10::BFloat16>(q, k, v, req_to_token, rows, reqs, starts, ends, out, static_cast<float>(scale));
-  } else {
-    TORCH_CHECK(q.scalar_type() == at::kFloat, "paged_attention: bfloat16 or float32 only");
-    attend_rows<float>(q, k, v, req_to_token, rows, reqs, starts, ends, out, static_cast<float>(scale));
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat, "paged_attention: bfloat16 or float32 only");
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  const float s = static_cast<float>(scale);
+#define LANGRT_CASE(C)                                                                              \
+  case C:                                                                                           \
+    if (bf16)                                                                                       \
+      attend_rows<c10::BFloat16, C>(q, k, v, req_to_token, rows, reqs, starts, ends, out, s);      \
+    else                                                                                            \
+      attend_rows<float, C>(q, k, v, req_to_token, rows, reqs, starts, ends, out, s);              \
+    break;
+  switch (q.size(2) / 16) {
+    LANGRT_CASE(1) LANGRT_CASE(2) LANGRT_CASE(3) LANGRT_CASE(4) LANGRT_CASE(5) LANGRT_CASE(6) LANGRT_CASE(7)
+    LANGRT_CASE(8) LANGRT_CASE(9) LANGRT_CASE(10) LANGRT_CASE(11) LANGRT_CASE(12) LANGRT_CASE(13) LANGRT_CASE(14)
+    LANGRT_CASE(15) LANGRT_CASE(16)
   }
+#undef LANGRT_CASE
 }
 
 }  // namespace
