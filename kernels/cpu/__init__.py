@@ -1,7 +1,7 @@
 """langrt's CPU kernel (C++): attention for the decode and draft rows of a pass, read straight
 from the paged KV pool (see paged_attention.cpp).
 
-It is compiled on first use with torch's extension builder (g++ and ninja; ~20 s) and cached
+It is compiled on first use with torch's extension builder (g++ and ninja; ~10 s) and cached
 under torch's extension directory ($TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), so
 later processes load it in well under a second. `scripts/install.sh` builds it once up front.
 Where it cannot be used (no AVX-512, no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()`

@@ -1,4 +1,5 @@
-"""Attention in plain torch over the paged pool: the reference backend and the CPU path.
+"""Attention in plain torch over the paged pool: the reference backend, and the CPU path where
+langrt's C++ kernel cannot run (see cpu_backend).
 
 Requests adding one token (decode) or a few (jump-forward drafts) gather their K/V through
 `req_to_token` into one padded [B, L] block and run a single masked SDPA per layer (per-op
