@@ -127,6 +127,11 @@ def test_a_rows_output_does_not_depend_on_the_other_rows(kernel, dtype):
         alone = dict(c, **{name: c[name][i : i + 1] for name in ("rows", "reqs", "starts", "ends")})
         row = int(c["rows"][i])
         assert torch.equal(_call(kernel, alone)[row], together[row])
+    # a request's rows are taken together when adjacent (one thread reads its keys once for all
+    # of them); listed in any order, split among other requests' rows, the bits are the same
+    shuffled = torch.randperm(c["rows"].numel(), generator=torch.Generator().manual_seed(3))
+    mixed = dict(c, **{name: c[name][shuffled] for name in ("rows", "reqs", "starts", "ends")})
+    assert torch.equal(_call(kernel, mixed), together)
 
 
 @needs_kernel
