@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kernels.cpu import paged_attention, unavailable_reason
+from kernels.cpu import paged_attention, reset, unavailable_reason
 
 needs_kernel = pytest.mark.skipif(unavailable_reason() is not None, reason=f"CPU kernel unavailable: {unavailable_reason()}")
 
@@ -204,14 +204,14 @@ def test_backend_falls_back_to_torch_with_a_reason(tiny_llama_dir, monkeypatch, 
     from langrt.model.attention.torch_backend import _TorchAttention
 
     monkeypatch.setenv("LANGRT_CPU_KERNELS", "0")
-    paged_attention.cache_clear()
+    reset()
     try:
         with caplog.at_level(logging.WARNING):
             runner = _runner(tiny_llama_dir, "cpu", "cpu")
     finally:
-        paged_attention.cache_clear()
+        reset()
     assert runner.attn_backend.kernel is None
-    assert "CPU attention kernel not used: LANGRT_CPU_KERNELS=0" in caplog.text
+    assert "CPU kernels not used: LANGRT_CPU_KERNELS=0" in caplog.text
 
     batch = SimpleNamespace(
         extend_lens=[1], extend_starts=[0], seq_lens=[3], req_pool_indices=[0], input_ids=torch.zeros(1, dtype=torch.int64), num_tokens=1

@@ -1,9 +1,12 @@
-"""RMSNorm (+ residual), rotary and SiLU-and-mul: references, Triton kernels, and the model's torch ops.
+"""RMSNorm (+ residual), rotary and SiLU-and-mul: references, Triton kernels, langrt's C++ CPU
+kernels, and the model's torch ops.
 
-The references are checked against `langrt.model.layers` (the CPU path the model runs), so a
-kernel that matches its reference follows the model's conventions (rotate-half layout, where
-the 16-bit roundings fall). The launchers run in Triton's interpreter on CPU tensors, in a
-subprocess started with TRITON_INTERPRET=1: this file run as a script.
+The references are checked against `langrt.model.layers` with its torch ops (the path the model
+runs where no fused kernel applies), so a kernel that matches its reference follows the model's
+conventions (rotate-half layout, where the 16-bit roundings fall). The Triton launchers run in
+Triton's interpreter on CPU tensors, in a subprocess started with TRITON_INTERPRET=1: this file
+run as a script. The C++ kernels (kernels/cpu, what `layers` runs on CPU) are checked against the
+same references.
 
 The interpreter rounds float32 -> bfloat16 toward zero (the GPU rounds to nearest even), so
 bfloat16 cases compare with a tolerance of two bfloat16 ulps; float32 and float16 (numpy's own
@@ -82,6 +85,13 @@ def silu_tensors(case: dict):
 # --- the references against the model's torch ops ----------------------------------------------
 
 
+@pytest.fixture
+def torch_ops_only(monkeypatch):
+    """`layers` with no fused kernels: the torch ops."""
+    monkeypatch.setattr(layers, "_fused_kernels", lambda x: None)
+
+
+@pytest.mark.usefixtures("torch_ops_only")
 @pytest.mark.parametrize("case", NORM_CASES, ids=[c["id"] for c in NORM_CASES])
 def test_rms_norm_reference_is_the_models_norm(case):
     from kernels.rms_norm import rms_norm_reference
@@ -98,6 +108,7 @@ def test_rms_norm_reference_is_the_models_norm(case):
         torch.testing.assert_close(out, expected_out, atol=0, rtol=1e-6 if case["dtype"] == "float32" else 0)
 
 
+@pytest.mark.usefixtures("torch_ops_only")
 @pytest.mark.parametrize("case", ROTARY_CASES, ids=[c["id"] for c in ROTARY_CASES])
 def test_rotary_reference_is_the_models_rotary(case):
     from kernels.rotary import rotary_embedding_reference
@@ -112,6 +123,7 @@ def test_rotary_reference_is_the_models_rotary(case):
     assert not torch.equal(rotated[1:, :width], qkv[1:, :width])  # position 0 is the identity
 
 
+@pytest.mark.usefixtures("torch_ops_only")
 @pytest.mark.parametrize("case", SILU_CASES, ids=[c["id"] for c in SILU_CASES])
 def test_silu_and_mul_reference_is_the_models_activation(case):
     from kernels.silu_and_mul import silu_and_mul_reference
@@ -120,7 +132,135 @@ def test_silu_and_mul_reference_is_the_models_activation(case):
     assert torch.equal(silu_and_mul_reference(gate_up), layers.silu_and_mul(gate_up))
 
 
-def test_cpu_layers_import_neither_triton_nor_kernels():
+# --- the C++ CPU kernels (what `layers` runs on CPU) against the references -----------------------
+
+needs_cpu_kernels = pytest.mark.skipif(
+    __import__("kernels.cpu", fromlist=["unavailable_reason"]).unavailable_reason() is not None,
+    reason="the C++ CPU kernels need AVX-512F",
+)
+CPU_DTYPES = ("float32", "bfloat16")  # what they take; float16 keeps the torch ops
+
+
+def _one_ulp(dtype: torch.dtype, want: torch.Tensor) -> torch.Tensor:
+    """Per element: one ulp of `want` in dtype (float32 or bfloat16)."""
+    mantissa = 23 if dtype == torch.float32 else 7
+    return torch.ldexp(torch.ones_like(want, dtype=torch.float32), torch.frexp(want.float()).exponent - 1 - mantissa)
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("case", [c for c in NORM_CASES if c["dtype"] in CPU_DTYPES], ids=lambda c: c["id"])
+def test_cpu_rms_norm_kernel_is_the_reference_to_one_ulp(case):
+    from kernels.cpu import layer_ops
+    from kernels.rms_norm import rms_norm_reference
+
+    x, weight, residual = norm_tensors(case)
+    dtype = DTYPES[case["dtype"]]
+    assert layers._fused_kernels(x) is not None  # what the model runs here
+    if residual is None:
+        got, want = layer_ops().rms_norm(x, weight, 1e-5), rms_norm_reference(x, weight, 1e-5)
+        assert torch.equal(layers.rms_norm(x, weight, 1e-5), got)
+    else:
+        (got, got_sum), (want, want_sum) = layer_ops().rms_norm(x, weight, 1e-5, residual), rms_norm_reference(x, weight, 1e-5, residual)
+        assert torch.equal(got_sum, want_sum)  # the sum is rounded exactly as torch rounds it
+        module = layers.RMSNorm(case["hidden"], 1e-5).to(dtype)
+        module.weight.data.copy_(weight)
+        module_out, module_sum = module(x, residual)
+        assert torch.equal(module_out, got) and torch.equal(module_sum, got_sum)
+    # the scale's float32 arithmetic may differ from torch's in the last bit (the order of the sum
+    # of squares), carried through two products: a few float32 ulps, at most one bfloat16 ulp
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, atol=0, rtol=1e-6)
+    else:
+        assert ((got.float() - want.float()).abs() <= _one_ulp(dtype, want)).all()
+    assert (got == want).float().mean() > 0.4
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("case", [c for c in ROTARY_CASES if c["dtype"] in CPU_DTYPES], ids=lambda c: c["id"])
+def test_cpu_rotary_kernel_is_the_reference_bit_for_bit(case):
+    from kernels.cpu import layer_ops
+    from kernels.rotary import rotary_embedding_reference
+
+    qkv, cos, sin = rotary_tensors(case)
+    want, got = qkv.clone(), qkv.clone()
+    rotary_embedding_reference(*rotary_views(want, case), cos, sin)
+    width = (case["q_heads"] + case["k_heads"]) * case["dim"]
+    t = qkv.shape[0]
+    layer_ops().rotary(got[:, :width].view(t, -1, case["dim"]), None, cos, sin)  # q and k as one view, in place
+    assert torch.equal(got, want)
+    model = layers.apply_rotary(qkv[:, :width].clone(), cos[:, None], sin[:, None], case["dim"])
+    assert torch.equal(model, want[:, :width])
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("case", [c for c in SILU_CASES if c["dtype"] in CPU_DTYPES and c["width"] % 16 == 0], ids=lambda c: c["id"])
+def test_cpu_silu_and_mul_kernel_is_the_reference_to_one_ulp(case):
+    from kernels.cpu import layer_ops
+    from kernels.silu_and_mul import silu_and_mul_reference
+
+    gate_up = silu_tensors(case)
+    dtype = DTYPES[case["dtype"]]
+    got, want = layer_ops().silu_and_mul(gate_up), silu_and_mul_reference(gate_up)
+    assert torch.equal(layers.silu_and_mul(gate_up), got)
+    # exp by langrt's polynomial (about one float32 ulp), then a division and a product: a few
+    # float32 ulps; in bfloat16 the SiLU's rounding can then move the product by one ulp
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, atol=1e-30, rtol=1e-6)
+    else:
+        assert ((got.float() - want.float()).abs() <= _one_ulp(dtype, want)).all()
+    assert (got == want).float().mean() > 0.9
+
+
+@needs_cpu_kernels
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_cpu_kernels_give_each_row_the_same_bits_alone_or_batched(dtype):
+    """What keeps jump-forward's larger passes from changing a row's numbers."""
+    from kernels.cpu import layer_ops
+
+    ops, dt = layer_ops(), DTYPES[dtype]
+    gen = torch.Generator().manual_seed(0)
+    x, residual = (torch.randn(40, 576, generator=gen).to(dt) for _ in range(2))
+    weight = (1 + 0.1 * torch.randn(576, generator=gen)).to(dt)
+    gate_up = torch.randn(40, 3072, generator=gen).to(dt)
+    heads = torch.randn(40, 15, 64, generator=gen).to(dt)
+    cos, sin = torch.randn(40, 32, generator=gen).to(dt), torch.randn(40, 32, generator=gen).to(dt)
+    normed, summed = ops.rms_norm(x, weight, 1e-5, residual)
+    act = ops.silu_and_mul(gate_up)
+    rotated = heads.clone()
+    ops.rotary(rotated, None, cos, sin)
+    for i in (0, 17, 39):
+        one = slice(i, i + 1)
+        alone, alone_sum = ops.rms_norm(x[one], weight, 1e-5, residual[one])
+        assert torch.equal(alone, normed[one]) and torch.equal(alone_sum, summed[one])
+        assert torch.equal(ops.silu_and_mul(gate_up[one]), act[one])
+        row = heads[one].clone()
+        ops.rotary(row, None, cos[one], sin[one])
+        assert torch.equal(row, rotated[one])
+
+
+@needs_cpu_kernels
+def test_cpu_kernels_refuse_what_they_cannot_take():
+    from kernels.cpu import torch_ops
+
+    ops = torch_ops()
+    x, w = torch.zeros(2, 64), torch.ones(64)
+    with pytest.raises(RuntimeError, match="hidden size must be a multiple of 16"):
+        ops.rms_norm(torch.zeros(2, 40), torch.ones(40), 1e-6, None, torch.zeros(2, 40), None)
+    with pytest.raises(RuntimeError, match="weight must be contiguous"):
+        ops.rms_norm(x, w.bfloat16(), 1e-6, None, torch.zeros(2, 64), None)
+    with pytest.raises(RuntimeError, match="residual and summed go together"):
+        ops.rms_norm(x, w, 1e-6, x, torch.zeros(2, 64), None)
+    with pytest.raises(RuntimeError, match="head_dim must be a multiple of 32"):
+        ops.rotary(torch.zeros(3, 2, 16), torch.zeros(3, 8), torch.zeros(3, 8))
+    with pytest.raises(RuntimeError, match="cos and sin must be"):
+        ops.rotary(torch.zeros(3, 2, 64), torch.zeros(2, 32), torch.zeros(3, 32))
+    with pytest.raises(RuntimeError, match="bfloat16 or float32 only"):
+        ops.silu_and_mul(torch.zeros(3, 64).half(), torch.zeros(3, 32).half())
+    with pytest.raises(RuntimeError, match=r"gate_up \[T, 2I\]"):
+        ops.silu_and_mul(torch.zeros(3, 64), torch.zeros(3, 16))
+
+
+def test_cpu_layers_never_import_triton():
     code = (
         "import sys, torch\n"
         "from langrt.model import layers\n"
@@ -129,7 +269,8 @@ def test_cpu_layers_import_neither_triton_nor_kernels():
         "layers.RMSNorm(64, 1e-6)(x, x)\n"
         "layers.silu_and_mul(x)\n"
         "layers.apply_rotary(x, torch.ones(3, 1, 8), torch.zeros(3, 1, 8), 16)\n"
-        "assert not any(m == 'triton' or m.startswith(('triton.', 'kernels')) for m in sys.modules), sorted(sys.modules)\n"
+        "triton_kernels = [m for m in sys.modules if m.startswith('kernels.') and m != 'kernels.cpu']\n"
+        "assert not any(m == 'triton' or m.startswith('triton.') for m in sys.modules) and not triton_kernels, sorted(sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -1,11 +1,12 @@
-"""langrt's CPU kernel (C++): attention for the decode and draft rows of a pass, read straight
-from the paged KV pool (see paged_attention.cpp).
+"""langrt's CPU kernels (C++, AVX-512): attention for the decode and draft rows of a pass, read
+straight from the paged KV pool (paged_attention.cpp), and the elementwise parts of a layer,
+fused (layer_ops.cpp: residual add + RMSNorm, rotary, SiLU-and-mul).
 
-It is compiled on first use with torch's extension builder (g++ and ninja; ~10 s) and cached
+They are one library, compiled on first use with torch's extension builder (g++ and ninja; ~10 s) and cached
 under torch's extension directory ($TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), so
 later processes load it in well under a second. `scripts/install.sh` builds it once up front.
-Where it cannot be used (no AVX-512, no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()`
-returns None and says why once; attention then runs in plain torch.
+Where it cannot be used (no AVX-512, no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()` and
+`layer_ops()` return None and the reason is logged once; the model then runs in plain torch.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ import pathlib
 import platform
 import sys
 import time
+from types import SimpleNamespace
 
-SOURCE = pathlib.Path(__file__).with_name("paged_attention.cpp")
+SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp")]
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
 # The instructions the source uses; the build targets exactly these, so it runs on any CPU that has them.
-CFLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]  # -fopenmp: at::parallel_for is a no-op without it
+# -fopenmp: at::parallel_for is a no-op without it. -ffp-contract=off: a product and a sum written
+# apart stay apart (rounded as torch rounds them), never fused into one FMA behind our back.
+CFLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp", "-ffp-contract=off"]
 
 logger = logging.getLogger("langrt.kernels.cpu")
 
@@ -42,27 +46,75 @@ def unavailable_reason() -> str | None:
     return None
 
 
-@functools.cache
 def paged_attention():
-    """`torch.ops.langrt_cpu.paged_attention`, building it on first use; None where it cannot be
-    used (the reason is logged once).
+    """`torch.ops.langrt_cpu.paged_attention`, building the library on first use; None where it
+    cannot be used (the reason is logged once).
 
     paged_attention(q [T, H, D], k, v [S, Hkv, D], req_to_token [R, C] int32, rows, reqs [N] int64,
     starts, ends [N] int32, out [T, H, D], scale): for each i, row rows[i] of out gets row rows[i]
     of q attending to the keys at req_to_token[reqs[i], starts[i]:ends[i]]."""
+    return torch_ops().paged_attention if _library_ready() else None
+
+
+def layer_ops() -> SimpleNamespace | None:
+    """The fused layer ops, called as langrt.model.layers calls the Triton ones on CUDA, or None
+    where the library cannot be used:
+
+    rms_norm(x [N, hidden], weight, eps, residual=None) -> norm(x), or with residual
+        (norm(x + residual), x + residual); rotary(x [T, heads, D], None, cos, sin [T, D/2]) rotates
+        x in place; silu_and_mul(gate_up [T, 2I]) -> [T, I]."""
+    return SimpleNamespace(rms_norm=_rms_norm, rotary=_rotary, silu_and_mul=_silu_and_mul) if _library_ready() else None
+
+
+def reset() -> None:
+    """Forget whether the library could be used (for tests that change LANGRT_CPU_KERNELS)."""
+    _library_ready.cache_clear()
+
+
+def torch_ops():
+    import torch
+
+    return torch.ops.langrt_cpu
+
+
+@functools.cache
+def _library_ready() -> bool:
     reason = unavailable_reason()
     if reason is None:
         try:
-            return _build()
+            _build()
+            return True
         except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, a failed build: fall back, loudly
             last_line = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
             reason = f"could not build it ({type(exc).__name__}: {last_line})"
-    logger.warning("CPU attention kernel not used: %s; attention runs in plain torch (slower decoding)", reason)
-    return None
+    logger.warning("CPU kernels not used: %s; the model runs in plain torch (slower)", reason)
+    return False
 
 
-def _build():
+def _rms_norm(x, weight, eps: float, residual=None):
     import torch
+
+    out = torch.empty(x.shape, dtype=x.dtype)
+    summed = None if residual is None else torch.empty(x.shape, dtype=x.dtype)
+    torch_ops().rms_norm(x, weight, eps, residual, out, summed)
+    return out if residual is None else (out, summed)
+
+
+def _rotary(x, k, cos, sin) -> None:
+    if k is not None:
+        raise ValueError("the CPU rotary takes q and k as one tensor (k=None)")
+    torch_ops().rotary(x, cos, sin)
+
+
+def _silu_and_mul(gate_up):
+    import torch
+
+    out = torch.empty((gate_up.shape[0], gate_up.shape[1] // 2), dtype=gate_up.dtype)
+    torch_ops().silu_and_mul(gate_up, out)
+    return out
+
+
+def _build() -> None:
     from torch.utils import cpp_extension
 
     # torch's builder runs `ninja` from PATH; the ninja package puts it next to this interpreter,
@@ -77,14 +129,13 @@ def _build():
     os.environ["PATH"] = os.pathsep.join(bin_dirs + [os.environ.get("PATH", "")])
     started = time.monotonic()
     cpp_extension.load(
-        name="langrt_cpu_attention",
-        sources=[str(SOURCE)],
+        name="langrt_cpu_kernels",
+        sources=[str(path) for path in SOURCES],
         extra_cflags=CFLAGS,
         is_python_module=False,
         verbose=False,
     )
     took = time.monotonic() - started
     if took > 2:
-        logger.info("built the CPU attention kernel in %.0f s (cached for later runs)", took)
-    return torch.ops.langrt_cpu.paged_attention
+        logger.info("built the CPU kernels in %.0f s (cached for later runs)", took)
 

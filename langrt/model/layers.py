@@ -3,9 +3,11 @@
 Numerics follow HF transformers (norms in float32, rotary cos/sin computed in float32 and cast to
 the activation dtype) so logits match it to fp32 rounding.
 
-On CUDA, RMSNorm (with its residual add), rotary and SiLU-and-mul run langrt's Triton kernels
-(`kernels/`), which round where these torch ops round; CPU tensors never import triton, and
-inside torch.compile the torch ops stay (the compiler fuses them itself).
+RMSNorm (with its residual add), rotary and SiLU-and-mul run fused kernels that round where these
+torch ops round: langrt's Triton kernels (`kernels/`) on CUDA, its C++ ones (`kernels/cpu`) on
+CPU for bf16 and float32 rows of widths they take. CPU tensors never import triton; inside
+torch.compile the torch ops stay (the compiler fuses them itself); where the C++ library cannot
+be built (see kernels.cpu) the torch ops run.
 """
 
 from __future__ import annotations
@@ -30,16 +32,20 @@ class RMSNorm(nn.Module):
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Without `residual`: norm(x). With it: (norm(x + residual), x + residual)."""
-        fused = _fused_kernels(x)
-        if residual is not None and fused is not None and _fusable_norm(x, self.weight, residual):
-            return fused.rms_norm(x, self.weight, self.eps, residual)
         if residual is not None:
-            x = x + residual
-            return self._norm(x), x
-        return self._norm(x)
-
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
+            return add_rms_norm(x, residual, self.weight, self.eps)
         return rms_norm(x, self.weight, self.eps)
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(norm(x + residual), x + residual), the sum rounded to x's dtype before the norm."""
+    fused = _fused_kernels(x)
+    if fused is not None and _fusable_norm(x, weight, residual):
+        return fused.rms_norm(x, weight, eps, residual)
+    x = x + residual
+    return rms_norm(x, weight, eps), x
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -152,7 +158,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim
     On CUDA the kernel rotates x in place and returns it (one pass over q and k, no copy); on
     CPU the result is a new tensor. Either way, callers must not use the unrotated x again."""
     fused = _fused_kernels(x)
-    if fused is not None and x.dim() == 2 and x.stride(-1) == 1 and cos.dtype == x.dtype:
+    if fused is not None and x.dim() == 2 and x.stride(-1) == 1 and cos.dtype == x.dtype and (x.is_cuda or head_dim % 32 == 0):
         heads = x.view(x.shape[0], -1, head_dim)
         fused.rotary(heads, None, cos.view(x.shape[0], -1), sin.view(x.shape[0], -1))
         return x
@@ -189,18 +195,34 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, s: Mapping[str, Any]) -> torch.Tens
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     fused = _fused_kernels(gate_up)
-    if fused is not None and gate_up.dim() == 2:
+    if fused is not None and gate_up.dim() == 2 and gate_up.stride(-1) == 1:
         return fused.silu_and_mul(gate_up)
     gate, up = gate_up.chunk(2, dim=-1)
     return nn.functional.silu(gate) * up
 
 
 def _fused_kernels(x: torch.Tensor) -> SimpleNamespace | None:
-    """The Triton layer kernels when x is a CUDA tensor outside torch.compile tracing, else None.
-    (The CPU check comes first and is one attribute read: the CPU path pays nothing else.)"""
-    if not x.is_cuda or torch.compiler.is_compiling():
+    """Outside torch.compile tracing: the Triton layer kernels for a CUDA tensor; the C++ ones
+    for a CPU tensor in bf16 or float32 whose rows are a multiple of 32 wide (the vector width
+    they take). Else None."""
+    if torch.compiler.is_compiling():
         return None
-    return _load_fused_kernels()
+    if x.is_cuda:
+        return _load_fused_kernels()
+    if x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float32) and x.shape[-1] % 32 == 0:
+        return _load_cpu_kernels()
+    return None
+
+
+@functools.cache
+def _load_cpu_kernels() -> SimpleNamespace | None:
+    """None where the C++ library cannot be used (kernels.cpu logs why, once)."""
+    from langrt import kernels_package
+
+    kernels_package()  # refuses a foreign top-level `kernels`
+    from kernels.cpu import layer_ops
+
+    return layer_ops()
 
 
 @functools.cache

@@ -16,8 +16,19 @@ from torch import nn
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
-from langrt.model.layers import Embedding, Linear, RMSNorm, RotaryEmbedding, apply_rotary, can_pack, linear, pack_weight
-from langrt.model.layers import rms_norm, silu_and_mul
+from langrt.model.layers import (
+    Embedding,
+    Linear,
+    RMSNorm,
+    RotaryEmbedding,
+    add_rms_norm,
+    apply_rotary,
+    can_pack,
+    linear,
+    pack_weight,
+    rms_norm,
+    silu_and_mul,
+)
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin for this pass's positions
 
@@ -44,8 +55,11 @@ def before_attention(
 ):
     """(residual add +) input norm, qkv projection, rotary on q and k -> (q, k, v, residual).
     Each weight comes with its packed copy or None (see Linear)."""
-    residual = x if residual is None else x + residual
-    qkv = linear(rms_norm(residual, norm_w, eps), qkv_w, qkv_b, qkv_packed)
+    if residual is None:
+        residual, normed = x, rms_norm(x, norm_w, eps)
+    else:
+        normed, residual = add_rms_norm(x, residual, norm_w, eps)
+    qkv = linear(normed, qkv_w, qkv_b, qkv_packed)
     # q and k sit side by side in qkv: one rotation covers both.
     qk = apply_rotary(qkv[:, : q_size + kv_size], cos, sin, head_dim)
     return qk[:, :q_size], qk[:, q_size:], qkv[:, q_size + kv_size :], residual
@@ -53,8 +67,7 @@ def before_attention(
 
 def after_attention(o, residual, o_w, o_packed, norm_w, eps: float, gate_up_w, gate_up_packed, down_w, down_packed):
     """Output projection, residual add, post norm, SwiGLU MLP -> (layer output, residual)."""
-    residual = linear(o, o_w, None, o_packed) + residual
-    x = rms_norm(residual, norm_w, eps)
+    x, residual = add_rms_norm(linear(o, o_w, None, o_packed), residual, norm_w, eps)
     return linear(silu_and_mul(linear(x, gate_up_w, None, gate_up_packed)), down_w, None, down_packed), residual
 
 

@@ -1,0 +1,191 @@
+// The elementwise parts of a Llama-family layer on CPU, one pass over each row: residual add +
+// RMSNorm, rotary embedding, SiLU-and-mul.
+//
+// In torch each of these is several ops (RMSNorm alone: add, float copy, pow, mean, add, rsqrt,
+// mul, copy back, mul), each a trip through the dispatcher and over memory. For the few rows of a
+// decode pass that overhead is most of their cost; here each row is read and written once.
+//
+// Numerics are the model's torch definition (langrt.model.layers), rounding to the activation
+// dtype at the same points: the residual sum; the normalized row before the weight; in rotary,
+// each product and each sum; the SiLU before the product. Inside those steps the arithmetic is
+// float32. Rotary gives torch's bits exactly; RMSNorm and SiLU can differ from torch in the last
+// float32 bit (the order of the sum of squares, exp), so by at most one bf16 ulp after rounding.
+// Rows are independent: a row's result does not depend on the other rows of the call.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "vec.h"
+
+namespace {
+
+using langrt_cpu::exp16;
+using langrt_cpu::load16;
+using langrt_cpu::round16;
+using langrt_cpu::store16;
+
+// Rows per task: a task does at least ~16k elements, so the few rows of a decode pass stay on one
+// thread (waking the other costs more than it saves) and prefills spread over all.
+int64_t grain(int64_t row_elements) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elements)); }
+
+template <typename T>
+void rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor* residual,
+                   at::Tensor& out, at::Tensor* summed) {
+  const int64_t rows = x.size(0), hidden = x.size(1);
+  const T* xp = x.data_ptr<T>();
+  const T* wp = weight.data_ptr<T>();
+  const T* rp = residual ? residual->data_ptr<T>() : nullptr;
+  T* op = out.data_ptr<T>();
+  T* sp = summed ? summed->data_ptr<T>() : nullptr;
+  const int64_t xs = x.stride(0), rs = residual ? residual->stride(0) : 0, os = out.stride(0),
+                ss = summed ? summed->stride(0) : 0;
+  const float inv_hidden = 1.0f / static_cast<float>(hidden);
+  const float epsf = static_cast<float>(eps);
+  at::parallel_for(0, rows, grain(hidden), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const T* xr = xp + n * xs;
+      const T* src = xr;  // the row normalized: x, or x + residual as written to `summed`
+      __m512 squares = _mm512_setzero_ps();
+      if (rp) {
+        T* sr = sp + n * ss;
+        for (int64_t i = 0; i < hidden; i += 16) {
+          const __m512 s = round16<T>(_mm512_add_ps(load16(xr + i), load16(rp + n * rs + i)));
+          store16(sr + i, s);
+          squares = _mm512_fmadd_ps(s, s, squares);
+        }
+        src = sr;
+      } else {
+        for (int64_t i = 0; i < hidden; i += 16) {
+          const __m512 s = load16(xr + i);
+          squares = _mm512_fmadd_ps(s, s, squares);
+        }
+      }
+      const float scale = 1.0f / std::sqrt(_mm512_reduce_add_ps(squares) * inv_hidden + epsf);
+      const __m512 scale_v = _mm512_set1_ps(scale);
+      T* orow = op + n * os;
+      for (int64_t i = 0; i < hidden; i += 16) {
+        const __m512 normed = round16<T>(_mm512_mul_ps(load16(src + i), scale_v));
+        store16(orow + i, _mm512_mul_ps(load16(wp + i), normed));
+      }
+    }
+  });
+}
+
+template <typename T>
+void rotary_rows(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t tokens = x.size(0), heads = x.size(1), half = x.size(2) / 2;
+  T* xp = x.data_ptr<T>();
+  const T* cp = cos.data_ptr<T>();
+  const T* sp = sin.data_ptr<T>();
+  const int64_t ts = x.stride(0), hs = x.stride(1), cs = cos.stride(0), sns = sin.stride(0);
+  at::parallel_for(0, tokens, grain(heads * 2 * half), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        T* x1 = xp + t * ts + h * hs;
+        T* x2 = x1 + half;
+        for (int64_t i = 0; i < half; i += 16) {
+          const __m512 a = load16(x1 + i), b = load16(x2 + i);
+          const __m512 c = load16(cp + t * cs + i), s = load16(sp + t * sns + i);
+          // x1 * cos - x2 * sin and x2 * cos + x1 * sin, every product and sum rounded as torch does
+          const __m512 first = _mm512_sub_ps(round16<T>(_mm512_mul_ps(a, c)), round16<T>(_mm512_mul_ps(b, s)));
+          const __m512 second = _mm512_add_ps(round16<T>(_mm512_mul_ps(b, c)), round16<T>(_mm512_mul_ps(a, s)));
+          store16(x1 + i, first);
+          store16(x2 + i, second);
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void silu_and_mul_rows(const at::Tensor& gate_up, at::Tensor& out) {
+  const int64_t tokens = gate_up.size(0), width = out.size(1);
+  const T* gp = gate_up.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const int64_t gs = gate_up.stride(0), os = out.stride(0);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  at::parallel_for(0, tokens, grain(3 * width), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const T* gate = gp + t * gs;
+      const T* up = gate + width;
+      for (int64_t i = 0; i < width; i += 16) {
+        const __m512 g = load16(gate + i);
+        // silu(g) = g / (1 + exp(-g)), rounded, then times up
+        const __m512 silu = round16<T>(_mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g)))));
+        store16(op + t * os + i, _mm512_mul_ps(silu, load16(up + i)));
+      }
+    }
+  });
+}
+
+bool is_bf16(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16; }
+
+void check_rows(const at::Tensor& t, const char* name, const at::Tensor& like) {
+  TORCH_CHECK(t.device().is_cpu() && t.dim() == 2 && t.stride(1) == 1, "layer op: ", name,
+              " must be a CPU [rows, n] tensor with contiguous rows");
+  TORCH_CHECK(t.scalar_type() == like.scalar_type(), "layer op: ", name, " must be in the activations' dtype");
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat, "layer op: bfloat16 or float32 only");
+}
+
+void rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, const c10::optional<at::Tensor>& residual,
+              at::Tensor out, c10::optional<at::Tensor> summed) {
+  check_rows(x, "x", x);
+  check_rows(out, "out", x);
+  TORCH_CHECK(x.size(1) % 16 == 0, "rms_norm: hidden size must be a multiple of 16");
+  TORCH_CHECK(out.sizes() == x.sizes(), "rms_norm: out must be x's shape");
+  TORCH_CHECK(weight.dim() == 1 && weight.is_contiguous() && weight.size(0) == x.size(1) &&
+                  weight.scalar_type() == x.scalar_type(),
+              "rms_norm: weight must be contiguous [hidden] in x's dtype");
+  TORCH_CHECK(residual.has_value() == summed.has_value(), "rms_norm: residual and summed go together");
+  if (residual) {
+    check_rows(*residual, "residual", x);
+    check_rows(*summed, "summed", x);
+    TORCH_CHECK(residual->sizes() == x.sizes() && summed->sizes() == x.sizes(), "rms_norm: residual and summed must be x's shape");
+  }
+  const at::Tensor* r = residual ? &*residual : nullptr;
+  at::Tensor* s = summed ? &*summed : nullptr;
+  if (is_bf16(x))
+    rms_norm_rows<c10::BFloat16>(x, weight, eps, r, out, s);
+  else
+    rms_norm_rows<float>(x, weight, eps, r, out, s);
+}
+
+void rotary(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 3 && x.stride(2) == 1, "rotary: x must be CPU [tokens, heads, head_dim], head_dim contiguous");
+  TORCH_CHECK(x.size(2) % 32 == 0, "rotary: head_dim must be a multiple of 32");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "rotary: bfloat16 or float32 only");
+  for (const at::Tensor* t : {&cos, &sin}) {
+    TORCH_CHECK(t->dim() == 2 && t->stride(1) == 1 && t->size(0) == x.size(0) && t->size(1) == x.size(2) / 2 &&
+                    t->scalar_type() == x.scalar_type(),
+                "rotary: cos and sin must be [tokens, head_dim / 2] in x's dtype, rows contiguous");
+  }
+  if (is_bf16(x))
+    rotary_rows<c10::BFloat16>(x, cos, sin);
+  else
+    rotary_rows<float>(x, cos, sin);
+}
+
+void silu_and_mul(const at::Tensor& gate_up, at::Tensor out) {
+  check_rows(gate_up, "gate_up", gate_up);
+  check_rows(out, "out", gate_up);
+  TORCH_CHECK(gate_up.size(1) % 32 == 0 && out.size(0) == gate_up.size(0) && out.size(1) == gate_up.size(1) / 2,
+              "silu_and_mul: gate_up [T, 2I] with I a multiple of 16, out [T, I]");
+  if (is_bf16(gate_up))
+    silu_and_mul_rows<c10::BFloat16>(gate_up, out);
+  else
+    silu_and_mul_rows<float>(gate_up, out);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(langrt_cpu, m) {
+  m.def("rms_norm(Tensor x, Tensor weight, float eps, Tensor? residual, Tensor(a!) out, Tensor(b!)? summed) -> ()", &rms_norm);
+  m.def("rotary(Tensor(a!) x, Tensor cos, Tensor sin) -> ()", &rotary);
+  m.def("silu_and_mul(Tensor gate_up, Tensor(a!) out) -> ()", &silu_and_mul);
+}
