@@ -2,9 +2,9 @@
 straight from the paged KV pool (paged_attention.cpp), and the elementwise parts of a layer,
 fused (layer_ops.cpp: residual add + RMSNorm, rotary, SiLU-and-mul).
 
-They are one library, compiled on first use with torch's extension builder (g++ and ninja; ~10 s) and cached
-under torch's extension directory ($TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), so
-later processes load it in well under a second. `scripts/install.sh` builds it once up front.
+They are one library, compiled on first use with torch's extension builder (g++ and ninja;
+~20 s) and cached under torch's extension directory ($TORCH_EXTENSIONS_DIR, default
+~/.cache/torch_extensions), so later processes load it in well under a second. `scripts/install.sh` builds it once up front.
 Where it cannot be used (no AVX-512, no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()` and
 `layer_ops()` return None and the reason is logged once; the model then runs in plain torch.
 """
@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp")]
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
-# The instructions the source uses; the build targets exactly these, so it runs on any CPU that has them.
+# The instructions the sources use; the build targets exactly these, so it runs on any CPU that has them.
 # -fopenmp: at::parallel_for is a no-op without it. -ffp-contract=off: a product and a sum written
 # apart stay apart (rounded as torch rounds them), never fused into one FMA behind our back.
 CFLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp", "-ffp-contract=off"]
@@ -31,7 +31,7 @@ logger = logging.getLogger("langrt.kernels.cpu")
 
 
 def unavailable_reason() -> str | None:
-    """Why the kernel cannot run here, or None."""
+    """Why the kernels cannot run here, or None."""
     if os.environ.get(DISABLE_ENV, "1") == "0":
         return f"{DISABLE_ENV}=0"
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
