@@ -42,6 +42,11 @@ class AttentionBackend(ABC):
         self.scale = config.head_dim**-0.5
         self.sliding_window = config.sliding_window
 
+    def write_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The pass's new K/V ([T, Hkv*D] each) into the pool at the batch's `out_cache_loc`."""
+        shape = (batch.num_tokens, self.num_kv_heads, self.head_dim)
+        self.kv_pool.write(layer_id, batch.out_cache_loc, k.view(shape), v.view(shape))
+
     @abstractmethod
     def prepare(self, batch: ForwardBatch) -> Attention:
         """Build the per-pass metadata. Must not change the pools."""

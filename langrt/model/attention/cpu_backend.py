@@ -88,8 +88,8 @@ class _KernelAttention(Attention):
     def attend(self, layer_id, q, k, v):
         b = self.b
         n = self.batch.num_tokens
-        heads, kv_heads, dim = b.num_heads, b.num_kv_heads, b.head_dim
-        b.kv_pool.write(layer_id, self.batch.out_cache_loc, k.view(n, kv_heads, dim), v.view(n, kv_heads, dim))
+        heads, dim = b.num_heads, b.head_dim
+        b.write_kv(layer_id, self.batch, k, v)
         out = torch.empty((n, heads * dim), dtype=q.dtype, device=q.device)
         if self.rows.numel():
             b.kernel(

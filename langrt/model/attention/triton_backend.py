@@ -54,8 +54,8 @@ class _TritonAttention(Attention):
     def attend(self, layer_id, q, k, v):
         b = self.b
         n = self.batch.num_tokens
-        heads, kv_heads, dim = b.num_heads, b.num_kv_heads, b.head_dim
-        b.kv_pool.write(layer_id, self.batch.out_cache_loc, k.view(n, kv_heads, dim), v.view(n, kv_heads, dim))
+        heads, dim = b.num_heads, b.head_dim
+        b.write_kv(layer_id, self.batch, k, v)
         out = torch.empty((n, heads * dim), dtype=q.dtype, device=q.device)
         common = (q.view(n, heads, dim), b.kv_pool.k_buffers[layer_id], b.kv_pool.v_buffers[layer_id], b.req_pool.req_to_token)
         if self.is_decode:
