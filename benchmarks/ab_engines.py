@@ -1,5 +1,5 @@
-"""Two engine configurations side by side on the same waves: what bench_host_malloc.py and
-bench_cpu_attention.py share.
+"""Two engine configurations side by side on the same waves: bench_host_malloc.py and
+bench_cpu_attention.py are each one call of `main`.
 
 Both engines stay up; each workload is warmed up on both, then run `rounds` times with the side
 that goes first alternating; each side's median round is reported, with the speed-up of the
@@ -12,12 +12,19 @@ one engine run twice does not always repeat itself (measured: 8 greedy 64-token 
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
 import statistics
 import time
+from pathlib import Path
 
 from bench_json import SCHEMA, documents
 from bench_prefix import chat, few_shot_prompts, random_text
+
+import langrt
+
+RESULTS = Path(__file__).parent / "results"
 
 
 def workloads(tokenizer, quick: bool, few_shot_tokens: int, decode_name: str, decode_prompts: int) -> dict[str, tuple[list[str], dict]]:
@@ -58,3 +65,24 @@ def describe(name: str, row: dict, candidate: str, baseline: str) -> str:
     return (f"{name:16s} ({row['requests']} requests, {row['output_tokens']} tokens): {candidate} {row[candidate]['median_s']:.2f} s, "
             f"{baseline} {row[baseline]['median_s']:.2f} s -> {row['speedup']:.2f}x; identical outputs "
             f"{row['identical_outputs']}/{row['requests']}")  # fmt: skip
+
+
+def main(doc: str, name: str, sides: dict[str, dict], few_shot_tokens: int, decode_name: str, decode_prompts: int) -> None:
+    """A benchmark's whole run: `sides` is {label: Engine options}, candidate first, baseline
+    second; results/<name>[_quick].json."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller few-shot wave, 1 round")
+    args = parser.parse_args()
+    rounds = 1 if args.quick else 3
+    (candidate, candidate_options), (baseline, baseline_options) = sides.items()
+    common = {"log_level": "warning", "max_total_tokens": 65536}
+    results = {"quick": args.quick, "rounds": rounds, "workloads": {}}
+    with langrt.Engine(**common, **candidate_options) as first, langrt.Engine(**common, **baseline_options) as second:
+        engines = {candidate: first, baseline: second}
+        for workload, (prompts, params) in workloads(first.tokenizer, args.quick, few_shot_tokens, decode_name, decode_prompts).items():
+            row = results["workloads"][workload] = compare(engines, candidate, baseline, prompts, params, rounds)
+            print(describe(workload, row, candidate, baseline), flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{name}{'_quick' if args.quick else ''}.json"
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")

@@ -11,34 +11,8 @@ random prompts decoding 64 tokens each (no shared prefix).
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
-
-from ab_engines import compare, describe, workloads
-
-import langrt
-
-RESULTS = Path(__file__).parent / "results"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller few-shot wave, 1 round")
-    args = parser.parse_args()
-    rounds = 1 if args.quick else 3
-    common = {"log_level": "warning", "max_total_tokens": 65536}
-    results = {"quick": args.quick, "rounds": rounds, "workloads": {}}
-    with langrt.Engine(**common) as tuned, langrt.Engine(**common, disable_malloc_tuning=True) as default:
-        engines = {"tuned": tuned, "glibc_default": default}
-        for name, (prompts, params) in workloads(tuned.tokenizer, args.quick, 8, "no_reuse", 8).items():
-            row = results["workloads"][name] = compare(engines, "tuned", "glibc_default", prompts, params, rounds)
-            print(describe(name, row, "tuned", "glibc_default"), flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench_host_malloc{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out}")
-
+import ab_engines
 
 if __name__ == "__main__":
-    main()
+    ab_engines.main(__doc__, "bench_host_malloc", {"tuned": {}, "glibc_default": {"disable_malloc_tuning": True}},
+                    few_shot_tokens=8, decode_name="no_reuse", decode_prompts=8)  # fmt: skip
