@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernels.cpu import unavailable_reason
 from langrt.model import layers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,10 +135,7 @@ def test_silu_and_mul_reference_is_the_models_activation(case):
 
 # --- the C++ CPU kernels (what `layers` runs on CPU) against the references -----------------------
 
-needs_cpu_kernels = pytest.mark.skipif(
-    __import__("kernels.cpu", fromlist=["unavailable_reason"]).unavailable_reason() is not None,
-    reason="the C++ CPU kernels need AVX-512F",
-)
+needs_cpu_kernels = pytest.mark.skipif(unavailable_reason() is not None, reason=f"C++ CPU kernels unavailable: {unavailable_reason()}")
 CPU_DTYPES = ("float32", "bfloat16")  # what they take; float16 keeps the torch ops
 
 

@@ -20,6 +20,8 @@ import sys
 import time
 from types import SimpleNamespace
 
+import torch
+
 SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp")]
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
 # The instructions the sources use; the build targets exactly these, so it runs on any CPU that has them.
@@ -72,8 +74,6 @@ def reset() -> None:
 
 
 def torch_ops():
-    import torch
-
     return torch.ops.langrt_cpu
 
 
@@ -92,8 +92,6 @@ def _library_ready() -> bool:
 
 
 def _rms_norm(x, weight, eps: float, residual=None):
-    import torch
-
     out = torch.empty(x.shape, dtype=x.dtype)
     summed = None if residual is None else torch.empty(x.shape, dtype=x.dtype)
     torch_ops().rms_norm(x, weight, eps, residual, out, summed)
@@ -107,8 +105,6 @@ def _rotary(x, k, cos, sin) -> None:
 
 
 def _silu_and_mul(gate_up):
-    import torch
-
     out = torch.empty((gate_up.shape[0], gate_up.shape[1] // 2), dtype=gate_up.dtype)
     torch_ops().silu_and_mul(gate_up, out)
     return out
