@@ -1,4 +1,4 @@
-"""The cpu attention backend (langrt's C++ kernel for decode and draft rows, the default on CPU)
+"""The cpu attention backend (langrt's C++ kernel for decode and draft rows and prompts, the default on CPU)
 vs the torch backend (K/V gathered into padded blocks, SDPA), side by side on the built-in model.
 
 Both engines up at once, rounds alternating which goes first; each side's median round.

@@ -1,7 +1,7 @@
 """langrt's CPU attention kernel (kernels/cpu) and the cpu attention backend built on it.
 
 The kernel is checked against attention computed in float64 on K/V gathered by hand, for
-ragged rows (several rows of one request, as jump-forward drafts are), GQA ratios, head sizes,
+ragged rows (several rows of one request, as jump-forward drafts and prompts are), GQA ratios, head sizes,
 sliding windows and strided views; then for the property the backend relies on (a row's output
 does not depend on the other rows in the call), its refusals, and the backend against the torch
 backend on tiny models. The kernel needs AVX-512F: on a CPU without it these tests are skipped
@@ -91,8 +91,9 @@ SHAPES = [(9, 3, 64), (4, 4, 16), (8, 2, 128), (16, 1, 32), (12, 12, 256)]
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"h{h}_kv{k}_d{d}" for h, k, d in SHAPES])
 @pytest.mark.parametrize("window", [None, 5], ids=["full", "window5"])
-def test_kernel_matches_float64_attention(kernel, dtype, shape, window):
-    c = _case(dtype, *shape, seed=sum(shape), window=window)
+@pytest.mark.parametrize("rows_per_req", [(1, 4, 1, 7, 2), (1, 70, 3, 40, 2)], ids=["drafts", "prompts"])
+def test_kernel_matches_float64_attention(kernel, dtype, shape, window, rows_per_req):
+    c = _case(dtype, *shape, seed=sum(shape), window=window, rows_per_req=rows_per_req)
     got = _call(kernel, c)
     want = _reference(c)
     assert not got.isnan().any()  # every row given was written
@@ -118,10 +119,14 @@ def test_kernel_writes_only_the_rows_it_is_given(kernel):
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
-def test_a_rows_output_does_not_depend_on_the_other_rows(kernel, dtype):
+@pytest.mark.parametrize("rows_per_req", [(1, 4, 1, 7, 2), (1, 70, 3, 40, 2)], ids=["drafts", "prompts"])
+def test_a_rows_output_does_not_depend_on_the_other_rows(kernel, dtype, rows_per_req):
     """What lets jump-forward drafts and plain decodes give the same bits: each row alone equals
-    the same row computed with all the others."""
-    c = _case(dtype, 9, 3, 64, seed=7)
+    the same row computed with all the others. Alone, a row's dot products are taken key by key;
+    with 3 or more rows of its request beside it, for 16 keys at once on a transposed block: the
+    same float operations in the same order, so the same bits. ("prompts": runs longer than a
+    work item's 32 rows, split across threads.)"""
+    c = _case(dtype, 9, 3, 64, seed=7, rows_per_req=rows_per_req)
     together = _call(kernel, c)
     for i in range(c["rows"].numel()):
         alone = dict(c, **{name: c[name][i : i + 1] for name in ("rows", "reqs", "starts", "ends")})
@@ -178,9 +183,10 @@ def test_cpu_backend_gives_the_torch_backends_logits(model, tiny_llama_dir, tiny
 
 
 @needs_kernel
-def test_cpu_backend_uses_the_kernel_for_decode_and_draft_rows(tiny_llama_dir):
+def test_cpu_backend_uses_the_kernel_for_decodes_drafts_and_prompts(tiny_llama_dir, monkeypatch):
     from test_kernels_attention import _runner
 
+    from langrt.model.attention import cpu_backend
     from langrt.model.attention.cpu_backend import _KernelAttention
 
     runner = _runner(tiny_llama_dir, "cpu", "cpu")
@@ -191,10 +197,14 @@ def test_cpu_backend_uses_the_kernel_for_decode_and_draft_rows(tiny_llama_dir):
         input_ids=torch.zeros(26, dtype=torch.int64),
     )  # fmt: skip
     attn = _KernelAttention(runner.attn_backend, batch)
+    assert attn.rows.tolist() == list(range(26)) and not attn.extends
+    assert attn.reqs.tolist() == [4, 2, 7, 7, 7, 7] + [0] * 20
+    assert attn.ends.tolist() == [9, 30, 9, 10, 11, 12] + list(range(1, 21))  # each row sees the keys up to itself
+    assert attn.starts.tolist() == [0] * 26
+    # a prompt longer than KERNEL_MAX_EXTEND runs torch's SDPA
+    monkeypatch.setattr(cpu_backend, "KERNEL_MAX_EXTEND", 19)
+    attn = _KernelAttention(runner.attn_backend, batch)
     assert attn.rows.tolist() == [0, 1, 2, 3, 4, 5]
-    assert attn.reqs.tolist() == [4, 2, 7, 7, 7, 7]
-    assert attn.ends.tolist() == [9, 30, 9, 10, 11, 12]  # each draft sees the keys up to itself
-    assert attn.starts.tolist() == [0] * 6
     assert len(attn.extends) == 1 and attn.extends[0].extend_len == 20
 
 

@@ -1,16 +1,17 @@
-// Attention for the short rows of a forward pass (decode tokens, jump-forward drafts), reading
+// Attention for the rows of a forward pass (decode tokens, jump-forward drafts, prompts), reading
 // K/V straight from the paged pool through the request's slot table.
 //
-// One call per layer covers every such row of the pass, however many new tokens each request
-// has: no K/V gather into a padded block, no padding, no scatter back. The arithmetic for a row
-// depends only on that row's query and keys, so its output is the same bits whatever else is in
-// the batch.
+// One call per layer covers every row of the pass, however many new tokens each request has: no
+// K/V gather into a padded block, no padding, no scatter back. The arithmetic for a row depends
+// only on that row's query and keys, so its output is the same bits whatever else is in the batch.
 //
-// Work is split by (run, KV head), a run being the consecutive rows of one request over keys from
-// one start (a decode is a run of one; a request with jump-forward drafts, a run of several): its
-// rows take their turns on one thread while that head's keys and values are still in L1, instead
-// of each row fetching them again. Items are taken one at a time by whichever thread is free,
-// longest runs first, so runs (compute-bound, keys in cache) and decodes (waiting on memory)
+// Work is split by (chunk, KV head), a chunk being up to 32 consecutive rows of one run, and a run
+// the rows of one request over keys from one start (a decode is a run of one; a request with
+// jump-forward drafts, or a prompt, a run of several). A chunk's rows take their turns on one
+// thread while that head's keys and values are still in cache; from 3 rows on, each block of 16
+// keys is transposed once and its dot products taken for 16 keys at a time, in the same order of
+// operations as one row alone (run_scores). Items are taken one at a time by whichever thread is
+// free, costliest first, so chunks (compute-bound, keys in cache) and decodes (waiting on memory)
 // balance across threads.
 //
 // Numerics: scores, softmax and the weighted sum in float32 (bf16 inputs are widened exactly);
@@ -38,6 +39,9 @@ using langrt_cpu::store16;
 
 constexpr int kMaxGroup = 16;   // query heads per KV head
 constexpr int kMaxChunks = 16;  // head_dim / 16
+constexpr int64_t kChunkRows = 32;  // rows of one run per work item, at most
+constexpr int64_t kScoreBytes = 1 << 20;  // a work item's scores, at most (they stay in L2)
+constexpr int64_t kTransposeRows = 3;  // runs this long share each key block's transposition
 
 // Lane i of the result: the sum of the 16 lanes of v[i].
 inline __m512 sum_lanes16(const __m512* v) {
@@ -57,21 +61,57 @@ inline __m512 sum_lanes16(const __m512* v) {
       _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// One row, one KV head: the query heads of that KV head over keys slots[0, count).
+// The 16 vectors r[0..15] as the rows of a 16 x 16 matrix; out[j] = its column j.
+inline void transpose16(const __m512* r, __m512* out) {
+  __m512 a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // b[4i + k], 128-bit lane L: rows 4i..4i+3 of column 4L + k
+  for (int i = 0; i < 4; ++i) {
+    const __m512d lo = _mm512_castps_pd(a[4 * i]), lo2 = _mm512_castps_pd(a[4 * i + 2]);
+    const __m512d hi = _mm512_castps_pd(a[4 * i + 1]), hi2 = _mm512_castps_pd(a[4 * i + 3]);
+    b[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
+    b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
+    b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
+    b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512 c = _mm512_shuffle_f32x4(b[k], b[4 + k], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 d = _mm512_shuffle_f32x4(b[k], b[4 + k], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512 e = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 f = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], _MM_SHUFFLE(3, 1, 3, 1));
+    out[k] = _mm512_shuffle_f32x4(c, e, _MM_SHUFFLE(2, 0, 2, 0));
+    out[8 + k] = _mm512_shuffle_f32x4(c, e, _MM_SHUFFLE(3, 1, 3, 1));
+    out[4 + k] = _mm512_shuffle_f32x4(d, f, _MM_SHUFFLE(2, 0, 2, 0));
+    out[12 + k] = _mm512_shuffle_f32x4(d, f, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+// The scaled query heads of one row and one KV head, as float32: qs[g * 16 * chunks + d].
 template <typename T, int chunks>
-inline void attend_row(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t kv_stride,
-                       const int32_t* slots, int64_t count, int64_t group, int64_t num_slots, float scale,
-                       float* scores, T* out, int64_t out_head_stride) {
-  const int64_t padded = (count + 15) / 16 * 16;
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512 qv[kMaxGroup][chunks];
+inline void scaled_query(const T* q, int64_t q_head_stride, int64_t group, float scale, float* qs) {
   const __m512 scale_v = _mm512_set1_ps(scale);
   for (int64_t g = 0; g < group; ++g)
-    for (int c = 0; c < chunks; ++c) qv[g][c] = _mm512_mul_ps(load16(q + g * q_head_stride + 16 * c), scale_v);
+    for (int c = 0; c < chunks; ++c)
+      _mm512_storeu_ps(qs + (g * chunks + c) * 16, _mm512_mul_ps(load16(q + g * q_head_stride + 16 * c), scale_v));
+}
 
-  // scores, 16 keys at a time
-  __m512 running_max[kMaxGroup];
-  for (int64_t g = 0; g < group; ++g) running_max[g] = neg_inf;
+// Scores of one row: scores[g * stride + j] for keys j < count (padded to 16 with -inf), and
+// each query head's running maximum. Each key's dot product: lane l accumulates
+// q[l + 16c] * key[l + 16c] over c, then the 16 lanes are summed by sum_lanes16.
+template <typename T, int chunks>
+inline void row_scores(const T* q, int64_t q_head_stride, float scale, const T* k, int64_t kv_stride,
+                       const int32_t* slots, int64_t count, int64_t group, int64_t num_slots, float* scores,
+                       int64_t stride, __m512* max_out) {
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  __m512 qv[kMaxGroup][chunks], running_max[kMaxGroup];
+  for (int64_t g = 0; g < group; ++g) {
+    running_max[g] = neg_inf;
+    for (int c = 0; c < chunks; ++c) qv[g][c] = _mm512_mul_ps(load16(q + g * q_head_stride + 16 * c), scale_v);
+  }
   for (int64_t j0 = 0; j0 < count; j0 += 16) {
     const int valid = static_cast<int>(std::min<int64_t>(16, count - j0));
     __m512 key[16][chunks];
@@ -94,20 +134,82 @@ inline void attend_row(const T* q, int64_t q_head_stride, const T* k, const T* v
         dots[t] = acc;
       }
       const __m512 s = _mm512_mask_blend_ps(live, neg_inf, sum_lanes16(dots));
-      _mm512_storeu_ps(scores + g * padded + j0, s);
+      _mm512_storeu_ps(scores + g * stride + j0, s);
       running_max[g] = _mm512_max_ps(running_max[g], s);
     }
   }
+  for (int64_t g = 0; g < group; ++g) max_out[g] = running_max[g];
+}
 
+// Scores of several rows of one run (the same keys from slots[0]; row i sees counts[i] of them),
+// as row_scores gives them, bit for bit, with each 16-key block loaded and transposed once for all
+// the rows: transposed, lane t of vector l is key t's element l, so accumulating q[l + 16c] *
+// key[l + 16c] over c in vector l is the per-key lane sum of row_scores for 16 keys at once, and
+// adding the 16 vectors in sum_lanes16's tree ((l, l+2), (l+1, l+3) within each group of four,
+// then groups (0, 1), (2, 3), then the two) repeats its additions in its order. scores and
+// running_max are per row: row i's start at i * group * stride and i * group.
+template <typename T, int chunks>
+inline void run_scores(const float* qs, int64_t rows, const int64_t* counts, const T* k, int64_t kv_stride,
+                       const int32_t* slots, int64_t group, int64_t num_slots, float* scores, int64_t stride,
+                       __m512* running_max) {
+  constexpr int dim = 16 * chunks;
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t longest = 0;
+  for (int64_t i = 0; i < rows; ++i) longest = std::max(longest, counts[i]);
+  for (int64_t i = 0; i < rows * group; ++i) running_max[i] = neg_inf;
+  for (int64_t j0 = 0; j0 < longest; j0 += 16) {
+    const int valid = static_cast<int>(std::min<int64_t>(16, longest - j0));
+    __m512 kt[dim];  // kt[l]: element l of the block's 16 keys
+    for (int c = 0; c < chunks; ++c) {
+      __m512 key[16];
+      for (int t = 0; t < 16; ++t) {
+        if (t < valid) {
+          const int64_t slot = slots[j0 + t];
+          TORCH_CHECK(slot >= 0 && slot < num_slots, "paged_attention: slot ", slot, " outside the pool");
+          key[t] = load16(k + slot * kv_stride + 16 * c);
+        } else {
+          key[t] = _mm512_setzero_ps();
+        }
+      }
+      transpose16(key, kt + 16 * c);
+    }
+    for (int64_t i = 0; i < rows; ++i) {
+      if (counts[i] <= j0) continue;
+      const int row_valid = static_cast<int>(std::min<int64_t>(16, counts[i] - j0));
+      const __mmask16 live = static_cast<__mmask16>((1u << row_valid) - 1);
+      for (int64_t g = 0; g < group; ++g) {
+        const float* qg = qs + (i * group + g) * dim;
+        __m512 p[16];
+        for (int l = 0; l < 16; ++l) p[l] = _mm512_mul_ps(_mm512_set1_ps(qg[l]), kt[l]);
+        for (int c = 1; c < chunks; ++c)
+          for (int l = 0; l < 16; ++l) p[l] = _mm512_fmadd_ps(_mm512_set1_ps(qg[16 * c + l]), kt[16 * c + l], p[l]);
+        __m512 quad[4];
+        for (int j = 0; j < 4; ++j)
+          quad[j] = _mm512_add_ps(_mm512_add_ps(p[4 * j], p[4 * j + 2]), _mm512_add_ps(p[4 * j + 1], p[4 * j + 3]));
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(quad[0], quad[1]), _mm512_add_ps(quad[2], quad[3]));
+        const __m512 s = _mm512_mask_blend_ps(live, neg_inf, sum);
+        _mm512_storeu_ps(scores + (i * group + g) * stride + j0, s);
+        running_max[i * group + g] = _mm512_max_ps(running_max[i * group + g], s);
+      }
+    }
+  }
+}
+
+// One row's output from its scores (see row_scores): softmax, then the weighted sum of the values.
+template <typename T, int chunks>
+inline void row_output(float* scores, int64_t stride, const __m512* running_max, const T* v, int64_t kv_stride,
+                       const int32_t* slots, int64_t count, int64_t group, T* out, int64_t out_head_stride) {
+  const int64_t padded = (count + 15) / 16 * 16;
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   // softmax weights (unnormalized) and their sums
   float inv_sum[kMaxGroup];
   for (int64_t g = 0; g < group; ++g) {
     const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(running_max[g]));
     __m512 sum = _mm512_setzero_ps();
     for (int64_t j0 = 0; j0 < padded; j0 += 16) {
-      const __m512 s = _mm512_loadu_ps(scores + g * padded + j0);
+      const __m512 s = _mm512_loadu_ps(scores + g * stride + j0);
       const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, neg_inf, _CMP_NEQ_OQ), exp16(_mm512_sub_ps(s, m)));
-      _mm512_storeu_ps(scores + g * padded + j0, e);
+      _mm512_storeu_ps(scores + g * stride + j0, e);
       sum = _mm512_add_ps(sum, e);
     }
     inv_sum[g] = 1.0f / _mm512_reduce_add_ps(sum);
@@ -122,7 +224,7 @@ inline void attend_row(const T* q, int64_t q_head_stride, const T* k, const T* v
     __m512 value[chunks];
     for (int c = 0; c < chunks; ++c) value[c] = load16(src + 16 * c);
     for (int64_t g = 0; g < group; ++g) {
-      const __m512 p = _mm512_set1_ps(scores[g * padded + j]);
+      const __m512 p = _mm512_set1_ps(scores[g * stride + j]);
       for (int c = 0; c < chunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, value[c], acc[g][c]);
     }
   }
@@ -130,6 +232,11 @@ inline void attend_row(const T* q, int64_t q_head_stride, const T* k, const T* v
     const __m512 norm = _mm512_set1_ps(inv_sum[g]);
     for (int c = 0; c < chunks; ++c) store16(out + g * out_head_stride + 16 * c, _mm512_mul_ps(acc[g][c], norm));
   }
+}
+
+template <typename V>
+inline void grow(std::vector<V>& buffer, int64_t size) {
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
 }
 
 template <typename T, int chunks>  // chunks = head_dim / 16, a constant so the loops unroll
@@ -151,32 +258,63 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   const int64_t q_row_stride = q.stride(0), q_head_stride = q.stride(1);
   const int64_t out_row_stride = out.stride(0), out_head_stride = out.stride(1);
 
-  std::vector<int64_t> run_first;  // run r is rows [run_first[r], run_first[r + 1])
   int64_t longest = 0;
-  for (int64_t n = 0; n < num_rows; ++n) {
-    longest = std::max<int64_t>(longest, end_of[n] - start_of[n]);
-    if (n == 0 || req_of[n] != req_of[n - 1] || start_of[n] != start_of[n - 1]) run_first.push_back(n);
-  }
-  const int64_t num_runs = static_cast<int64_t>(run_first.size());
-  run_first.push_back(num_rows);
-  std::vector<int64_t> order(num_runs);
-  for (int64_t r = 0; r < num_runs; ++r) order[r] = r;
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return run_first[a + 1] - run_first[a] > run_first[b + 1] - run_first[b];
-  });
+  for (int64_t n = 0; n < num_rows; ++n) longest = std::max<int64_t>(longest, end_of[n] - start_of[n]);
   const int64_t padded_longest = (longest + 15) / 16 * 16;
-  const int64_t num_items = num_runs * kv_heads;
+  // Work items: (chunk, KV head), a chunk being consecutive rows of one run, as many as keep their
+  // scores within kScoreBytes (up to kChunkRows: a prompt's rows are split so that the threads
+  // share it).
+  const int64_t chunk_rows =
+      std::clamp<int64_t>(kScoreBytes / (group * padded_longest * static_cast<int64_t>(sizeof(float))), 1, kChunkRows);
+  std::vector<int64_t> chunk_first;  // chunk c is rows [chunk_first[c], chunk_first[c + 1])
+  for (int64_t n = 0; n < num_rows; ++n) {
+    const bool new_run = n == 0 || req_of[n] != req_of[n - 1] || start_of[n] != start_of[n - 1];
+    if (new_run || n - chunk_first.back() == chunk_rows) chunk_first.push_back(n);
+  }
+  const int64_t num_chunks = static_cast<int64_t>(chunk_first.size());
+  chunk_first.push_back(num_rows);
+  // costliest first (rows times keys), so that the last items to start are short ones
+  std::vector<int64_t> cost(num_chunks), order(num_chunks);
+  for (int64_t c = 0; c < num_chunks; ++c) {
+    order[c] = c;
+    for (int64_t n = chunk_first[c]; n < chunk_first[c + 1]; ++n) cost[c] += end_of[n] - start_of[n] + 16;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost[a] > cost[b]; });
+  const int64_t num_items = num_chunks * kv_heads;
   std::atomic<int64_t> next_item{0};
 
   at::parallel_for(0, std::min<int64_t>(at::get_num_threads(), num_items), 1, [&](int64_t, int64_t) {
-    std::vector<float> scores(group * padded_longest);
+    // per-thread scratch, kept from call to call (grown as needed)
+    thread_local std::vector<float> qs, scores;
+    thread_local std::vector<__m512> running_max;
+    thread_local std::vector<int64_t> counts;
+    grow(qs, chunk_rows * group * dim);
+    grow(scores, chunk_rows * group * padded_longest);
+    grow(running_max, chunk_rows * group);
+    grow(counts, chunk_rows);
     for (int64_t item; (item = next_item.fetch_add(1)) < num_items;) {
-      const int64_t r = order[item / kv_heads], h = item % kv_heads;
-      for (int64_t n = run_first[r]; n < run_first[r + 1]; ++n) {
-        attend_row<T, chunks>(qp + row_of[n] * q_row_stride + h * group * q_head_stride, q_head_stride,
-                              kp + h * dim, vp + h * dim, kv_heads * dim,
-                              table + req_of[n] * table_width + start_of[n], end_of[n] - start_of[n], group,
-                              num_slots, scale, scores.data(),
+      const int64_t c = order[item / kv_heads], h = item % kv_heads;
+      const int64_t first = chunk_first[c], rows_here = chunk_first[c + 1] - first;
+      const int32_t* slots = table + req_of[first] * table_width + start_of[first];  // the run's keys
+      const T* k_head = kp + h * dim;
+      const T* v_head = vp + h * dim;
+      for (int64_t i = 0; i < rows_here; ++i) counts[i] = end_of[first + i] - start_of[first + i];
+      if (rows_here >= kTransposeRows) {
+        for (int64_t i = 0; i < rows_here; ++i)
+          scaled_query<T, chunks>(qp + row_of[first + i] * q_row_stride + h * group * q_head_stride, q_head_stride,
+                                  group, scale, qs.data() + i * group * dim);
+        run_scores<T, chunks>(qs.data(), rows_here, counts.data(), k_head, kv_heads * dim, slots, group, num_slots,
+                              scores.data(), padded_longest, running_max.data());
+      } else {
+        for (int64_t i = 0; i < rows_here; ++i)
+          row_scores<T, chunks>(qp + row_of[first + i] * q_row_stride + h * group * q_head_stride, q_head_stride, scale,
+                                k_head, kv_heads * dim, slots, counts[i], group, num_slots,
+                                scores.data() + i * group * padded_longest, padded_longest, running_max.data() + i * group);
+      }
+      for (int64_t i = 0; i < rows_here; ++i) {
+        const int64_t n = first + i;
+        row_output<T, chunks>(scores.data() + i * group * padded_longest, padded_longest, running_max.data() + i * group,
+                              v_head, kv_heads * dim, slots, counts[i], group,
                               op + row_of[n] * out_row_stride + h * group * out_head_stride, out_head_stride);
       }
     }
