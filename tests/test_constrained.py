@@ -223,6 +223,45 @@ def test_jump_forward_on_smollm_extraction(smollm_path):
     assert full_rows[True] <= produced - jumped
 
 
+def test_jump_forward_outputs_a_certain_end_without_another_pass(tiny_llama_dir):
+    """Where the grammar allows one token at a time up to its end (`}` after the last digit),
+    jump-forward outputs them in the pass that sampled the last free token and the request ends
+    there; without jump-forward each takes a pass. Same tokens either way; max_new_tokens still
+    cuts the output where it would have."""
+    from runner_driver import make_scheduler
+
+    from langrt.managers.req import Req
+    from langrt.sampling.sampling_params import SamplingParams
+
+    regex = r'\{"legs": [0-9], "arms": [0-9]\}'
+    outputs, ended_with_last_free, tails = {}, {}, {}
+    for jump in (True, False):
+        scheduler = make_scheduler(tiny_llama_dir, max_total_tokens=4096, context_length=512, disable_jump_forward=not jump)
+        tok = scheduler.tokenizer
+        reqs = [Req(f"r{i}", tok.encode(p), SamplingParams(max_new_tokens=n, temperature=0, regex=regex))
+                for i, (p, n) in enumerate([("Legs and arms:", 60), ("JSON:", 60), ("Count:", 3)])]  # fmt: skip
+        # logprobs asked for: every token needs its logits, so nothing is output without a pass
+        reqs.append(Req("lp", tok.encode("JSON:"), SamplingParams(max_new_tokens=60, temperature=0, regex=regex), return_logprob=True))
+        for req in reqs:
+            scheduler.add_request(req)
+        ended_with_last_free[jump] = {}
+        while scheduler.has_work:
+            scheduler.step()
+            for r in reqs[:2]:  # after the step that output the second digit: had the request ended?
+                if sum(c.isdigit() for c in tok.decode(r.output_ids)) == 2:
+                    ended_with_last_free[jump].setdefault(r.rid, r.finished)
+        outputs[jump] = [r.output_ids for r in reqs]
+        tails[jump] = scheduler.stats.certain_tail_tokens
+        for r in reqs[:2]:
+            assert re.fullmatch(regex, tok.decode(r.output_ids)) and r.finish_reason.type == "stop"
+        assert reqs[2].finish_reason.type == "length" and len(reqs[2].output_ids) == 3
+        assert reqs[3].output_ids == reqs[1].output_ids and len(reqs[3].output_logprobs.values) == len(reqs[3].output_ids)
+    assert outputs[True] == outputs[False]
+    assert tails[True] >= 2 and tails[False] == 0
+    assert list(ended_with_last_free[True].values()) == [True, True]
+    assert list(ended_with_last_free[False].values()) == [False, False]
+
+
 def test_logits_of_single_tokens_equal_the_full_rows(tiny_llama_dir):
     """compute_logits_of gives, for each (row, token), the value compute_logits has there."""
     import torch

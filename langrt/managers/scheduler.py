@@ -55,6 +55,7 @@ class SchedulerStats:
     forward_tokens: int = 0  # tokens the passes computed (prompts, decodes and drafts)
     drafted_tokens: int = 0  # jump-forward drafts computed
     jump_forward_tokens: int = 0  # drafts kept (the rest were computed in vain)
+    certain_tail_tokens: int = 0  # output with no pass at all: the grammar's certain ends
 
     @property
     def cache_hit_rate(self) -> float:
@@ -352,6 +353,7 @@ class Scheduler:
             "forward_tokens": self.stats.forward_tokens,
             "drafted_tokens": self.stats.drafted_tokens,
             "jump_forward_tokens": self.stats.jump_forward_tokens,
+            "certain_tail_tokens": self.stats.certain_tail_tokens,
             "running_requests": len(self.running) + (self.chunked is not None),
             "waiting_requests": len(self.waiting),
         }

@@ -1,6 +1,9 @@
 """Choosing each request's next tokens from logits, and feeding them to its stop checks and its
 grammar.
 
+Where the rest of a request's output is certain (its grammar allows one token at a time up to
+its end), jump-forward outputs it at once and the request ends without another pass.
+
 A request may come with jump-forward drafts (constraints.propose_drafts): tokens the grammar
 forces, computed in the same forward pass as its last sampled token. Then its logits rows are
 read in order: the token sampled from row i is output, and if it equals draft i the next row
@@ -19,7 +22,12 @@ from dataclasses import dataclass
 
 import torch
 
-from langrt.managers.constraints import advance_grammar, mask_logits, propose_drafts
+from langrt.managers.constraints import (
+    advance_grammar,
+    certain_tail,
+    mask_logits,
+    propose_drafts,
+)
 from langrt.managers.logprob_collector import OutputLogprobs
 from langrt.managers.req import Req, StopChecker
 from langrt.sampling.penalties import ban_tokens
@@ -68,9 +76,19 @@ class TokenEmitter:
             active, position = still, position + 1
 
     def propose(self, req: Req) -> None:
-        """Drafts for the next pass (jump-forward), if the grammar forces text."""
-        if self.jump_forward and not req.finished:
-            req.draft_ids = propose_drafts(req, self.tokenizer.encode)
+        """Jump-forward, if the grammar forces text: where the rest of the output is certain
+        (certain_tail: `"}` closing an object, say), its tokens are output now and the request
+        ends without another pass, since no token after them needs computing; otherwise drafts
+        for the next pass."""
+        if not self.jump_forward or req.finished:
+            return
+        tail = certain_tail(req)
+        for token in tail:
+            self._output(req, token)
+            self.stats.certain_tail_tokens += 1
+            if req.finished:
+                return
+        req.draft_ids = propose_drafts(req, self.tokenizer.encode)
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[int]:
         """Each request's next token from its [V] logits row; output it and check stops."""
