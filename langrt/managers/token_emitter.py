@@ -141,22 +141,26 @@ def _allowed_lists(e: Emission) -> list[torch.Tensor | None]:
 
 def _greedy_among_allowed(emissions: list[Emission], allowed: list[list], hidden: torch.Tensor, runner) -> list[list]:
     """Per emission and row: the allowed token of highest logit, the lowest id on ties (argmax
-    over the masked full row gives the same), with only the allowed tokens' logits computed;
-    None where `allowed` has None."""
+    over the masked full row gives the same), with only the allowed tokens' logits computed
+    (none where one token alone is allowed); None where `allowed` has None."""
     chosen = [[None] * len(a) for a in allowed]
-    places = [(k, i) for k, a in enumerate(allowed) for i, ids in enumerate(a) if ids is not None]
+    places = []
+    for k, a in enumerate(allowed):
+        for i, ids in enumerate(a):
+            if ids is not None and len(ids) == 1:
+                chosen[k][i] = int(ids[0])
+            elif ids is not None:
+                places.append((k, i))
     if not places:
         return chosen
     lists = [allowed[k][i] for k, i in places]
-    sizes = torch.tensor([len(ids) for ids in lists])
-    rows = torch.repeat_interleave(torch.tensor([emissions[k].rows[i] for k, i in places]), sizes)
+    sizes = [len(ids) for ids in lists]
+    rows = torch.repeat_interleave(torch.tensor([emissions[k].rows[i] for k, i in places]), torch.tensor(sizes))
     token_ids = torch.cat(lists)
-    logits = runner.compute_logits_of(hidden, rows.to(hidden.device), token_ids.to(hidden.device)).cpu()
-    # each place's logits in a row of their own, padded with -inf to the longest list
-    place = torch.repeat_interleave(torch.arange(len(places)), sizes)
-    column = torch.arange(token_ids.numel()) - torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)
-    padded = torch.full((len(places), int(sizes.max())), float("-inf"))
-    padded[place, column] = logits
-    for (k, i), ids, best in zip(places, lists, padded.max(dim=-1).indices.tolist()):
-        chosen[k][i] = int(ids[best])
+    logits = runner.compute_logits_of(hidden, rows.to(hidden.device), token_ids.to(hidden.device)).tolist()
+    ids, start = token_ids.tolist(), 0
+    for (k, i), n in zip(places, sizes):
+        values = logits[start : start + n]
+        chosen[k][i] = ids[start + values.index(max(values))]  # the first maximum: the lowest id
+        start += n
     return chosen
