@@ -91,23 +91,16 @@ def certain_tail(req: Req) -> list[int]:
     the grammar's end, one allowed token at each step (the token any sampler must pick there,
     whatever the logits), cut at max_new_tokens. [] if some step allows more than one token, or
     if the request asks for logprobs (those need the tokens' logits)."""
-    matcher = req.matcher
-    if matcher is None or req.finished or req.return_logprob:
+    if req.matcher is None or req.finished or req.return_logprob:
         return []
-    grammar, state, tokens = matcher.grammar, matcher.state, []
-    while len(tokens) < req.remaining_new_tokens:
-        if grammar.dfa.accepting[state] and not grammar.dfa.has_exit(state):
-            return tokens  # the grammar's end: the last token finishes the request
-        allowed = grammar.masks.allowed_ids(state)
+    matcher, tokens = req.matcher.copy(), []
+    while len(tokens) < req.remaining_new_tokens and not matcher.is_terminated():
+        allowed = matcher.grammar.masks.allowed_ids(matcher.state)
         if allowed is None or allowed.numel() != 1:
             return []
-        token = int(allowed[0])
-        data = grammar.vocab.token_bytes[token] if token < len(grammar.vocab.token_bytes) else None
-        if not data:  # EOS alone: the state accepts and admits nothing else, handled above
-            return []
-        tokens.append(token)
-        state = grammar.dfa.walk_noting_space(state, data)[0]
-    return tokens  # max_new_tokens reached: the request ends by length
+        tokens.append(int(allowed[0]))
+        matcher.accept_token(tokens[-1])
+    return tokens  # to the grammar's end, or to max_new_tokens (the request ends by length)
 
 
 def propose_drafts(req: Req, encode) -> list[int]:
