@@ -80,12 +80,11 @@ class _KernelAttention(Attention):
             if n > KERNEL_MAX_EXTEND:
                 self.extends.append(_SingleExtend(backend, batch.req_pool_indices[i], start, seq_len, n, batch.input_ids.device))
                 continue
-            for e in range(n):
-                end = seq_len - n + e + 1  # the token sees its request's keys up to itself
-                rows.append(start + e)
-                reqs.append(batch.req_pool_indices[i])
-                starts.append(0 if window is None else max(0, end - window))
-                ends.append(end)
+            row_ends = range(seq_len - n + 1, seq_len + 1)  # each token sees its request's keys up to itself
+            rows += range(start, start + n)
+            reqs += [batch.req_pool_indices[i]] * n
+            starts += [0] * n if window is None else [max(0, end - window) for end in row_ends]
+            ends += row_ends
         self.rows = torch.tensor(rows, dtype=torch.int64)
         self.reqs = torch.tensor(reqs, dtype=torch.int64)
         self.starts = torch.tensor(starts, dtype=torch.int32)
