@@ -89,6 +89,13 @@ inline void transpose16(const __m512* r, __m512* out) {
   }
 }
 
+// The key (one head's) in pool slot `slot`, which must lie in the pool.
+template <typename T>
+inline const T* key_row(const T* k, int64_t kv_stride, int64_t slot, int64_t num_slots) {
+  TORCH_CHECK(slot >= 0 && slot < num_slots, "paged_attention: slot ", slot, " outside the pool");
+  return k + slot * kv_stride;
+}
+
 // The scaled query heads of one row and one KV head, as float32: qs[g * 16 * chunks + d].
 template <typename T, int chunks>
 inline void scaled_query(const T* q, int64_t q_head_stride, int64_t group, float scale, float* qs) {
@@ -117,9 +124,7 @@ inline void row_scores(const T* q, int64_t q_head_stride, float scale, const T* 
     __m512 key[16][chunks];
     for (int t = 0; t < 16; ++t) {
       if (t < valid) {
-        const int64_t slot = slots[j0 + t];
-        TORCH_CHECK(slot >= 0 && slot < num_slots, "paged_attention: slot ", slot, " outside the pool");
-        const T* src = k + slot * kv_stride;
+        const T* src = key_row(k, kv_stride, slots[j0 + t], num_slots);
         for (int c = 0; c < chunks; ++c) key[t][c] = load16(src + 16 * c);
       } else {
         for (int c = 0; c < chunks; ++c) key[t][c] = _mm512_setzero_ps();
@@ -164,9 +169,7 @@ inline void run_scores(const float* qs, int64_t rows, const int64_t* counts, con
       __m512 key[16];
       for (int t = 0; t < 16; ++t) {
         if (t < valid) {
-          const int64_t slot = slots[j0 + t];
-          TORCH_CHECK(slot >= 0 && slot < num_slots, "paged_attention: slot ", slot, " outside the pool");
-          key[t] = load16(k + slot * kv_stride + 16 * c);
+          key[t] = load16(key_row(k, kv_stride, slots[j0 + t], num_slots) + 16 * c);
         } else {
           key[t] = _mm512_setzero_ps();
         }
