@@ -1,4 +1,6 @@
-"""What every child process does first, and the spawn entry points.
+"""What every child process does first, and the children's entry point:
+`python -m langrt.managers.child scheduler|detokenizer`, with (ServerArgs, Endpoints, parent
+pid) pickled on stdin (`processes.ChildProcess` starts it).
 
 The entry points import their process's modules only inside the child, so the parent (the HTTP
 server) never imports torch.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import shutil
 import signal
 import sys
@@ -46,3 +49,16 @@ def detokenizer_main(args, endpoints, parent_pid: int) -> None:
     from langrt.managers.detokenizer_process import run_detokenizer_process
 
     run_detokenizer_process(args, endpoints, parent_pid)
+
+
+ROLES = {"scheduler": scheduler_main, "detokenizer": detokenizer_main}
+
+
+def main() -> None:
+    role = ROLES[sys.argv[1]]
+    args, endpoints, parent_pid = pickle.loads(sys.stdin.buffer.read())
+    role(args, endpoints, parent_pid)
+
+
+if __name__ == "__main__":
+    main()
