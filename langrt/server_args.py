@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -155,12 +154,6 @@ def _best_dtype(device: str) -> str:
 
     if device == "cuda":
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    return "bfloat16" if _cpu_has_fast_bf16() else "float32"
+    from langrt.cpu_features import fast_bf16
 
-
-def _cpu_has_fast_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return "bfloat16" if fast_bf16() else "float32"

@@ -8,10 +8,17 @@ structure, never content.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from langrt.builtin import builtin_model_path
+
+# The Triton interpreter is a per-test choice: the kernel tests start it in worker subprocesses
+# (TRITON_INTERPRET=1 set there), and test the launchers' refusals in this process, which must
+# import triton without it whatever the caller's environment says.
+os.environ.pop("TRITON_INTERPRET", None)
 
 TINY_DIMS = dict(
     hidden_size=64,

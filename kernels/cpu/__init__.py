@@ -15,12 +15,13 @@ import functools
 import logging
 import os
 import pathlib
-import platform
 import sys
 import time
 from types import SimpleNamespace
 
 import torch
+
+from langrt.cpu_features import avx512_unavailable_reason
 
 SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp")]
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
@@ -36,16 +37,7 @@ def unavailable_reason() -> str | None:
     """Why the kernels cannot run here, or None."""
     if os.environ.get(DISABLE_ENV, "1") == "0":
         return f"{DISABLE_ENV}=0"
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return f"built for Linux on x86-64 only (this is {platform.system()} on {platform.machine()})"
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
-    except OSError as exc:
-        return f"cannot read /proc/cpuinfo ({exc})"
-    if "avx512f" not in flags or "fma" not in flags:
-        return "the CPU lacks AVX-512F"
-    return None
+    return avx512_unavailable_reason()
 
 
 def paged_attention():

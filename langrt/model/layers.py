@@ -21,6 +21,8 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from langrt.cpu_features import bf16_gemm_packing
+
 
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float):
@@ -88,9 +90,9 @@ class Linear(nn.Module):
 
 
 def can_pack(weight: torch.Tensor) -> bool:
-    """Packing pays off for bf16 on CPU; float32 keeps MKL's GEMM (the numerics the golden tests
-    were measured with)."""
-    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+    """Packing pays off for bf16 on CPU where oneDNN has a bf16 path (AVX-512BW; without it the
+    reorder fails); float32 keeps MKL's GEMM (the numerics the golden tests were measured with)."""
+    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and bf16_gemm_packing()
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from langrt.cpu_features import describe_path
 from langrt.errors import ModelLoadError
 from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.model.attention import create_attention_backend
@@ -39,6 +40,9 @@ class ModelRunner:
         self.dtype = args.torch_dtype
         if self.device.type == "cpu":
             torch.set_num_threads(args.num_threads)
+            from kernels.cpu import unavailable_reason
+
+            logger.info(describe_path(args.dtype, unavailable_reason()))
         self.model = load_model(
             source, config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress,
             compiled=args.enable_torch_compile,

@@ -1,0 +1,83 @@
+"""What this CPU runs fast, asked once and answered in one place.
+
+langrt takes one of two CPU paths:
+
+- AVX-512 (with AVX512-BF16 or AMX for bfloat16): the C++ kernels (kernels/cpu), bfloat16 by
+  default, bf16 weights packed once into oneDNN's blocked layout.
+- AVX2 (most laptops, AMD EPYC/Ryzen before Zen 4): plain torch ops, float32 by default;
+  bfloat16 and float16 still run (torch's generic paths, slower than float32 there).
+
+The answers follow torch's own dispatch, so `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`
+makes an AVX-512 machine take exactly the AVX2 path (the test suite runs it that way in CI).
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The `flags` of /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def avx512_unavailable_reason() -> str | None:
+    """Why AVX-512 code (the C++ kernels) cannot run here, or None."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"built for Linux on x86-64 only (this is {platform.system()} on {platform.machine()})"
+    flags = cpu_flags()
+    if "avx512f" not in flags or "fma" not in flags:
+        return "the CPU lacks AVX-512F"
+    capability = torch_cpu_capability()
+    if not capability.startswith("AVX512"):
+        return f"torch dispatches to {capability} here (ATEN_CPU_CAPABILITY)"
+    return None
+
+
+@functools.cache
+def torch_cpu_capability() -> str:
+    """torch's vector ISA on this CPU: 'AVX512', 'AVX2', 'DEFAULT', ... (ATEN_CPU_CAPABILITY caps it)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+@functools.cache
+def bf16_gemm_packing() -> bool:
+    """Whether oneDNN can reorder bf16 weights into its blocked layout here (AVX-512BW or
+    AVX-NE-CONVERT; ONEDNN_MAX_CPU_ISA caps it)."""
+    import torch
+
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def fast_bf16() -> bool:
+    """bfloat16 matmuls run natively (AVX512-BF16 or AMX) on the path langrt takes here."""
+    flags = cpu_flags()
+    native = "avx512_bf16" in flags or "amx_bf16" in flags
+    return native and avx512_unavailable_reason() is None and bf16_gemm_packing()
+
+
+def describe_path(dtype: str, kernels_off: str | None) -> str:
+    """One line for the log: which CPU path serves `dtype` here (`kernels_off`: why the C++
+    kernels are not used, or None)."""
+    reason = avx512_unavailable_reason()
+    line = "CPU path: AVX-512" if reason is None else f"CPU path: AVX2 ({reason})"
+    if dtype == "float16":
+        return line + ": float16 in plain torch ops (the C++ kernels take bfloat16 and float32; --dtype float32 is faster on a CPU)"
+    line += ": C++ kernels on" if kernels_off is None else f": C++ kernels off ({kernels_off}), plain torch ops"
+    if dtype == "bfloat16":
+        if bf16_gemm_packing():
+            line += ", bfloat16 weights packed for oneDNN"
+        else:
+            line += ", bfloat16 GEMMs in torch's generic kernels (no AVX-512 bf16 here: --dtype float32 is faster)"
+    return line
