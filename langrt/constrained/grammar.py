@@ -1,27 +1,36 @@
 """The grammar engine, usable without a model (DESIGN §7).
 
-    compiler = GrammarCompiler(vocabulary)
+    from langrt.constrained import GrammarCompiler, allocate_token_bitmask
+
+    # tokenizer: a transformers tokenizer, a tokenizers.Tokenizer (with eos_token_ids=...), a
+    # .gguf file or HF directory path, or a TokenVocabulary. Optional: vocab_size= (the model's
+    # logits width, when wider than the tokenizer) and eos_token_ids=.
+    compiler = GrammarCompiler(tokenizer)
     grammar = compiler.compile_json_schema({"type": "object", ...})   # or compile_regex / compile_choices
     matcher = grammar.matcher()
+    bitmask = allocate_token_bitmask(batch, compiler.vocab_size)   # int32 [batch, ceil(V/32)]
     matcher.fill_bitmask(bitmask, row)   # tokens allowed next (EOS only where the grammar may end)
     matcher.accept_token(token_id)       # False (and no change) if the grammar forbids it
     matcher.is_terminated()              # ended: EOS accepted, or nothing may follow
     matcher.copy()                       # for forks: a matcher is a state number, nothing more
 
-A grammar is a byte-level DFA (outlines-core) plus token masks computed per state on first use
-and shared by every matcher of that grammar.
+`GrammarCompiler.from_tokenizer(tokenizer)` and `GrammarCompiler.from_pretrained(path)` say which
+they take; `apply_token_bitmask(logits, bitmask)` applies the masks. A grammar is a byte-level
+DFA (outlines-core) plus token masks computed per state on first use and shared by every matcher
+of that grammar.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Iterable
 
 import torch
 
 from langrt.constrained.byte_dfa import ByteDFA, build_byte_dfa
 from langrt.constrained.masks import TokenMasks
 from langrt.constrained.spec import check_regex, choices_regex
-from langrt.constrained.vocab import TokenVocabulary
+from langrt.constrained.vocab import TokenVocabulary, describe, vocabulary_from_pretrained, vocabulary_from_tokenizer
 from langrt.errors import InvalidRequest
 
 # Why: a DFA's states each cost a token mask (~6 KB for a 49k vocabulary, computed on first
@@ -117,9 +126,73 @@ class GrammarMatcher:
 
 
 class GrammarCompiler:
-    def __init__(self, vocab: TokenVocabulary, max_states: int = MAX_DFA_STATES):
+    """Compiles grammars over one vocabulary.
+
+    `tokenizer` is what a user has: a transformers tokenizer (fast or slow), a
+    `tokenizers.Tokenizer`, a model path (a .gguf file or an HF directory, str or os.PathLike),
+    or a `TokenVocabulary` already built (as the runtime does). With a tokenizer or a path:
+      vocab_size: the model's logits width, when it exceeds the tokenizer's length (a path
+        defaults to its model's, where the config is there);
+      eos_token_ids: the ids that end the output (default: the tokenizer's EOS, and with a path
+        the model config's too; a `tokenizers.Tokenizer` names none, so it needs them given).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_states: int = MAX_DFA_STATES,
+        *,
+        vocab_size: int | None = None,
+        eos_token_ids: int | Iterable[int] | None = None,
+    ):
+        if isinstance(tokenizer, TokenVocabulary):
+            if vocab_size is not None or eos_token_ids is not None:
+                raise TypeError(
+                    "a TokenVocabulary already fixes vocab_size and eos_token_ids; pass them when building it, "
+                    "or pass the tokenizer instead"
+                )
+            vocab = tokenizer
+        elif isinstance(tokenizer, (str, os.PathLike)):
+            vocab = vocabulary_from_pretrained(tokenizer, vocab_size, eos_token_ids)
+        else:
+            vocab = vocabulary_from_tokenizer(tokenizer, vocab_size, eos_token_ids)
         self.vocab = vocab
         self.max_states = max_states
+
+    @classmethod
+    def from_tokenizer(
+        cls,
+        tokenizer: Any,
+        *,
+        vocab_size: int | None = None,
+        eos_token_ids: int | Iterable[int] | None = None,
+        max_states: int = MAX_DFA_STATES,
+    ) -> "GrammarCompiler":
+        """From a transformers tokenizer or a `tokenizers.Tokenizer` object."""
+        if isinstance(tokenizer, (str, os.PathLike, TokenVocabulary)):
+            raise TypeError(
+                f"from_tokenizer takes a tokenizer object, got {describe(tokenizer)}; use from_pretrained "
+                "for a path, GrammarCompiler(vocabulary) for a TokenVocabulary"
+            )
+        return cls(vocabulary_from_tokenizer(tokenizer, vocab_size, eos_token_ids), max_states)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        *,
+        vocab_size: int | None = None,
+        eos_token_ids: int | Iterable[int] | None = None,
+        max_states: int = MAX_DFA_STATES,
+    ) -> "GrammarCompiler":
+        """From a model on disk: a .gguf file, or an HF directory with a tokenizer (local files
+        only; langrt never downloads)."""
+        return cls(vocabulary_from_pretrained(path, vocab_size, eos_token_ids), max_states)
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the logits the masks cover (the bitmask needs ceil(vocab_size / 32) words)."""
+        return self.vocab.vocab_size
 
     def compile_regex(self, regex: str) -> Grammar:
         check_regex(regex)

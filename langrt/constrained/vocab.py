@@ -10,6 +10,7 @@ Special tokens (BOS, EOS, chat markers) get no bytes: they are never allowed ins
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from dataclasses import dataclass
 
@@ -135,11 +136,147 @@ def _byte_sets(matrix: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     return [np.ascontiguousarray(words) for words in sets]
 
 
+def vocabulary_from_tokenizer(tokenizer, vocab_size: int | None = None, eos_token_ids=None) -> TokenVocabulary:
+    """Build from a tokenizer object: a transformers tokenizer (fast or slow), a
+    `tokenizers.Tokenizer`, or langrt's `TextDecoder` (what the scheduler holds).
+
+    vocab_size: the width of the model's logits; the tokenizer's length when None or smaller.
+    eos_token_ids: the ids that end the output (allowed where the grammar may end); when None,
+    the tokenizer's EOS id. A `tokenizers.Tokenizer` names no EOS, so it needs them given.
+    """
+    backend, decode, length, eos = _tokenizer_parts(tokenizer)
+    if eos_token_ids is None:
+        if eos is None:
+            raise ValueError(
+                f"{describe(tokenizer)} does not say which token ends the text: pass eos_token_ids=[...] "
+                "(or eos_token_ids=() for none)"
+            )
+        eos_token_ids = (eos,)
+    width = 0 if vocab_size is None else _positive(vocab_size)
+    if backend is not None:
+        length = backend.get_vocab_size(with_added_tokens=True)
+    eos_token_ids = _as_ids(eos_token_ids, max(width, length or 0))
+    if backend is not None:
+        return _from_backend(backend, width, eos_token_ids)
+    return _from_decode(decode, length, width, eos_token_ids)
+
+
 def vocabulary_from_decoder(decoder, vocab_size: int, eos_token_ids) -> TokenVocabulary:
-    """Build from a `langrt.model.text_decoder.TextDecoder` (a `tokenizers` backend)."""
-    backend = decoder.backend
-    if not hasattr(backend, "to_str"):
-        return _from_decode(decoder, vocab_size, eos_token_ids)
+    """Build from a `langrt.model.text_decoder.TextDecoder` (the scheduler's way in)."""
+    return vocabulary_from_tokenizer(decoder, vocab_size, eos_token_ids)
+
+
+def vocabulary_from_pretrained(path, vocab_size: int | None = None, eos_token_ids=None) -> TokenVocabulary:
+    """Build from a model on disk: a GGUF file or an HF directory (a model's, or one holding
+    only a tokenizer). Where the model's config is there (config.json, or the GGUF file's
+    metadata and embedding), vocab_size and eos_token_ids default as the runtime sets them for
+    that model: its logits width, and its config's EOS ids with the tokenizer's."""
+    import os
+    from pathlib import Path
+
+    from langrt.model.tokenizer import load_tokenizer
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"a model path (str or os.PathLike) is needed, got {describe(path)}")
+    path = Path(path).expanduser()
+    if path.is_dir():  # as the runtime resolves it (a directory holding just one .gguf file: that file)
+        from langrt.model.source import ModelSource
+
+        path = ModelSource.resolve(path).path
+    tokenizer = load_tokenizer(path)  # ModelLoadError naming the path when it holds no tokenizer
+    model_width, model_eos = _model_defaults(path)
+    if eos_token_ids is None:
+        own = getattr(tokenizer, "eos_token_id", None)
+        eos_token_ids = set(model_eos) | ({own} if own is not None else set())
+        if not eos_token_ids:
+            raise ValueError(f"neither the tokenizer nor the config at {path} names an EOS token: pass eos_token_ids=[...]")
+    if vocab_size is None and model_width:
+        vocab_size = model_width
+    return vocabulary_from_tokenizer(tokenizer, vocab_size, eos_token_ids)
+
+
+def _tokenizer_parts(tokenizer):
+    """-> (tokenizers.Tokenizer or None, decode(ids) or None, length or None, EOS id or None)."""
+    from tokenizers import Tokenizer
+
+    from langrt.model.text_decoder import TextDecoder
+
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer, None, None, None
+    if isinstance(tokenizer, TextDecoder):
+        inner = tokenizer.backend
+        if isinstance(inner, Tokenizer):
+            return inner, None, None, tokenizer.eos_token_id
+        length = len(inner.tokenizer) if hasattr(inner, "tokenizer") else None
+        return None, tokenizer.decode, length, tokenizer.eos_token_id
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # transformers' fast tokenizers
+    if isinstance(backend, Tokenizer):
+        return backend, None, None, getattr(tokenizer, "eos_token_id", None)
+    if callable(getattr(tokenizer, "convert_ids_to_tokens", None)) and callable(getattr(tokenizer, "decode", None)):
+        # a transformers tokenizer without a `tokenizers` backend (a slow one)
+        return None, tokenizer.decode, len(tokenizer), getattr(tokenizer, "eos_token_id", None)
+    raise TypeError(
+        f"cannot build a token vocabulary from {describe(tokenizer)}: pass a transformers tokenizer, "
+        "a tokenizers.Tokenizer, a model path (a .gguf file or an HF directory) or a TokenVocabulary"
+    )
+
+
+def describe(obj) -> str:
+    """`obj` for an error message: its repr when short, and its type."""
+    kind = type(obj)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    text = repr(obj)
+    return f"a {name} object" if len(text) > 80 else f"{text} ({name})"
+
+
+def _as_ids(ids, width: int) -> frozenset[int]:
+    """EOS ids as a frozenset, each checked to be a token id below the vocabulary's width."""
+    try:
+        ids = (operator.index(ids),)
+    except TypeError:
+        pass
+    try:
+        out = frozenset(operator.index(i) for i in ids)
+    except TypeError:
+        raise TypeError(f"eos_token_ids must be token ids (ints), got {ids!r}") from None
+    bad = sorted(i for i in out if not 0 <= i < width)
+    if bad:
+        raise ValueError(f"eos_token_ids {bad} are not ids of a vocabulary of {width} tokens")
+    return out
+
+
+def _positive(vocab_size) -> int:
+    try:
+        if isinstance(vocab_size, bool):
+            raise TypeError
+        width = operator.index(vocab_size)
+    except TypeError:
+        width = 0
+    if width < 1:
+        raise ValueError(f"vocab_size must be a positive int (the model's logits width), got {vocab_size!r}")
+    return width
+
+
+def _model_defaults(path) -> tuple[int, tuple[int, ...]]:
+    """(logits width or 0, EOS ids) from the model's config beside its tokenizer, if any."""
+    if path.is_file():
+        from langrt.model.gguf_reader import read_header
+
+        _, metadata, tensors = read_header(path)
+        width = next((t.shape[0] for t in tensors if t.name == "token_embd.weight"), 0)
+        eos = metadata.get("tokenizer.ggml.eos_token_id")
+        return int(width), (() if eos is None else (int(eos),))
+    config = path / "config.json"
+    if not config.is_file():
+        return 0, ()
+    d = json.loads(config.read_text())
+    eos = d.get("eos_token_id")
+    eos = () if eos is None else tuple(eos) if isinstance(eos, (list, tuple)) else (eos,)
+    return int(d.get("vocab_size") or 0), tuple(int(e) for e in eos)
+
+
+def _from_backend(backend, vocab_size: int, eos_token_ids: frozenset[int]) -> TokenVocabulary:
+    """Each token of a `tokenizers.Tokenizer` spelled in bytes from its vocabulary entry."""
     spec = json.loads(backend.to_str())
     special = {t["id"] for t in spec.get("added_tokens", []) if t.get("special")}
     size = backend.get_vocab_size(with_added_tokens=True)
@@ -148,7 +285,7 @@ def vocabulary_from_decoder(decoder, vocab_size: int, eos_token_ids) -> TokenVoc
     for i in range(size):
         token = backend.id_to_token(i)
         token_bytes.append(None if token is None or i in special else spell(token))
-    return TokenVocabulary(token_bytes, frozenset(eos_token_ids), max(vocab_size, size))
+    return TokenVocabulary(token_bytes, eos_token_ids, max(vocab_size, size))
 
 
 def _is_byte_level(decoder: dict | None) -> bool:
@@ -179,11 +316,12 @@ def _sentencepiece_speller(token: str) -> bytes:
     return token.replace("\u2581", " ").encode("utf-8")
 
 
-def _from_decode(decoder, vocab_size: int, eos_token_ids) -> TokenVocabulary:
+def _from_decode(decode, length: int | None, vocab_size: int, eos_token_ids: frozenset[int]) -> TokenVocabulary:
     """Fallback without a `tokenizers` backend: each token decoded alone (tokens that are not
     whole characters decode to U+FFFD and are left out)."""
+    count = length if length is not None else vocab_size
     token_bytes: list[bytes | None] = []
-    for i in range(vocab_size):
-        text = decoder.decode([i], skip_special_tokens=True)
+    for i in range(count):
+        text = decode([i], skip_special_tokens=True)
         token_bytes.append(text.encode("utf-8") if text and "\ufffd" not in text else None)
-    return TokenVocabulary(token_bytes, frozenset(eos_token_ids), vocab_size)
+    return TokenVocabulary(token_bytes, eos_token_ids, max(vocab_size, count))
