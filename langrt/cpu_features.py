@@ -81,3 +81,19 @@ def describe_path(dtype: str, kernels_off: str | None) -> str:
         else:
             line += ", bfloat16 GEMMs in torch's generic kernels (no AVX-512 bf16 here: --dtype float32 is faster)"
     return line
+
+
+def separate_compile_cache() -> None:
+    """Give torch.compile a cache of its own for an ISA chosen by ATEN_CPU_CAPABILITY.
+
+    Inductor's on-disk cache is not keyed on that variable: code cached on the AVX2 path and
+    loaded again on the AVX-512 one aborts the process. A cache directory the user chose
+    (TORCHINDUCTOR_CACHE_DIR) is left alone."""
+    import os
+
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")
+    if not capability or "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default_cache_dir()}-{capability.lower()}"

@@ -36,3 +36,38 @@ def test_engine_answers_in_every_dtype(dtype, kernels, monkeypatch, capfd):
     assert path_lines[0].split("] ", 1)[1].startswith("CPU path: AVX-512" if avx512 else "CPU path: AVX2 (")
     kernels_used = avx512 and kernels == "on" and dtype != "float16"
     assert (": C++ kernels on" in path_lines[0]) == kernels_used, path_lines[0]
+
+
+COMPILE_BOTH_HALVES = """
+import torch
+from langrt.model.llama import DenseOps
+
+ops = DenseOps.create(compiled=True)
+hidden, heads, head_dim, inter = 64, 4, 16, 128
+w = lambda *shape: torch.randn(*shape) * 0.1
+for rows in (1, 7, 33):
+    x, cos, sin = w(rows, hidden), w(rows, 1, head_dim // 2), w(rows, 1, head_dim // 2)
+    q, k, v, residual = ops.before_attention(
+        x, None, w(hidden), 1e-5, w(3 * hidden, hidden), None, None, cos, sin, hidden, hidden, head_dim)
+    out, residual = ops.after_attention(
+        v, residual, w(hidden, hidden), None, w(hidden), 1e-5, w(2 * inter, hidden), None, w(hidden, inter), None)
+    assert out.shape == (rows, hidden)
+print("compiled", torch.backends.cpu.get_cpu_capability())
+"""
+
+
+def test_torch_compile_on_the_avx2_path_then_the_native_one(tmp_path):
+    """torch.compile's cache is not keyed on ATEN_CPU_CAPABILITY: a kernel cached on the AVX2
+    path once aborted the next compiled run on the AVX-512 one (the CI run of the AVX2 pass
+    followed by the plain suite). Each path must keep its own cache."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    env["TMPDIR"] = str(tmp_path)  # inductor's default cache lives under the temp directory
+    avx2 = {**env, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    for run_env in (avx2, env, avx2):
+        done = subprocess.run([sys.executable, "-c", COMPILE_BOTH_HALVES], env=run_env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "compiled" in done.stdout

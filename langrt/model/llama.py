@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
+from langrt.cpu_features import separate_compile_cache
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
@@ -83,6 +84,7 @@ class DenseOps:
     def create(cls, compiled: bool) -> "DenseOps":
         if not compiled:
             return cls(before_attention, after_attention)
+        separate_compile_cache()
         return cls(torch.compile(before_attention, dynamic=True), torch.compile(after_attention, dynamic=True))
 
 
