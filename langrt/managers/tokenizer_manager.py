@@ -316,13 +316,28 @@ def make_generate_input(
         stream=_flag(stream, "stream"),
     )
     inp.return_logprob = [bool(v) for v in inp.return_logprob]
-    inp.logprob_start_len = [-1 if v is None else v for v in inp.logprob_start_len]
     inp.top_logprobs_num = [v or 0 for v in inp.top_logprobs_num]
-    if any(v < -1 for v in inp.logprob_start_len):
-        raise InvalidRequest("logprob_start_len must be >= -1 (-1: output logprobs only)", param="logprob_start_len")
+    if any(v is not None and v < -1 for v in inp.logprob_start_len):
+        raise InvalidRequest(
+            "logprob_start_len must be >= -1 (-1: output logprobs only; the whole prompt for a prefill-only request)",
+            param="logprob_start_len",
+        )
+    inp.logprob_start_len = [_logprob_start(v, p) for v, p in zip(inp.logprob_start_len, params)]
     if any(not 0 <= v <= MAX_TOP_LOGPROBS for v in inp.top_logprobs_num):
         raise InvalidRequest(f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}]", param="top_logprobs_num")
     return inp, is_batch or any(p.n > 1 for p in params)
+
+
+def _logprob_start(value: int | None, params: SamplingParams) -> int:
+    """The first prompt position whose logprob a request reports. Omitted or -1: none, only the
+    output's, except in a prefill-only request (max_new_tokens 0), which has no output: there it
+    is the whole prompt from position 0 (whose logprob is null), as SGLang's server answered when
+    its frontend's select was written. That frontend scores each choice alone this way (token ids,
+    prefill only, return_logprob, no logprob_start_len) and subtracts the entries position by
+    position from the choice's conditional ones (unconditional_likelihood_normalized)."""
+    if value is None or value == -1:
+        return 0 if params.max_new_tokens == 0 else -1
+    return value
 
 
 def check_batch_size(size: int, max_prompts: int | None, param: str) -> None:
