@@ -9,13 +9,22 @@ read once per step), with the bandwidth measured in this run.
 
     .venv/bin/python benchmarks/bench_offline.py            # full
     .venv/bin/python benchmarks/bench_offline.py --quick    # a smoke run
+    .venv/bin/python benchmarks/bench_offline.py --avx2     # as an AVX2-only CPU runs
+
+`--avx2` caps torch, oneDNN and MKL at AVX2 for the whole run (langrt's children and transformers
+alike), so an AVX-512 machine measures the path an AVX2-only CPU takes: the C++ kernels off and
+float32, the dtype `--dtype auto` picks there. The baseline is then transformers in float32 only:
+torch routes bf16 matmuls to oneDNN after asking the CPU itself (not ONEDNN_MAX_CPU_ISA), so a bf16
+figure taken here would not be what an AVX2 CPU gets. Results go to bench_offline_avx2.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -23,8 +32,11 @@ import torch
 
 import langrt
 from langrt.builtin import builtin_model_path
+from langrt.cpu_features import describe_path
 
 RESULTS = Path(__file__).parent / "results"
+# What an AVX2-only CPU runs, forced on this one (see langrt.cpu_features).
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 TOPICS = ["the sea", "a robot", "winter", "a small town", "music", "the moon", "a garden", "trains"]
 
 
@@ -101,6 +113,19 @@ def timed(runner, texts, new_tokens, repeats: int) -> dict:
     return best
 
 
+def cpu_flags_summary() -> list[str]:
+    """The CPU's flags that decide langrt's path (which CPU the figures came from)."""
+    from langrt.cpu_features import cpu_flags
+
+    return sorted(f for f in cpu_flags() if f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16"))
+
+
+def kernels_off() -> str | None:
+    from kernels.cpu import unavailable_reason
+
+    return unavailable_reason()
+
+
 def model_weight_bytes(dtype: str) -> int:
     """Bytes of the built-in model's weights in `dtype` (read once per decode step)."""
     from langrt.model.source import ModelSource
@@ -114,19 +139,26 @@ def model_weight_bytes(dtype: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short outputs, one repeat")
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], help="langrt's (default: bfloat16; float32 with --avx2)")
+    parser.add_argument("--avx2", action="store_true", help="run everything as an AVX2-only CPU does")
     args = parser.parse_args()
+    if args.avx2 and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
+        # torch reads the capability once, at start: run again with it set.
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
+    args.dtype = args.dtype or ("float32" if args.avx2 else "bfloat16")
     new_tokens = 16 if args.quick else 128
     repeats = 1 if args.quick else 2
     torch.set_num_threads(torch.get_num_threads())
 
     ours = LangrtRunner(args.dtype)
     weight_bytes = model_weight_bytes(args.dtype)
-    baselines = [HFRunner(dtype) for dtype in ("bfloat16", "float32")]
+    baselines = [HFRunner(dtype) for dtype in (("float32",) if args.avx2 else ("bfloat16", "float32"))]
     bandwidth = measure_bandwidth_gbs()
     results = {"dtype": args.dtype, "new_tokens": new_tokens, "bandwidth_gbs": bandwidth,
                "weight_bytes": weight_bytes, "machine": platform.processor() or platform.machine(),
-               "threads": torch.get_num_threads(), "batches": {}}  # fmt: skip
+               "threads": torch.get_num_threads(), "cpu_flags": cpu_flags_summary(),
+               "cpu_path": describe_path(args.dtype, kernels_off()), "batches": {}}  # fmt: skip
+    print(results["cpu_path"], flush=True)
     for batch in (1, 32):
         texts = prompts(ours.tokenizer, batch)
         row = {runner.name: timed(runner, texts, new_tokens, repeats) for runner in (ours, *baselines)}
@@ -145,7 +177,7 @@ def main() -> None:
           f"langrt batch-1 decode {1000 / step_ms:.1f} steps/s = "
           f"{results['batch1_decode_fraction_of_bandwidth_limit']:.0%} of the limit")  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench_offline{'_quick' if args.quick else ''}.json"
+    out = RESULTS / f"bench_offline{'_avx2' if args.avx2 else ''}{'_quick' if args.quick else ''}.json"
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")
 
