@@ -88,12 +88,14 @@ def separate_compile_cache() -> None:
 
     Inductor's on-disk cache is not keyed on that variable: code cached on the AVX2 path and
     loaded again on the AVX-512 one aborts the process. A cache directory the user chose
-    (TORCHINDUCTOR_CACHE_DIR) is left alone."""
+    (TORCHINDUCTOR_CACHE_DIR) is left alone; inductor's own default, which it writes into the
+    environment once used, is not a choice."""
     import os
 
-    capability = os.environ.get("ATEN_CPU_CAPABILITY")
-    if not capability or "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        return
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not capability or (chosen is not None and os.path.abspath(chosen) != os.path.abspath(default_cache_dir())):
+        return
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default_cache_dir()}-{capability.lower()}"

@@ -40,7 +40,10 @@ def test_engine_answers_in_every_dtype(dtype, kernels, monkeypatch, capfd):
 
 COMPILE_BOTH_HALVES = """
 import torch
+from torch._inductor.runtime.cache_dir_utils import cache_dir
 from langrt.model.llama import DenseOps
+
+cache_dir()  # inductor used before langrt's compile: it has put its default in the environment
 
 ops = DenseOps.create(compiled=True)
 hidden, heads, head_dim, inter = 64, 4, 16, 128
