@@ -28,7 +28,7 @@ from schemas import instance, schema_corpus  # noqa: E402
 from langrt.builtin import builtin_model_path  # noqa: E402
 from langrt.constrained.grammar import GrammarCompiler  # noqa: E402
 from langrt.constrained.vocab import vocabulary_from_decoder  # noqa: E402
-from langrt.model.text_decoder import load_text_decoder  # noqa: E402
+from langrt.tokenizer.text_decoder import load_text_decoder  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

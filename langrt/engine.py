@@ -21,11 +21,11 @@ import queue
 import threading
 from typing import Any, AsyncIterator, Iterator, Sequence
 
-from langrt.managers.processes import ChildProcesses
-from langrt.managers.req_state import merged_snapshots
-from langrt.managers.tokenizer_manager import TokenizerManager, make_generate_input
+from langrt.processes.launcher import ChildProcesses
+from langrt.server.req_state import merged_snapshots
+from langrt.server.tokenizer_manager import TokenizerManager, make_generate_input
 from langrt.model.source import ModelSource
-from langrt.model.tokenizer import load_tokenizer
+from langrt.tokenizer.loader import load_tokenizer
 from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ def build_tiny_model(kind: str, path, seed: int = 0, **overrides):
     """Save a seeded random tiny `kind` ('llama' | 'qwen2') model with the built-in tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    from langrt.model.tokenizer import load_tokenizer
+    from langrt.tokenizer.loader import load_tokenizer
 
     config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[kind]
     tokenizer = load_tokenizer(builtin_model_path())

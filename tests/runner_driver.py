@@ -18,8 +18,8 @@ def make_runner(model_path, dtype="float32", **kw) -> ModelRunner:
 
 def make_scheduler(model_path, dtype="float32", **kw):
     """A Scheduler in this process (no child processes), to step by hand."""
-    from langrt.managers.scheduler import Scheduler
-    from langrt.model.tokenizer import load_tokenizer
+    from langrt.scheduler.scheduler import Scheduler
+    from langrt.tokenizer.loader import load_tokenizer
 
     runner = make_runner(model_path, dtype=dtype, **kw)
     return Scheduler(runner, load_tokenizer(model_path), runner.args)

@@ -187,7 +187,7 @@ def test_jump_forward_on_smollm_extraction(smollm_path):
     full logits rows are not computed)."""
     from runner_driver import make_scheduler
 
-    from langrt.managers.req import Req
+    from langrt.scheduler.req import Req
     from langrt.sampling.sampling_params import SamplingParams
 
     outputs, stats, full_rows = {}, {}, {}
@@ -230,7 +230,7 @@ def test_jump_forward_outputs_a_certain_end_without_another_pass(tiny_llama_dir)
     cuts the output where it would have."""
     from runner_driver import make_scheduler
 
-    from langrt.managers.req import Req
+    from langrt.scheduler.req import Req
     from langrt.sampling.sampling_params import SamplingParams
 
     regex = r'\{"legs": [0-9], "arms": [0-9]\}'
@@ -270,7 +270,7 @@ def test_greedy_among_allowed_is_the_masked_argmax():
 
     import torch
 
-    from langrt.managers.token_emitter import Emission, _greedy_among_allowed
+    from langrt.scheduler.token_emitter import Emission, _greedy_among_allowed
 
     full = torch.tensor([[0.5, 2.0, 2.0, -1.0, 3.0], [1.0, 1.0, 0.0, 1.0, -2.0], [0.0, 0.0, 0.0, 0.0, 9.0]])
     asked = []
@@ -318,7 +318,7 @@ def test_jump_forward_drafts_ride_in_the_prompts_pass(tiny_llama_dir):
     slots come back when it does not; the tokens are those without jump-forward."""
     from runner_driver import make_scheduler
 
-    from langrt.managers.req import Req
+    from langrt.scheduler.req import Req
     from langrt.sampling.sampling_params import SamplingParams
 
     regex = r'\{"name": "[a-z]{1,8}", "legs": [0-9]\}'

@@ -13,8 +13,8 @@ from langrt.constrained.service import GrammarService
 from langrt.constrained.spec import GrammarSpec
 from langrt.constrained.vocab import vocabulary_from_decoder
 from langrt.errors import InvalidRequest
-from langrt.model.text_decoder import load_text_decoder
-from langrt.model.tokenizer import load_tokenizer
+from langrt.tokenizer.text_decoder import load_text_decoder
+from langrt.tokenizer.loader import load_tokenizer
 
 REGEXES = [
     r"[0-9]{1,3}(\.[0-9]+)?",
@@ -235,7 +235,7 @@ def test_accepted_tokens_record_the_space_choice(compiler, tokenizer):
 def test_drafts_learn_the_models_spelling(compiler, tokenizer):
     """Jump-forward drafts first spell forced text as the tokenizer would; once an output has
     spelled the same run otherwise, later drafts from that state (any request) use its tokens."""
-    from langrt.managers.constraints import advance_grammar, propose_drafts
+    from langrt.scheduler.constraints import advance_grammar, propose_drafts
 
     grammar = compiler.compile_regex(r'\{"languages": ?\["[A-Z][a-z]+"\]\}')
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
@@ -255,7 +255,7 @@ def test_drafts_follow_the_most_frequent_spelling_and_stop_where_models_leave_th
     """From each state the draft takes the token models wrote most often there; where that
     token runs on past the forced text (` true` after the forced space), drafting stops: the
     model's own sample at that row continues the output."""
-    from langrt.managers.constraints import advance_grammar, propose_drafts
+    from langrt.scheduler.constraints import advance_grammar, propose_drafts
 
     grammar = compiler.compile_regex(r'\{"employed": (true|false), "n": [0-9]\}')
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
@@ -278,7 +278,7 @@ def test_drafts_follow_the_most_frequent_spelling_and_stop_where_models_leave_th
 
 
 def _constrained_req(grammar):
-    from langrt.managers.req import Req
+    from langrt.scheduler.req import Req
     from langrt.sampling.sampling_params import SamplingParams
 
     req = Req("r", [1, 2, 3], SamplingParams(max_new_tokens=64))

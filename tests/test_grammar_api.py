@@ -31,7 +31,7 @@ INSTANCE = {"name": "Ada Lovelace", "age": 36, "tags": ["math", "engines"]}
 
 @pytest.fixture(scope="module")
 def hf_tokenizer(smollm_path):
-    from langrt.model.tokenizer import load_tokenizer
+    from langrt.tokenizer.loader import load_tokenizer
 
     return load_tokenizer(smollm_path)
 
@@ -39,9 +39,9 @@ def hf_tokenizer(smollm_path):
 def runtime_vocabulary(path):
     """The vocabulary the scheduler builds for the model at `path` (scheduler._make_grammar_service)."""
     from langrt.constrained.vocab import vocabulary_from_decoder
-    from langrt.managers.scheduler import eos_token_ids
+    from langrt.scheduler.scheduler import eos_token_ids
     from langrt.model.source import ModelSource
-    from langrt.model.text_decoder import load_text_decoder
+    from langrt.tokenizer.text_decoder import load_text_decoder
 
     config = ModelSource.resolve(path).model_config()
     decoder = load_text_decoder(path)

@@ -60,7 +60,7 @@ def test_suite_compiles_or_names_the_keyword_and_never_accepts_invalid():
 def compiler(smollm_path):
     from langrt.constrained.grammar import GrammarCompiler
     from langrt.constrained.vocab import vocabulary_from_decoder
-    from langrt.model.text_decoder import load_text_decoder
+    from langrt.tokenizer.text_decoder import load_text_decoder
 
     decoder = load_text_decoder(smollm_path)
     return GrammarCompiler(vocabulary_from_decoder(decoder, 49152, {decoder.eos_token_id})), decoder

@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
-from langrt.managers.incremental_decoder import IncrementalDecoder
-from langrt.model.text_decoder import load_text_decoder
-from langrt.model.tokenizer import load_tokenizer
+from langrt.tokenizer.incremental_decoder import IncrementalDecoder
+from langrt.tokenizer.text_decoder import load_text_decoder
+from langrt.tokenizer.loader import load_tokenizer
 
 TEXTS = [
     "The capital of France is Paris.",
@@ -55,7 +55,7 @@ def test_incremental_text_does_not_depend_on_push_sizes(pair):
 
 
 def test_no_transformers_import():
-    code = "import sys; from langrt.model.text_decoder import load_text_decoder; from langrt.builtin import builtin_model_path; load_text_decoder(builtin_model_path()); print('transformers' in sys.modules, 'torch' in sys.modules)"
+    code = "import sys; from langrt.tokenizer.text_decoder import load_text_decoder; from langrt.builtin import builtin_model_path; load_text_decoder(builtin_model_path()); print('transformers' in sys.modules, 'torch' in sys.modules)"
     import subprocess
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -12,7 +12,7 @@ from gguf_utils import tokenizer_fields, write_vocab_gguf
 from langrt.builtin import builtin_model_path
 from langrt.errors import ModelLoadError
 from langrt.model.gguf_loader import GGUFFile
-from langrt.model.tokenizer import load_tokenizer
+from langrt.tokenizer.loader import load_tokenizer
 
 CORPUS = [
     "Hello world",

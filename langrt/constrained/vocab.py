@@ -162,7 +162,7 @@ def vocabulary_from_tokenizer(tokenizer, vocab_size: int | None = None, eos_toke
 
 
 def vocabulary_from_decoder(decoder, vocab_size: int, eos_token_ids) -> TokenVocabulary:
-    """Build from a `langrt.model.text_decoder.TextDecoder` (the scheduler's way in)."""
+    """Build from a `langrt.tokenizer.text_decoder.TextDecoder` (the scheduler's way in)."""
     return vocabulary_from_tokenizer(decoder, vocab_size, eos_token_ids)
 
 
@@ -174,7 +174,7 @@ def vocabulary_from_pretrained(path, vocab_size: int | None = None, eos_token_id
     import os
     from pathlib import Path
 
-    from langrt.model.tokenizer import load_tokenizer
+    from langrt.tokenizer.loader import load_tokenizer
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"a model path (str or os.PathLike) is needed, got {describe(path)}")
@@ -199,7 +199,7 @@ def _tokenizer_parts(tokenizer):
     """-> (tokenizers.Tokenizer or None, decode(ids) or None, length or None, EOS id or None)."""
     from tokenizers import Tokenizer
 
-    from langrt.model.text_decoder import TextDecoder
+    from langrt.tokenizer.text_decoder import TextDecoder
 
     if isinstance(tokenizer, Tokenizer):
         return tokenizer, None, None, None
@@ -297,7 +297,7 @@ def _is_byte_level(decoder: dict | None) -> bool:
 
 
 def _byte_level_speller():
-    from langrt.model.tokenizer import _byte_alphabet
+    from langrt.tokenizer.loader import _byte_alphabet
 
     inverse = {c: b for b, c in _byte_alphabet().items()}
 

@@ -15,10 +15,10 @@ from langrt.builtin import BUILTIN_NAME
 from langrt.entrypoints import native_api, openai_api
 from langrt.entrypoints.chat_templates import resolve_chat_template
 from langrt.entrypoints.errors import auth_middleware, error_middleware
-from langrt.managers.processes import ChildProcesses
-from langrt.managers.tokenizer_manager import TokenizerManager
+from langrt.processes.launcher import ChildProcesses
+from langrt.server.tokenizer_manager import TokenizerManager
 from langrt.model.source import ModelSource
-from langrt.model.tokenizer import load_tokenizer
+from langrt.tokenizer.loader import load_tokenizer
 from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ import time
 from aiohttp import web
 
 from langrt.errors import InvalidRequest
-from langrt.managers.req_state import ReqState, merged_snapshots
-from langrt.managers.tokenizer_manager import TokenizerManager, make_generate_input
+from langrt.server.req_state import ReqState, merged_snapshots
+from langrt.server.tokenizer_manager import TokenizerManager, make_generate_input
 from langrt.version import __version__
 
 from langrt.entrypoints.errors import error_body, error_response, status_of

@@ -11,8 +11,8 @@ from aiohttp import web
 
 from langrt.entrypoints.native_api import read_json, send_event, stream_events, wait_all
 from langrt.errors import InvalidRequest
-from langrt.managers.req_state import ReqState
-from langrt.managers.tokenizer_manager import MAX_TOP_LOGPROBS, GenerateInput, TokenizerManager, check_batch_size
+from langrt.server.req_state import ReqState
+from langrt.server.tokenizer_manager import MAX_TOP_LOGPROBS, GenerateInput, TokenizerManager, check_batch_size
 from langrt.sampling.sampling_params import SamplingParams
 
 # Fields every OpenAI request may carry that change nothing here.

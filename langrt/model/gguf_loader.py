@@ -168,7 +168,7 @@ class GGUFFile:
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
         """The tokenizer described by the file's metadata, with its chat template."""
-        from langrt.model.tokenizer import tokenizer_from_gguf_metadata
+        from langrt.tokenizer.loader import tokenizer_from_gguf_metadata
 
         return tokenizer_from_gguf_metadata(self.metadata, source=str(self.path))
 

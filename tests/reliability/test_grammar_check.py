@@ -9,7 +9,7 @@ import time
 import pytest
 
 from langrt.errors import InvalidRequest, UnsupportedSchema
-from langrt.managers.grammar_check import GrammarChecker
+from langrt.server.grammar_check import GrammarChecker
 from langrt.sampling.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.slow

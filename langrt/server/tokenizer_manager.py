@@ -21,11 +21,11 @@ import zmq.asyncio
 
 from langrt.errors import CapacityExceeded, InvalidRequest, Overloaded, ServerUnavailable
 from langrt.ipc import AsyncPullQueue, PushQueue
-from langrt.managers.grammar_check import GrammarChecker
-from langrt.managers.metrics import Metrics
-from langrt.managers.processes import ChildProcesses
-from langrt.managers.req_state import ReqState
-from langrt.managers.validation import Limits, validate_request
+from langrt.server.grammar_check import GrammarChecker
+from langrt.server.metrics import Metrics
+from langrt.processes.launcher import ChildProcesses
+from langrt.server.req_state import ReqState
+from langrt.validation import Limits, validate_request
 from langrt.messages import (
     AbortRequest,
     ControlReply,

@@ -1,5 +1,5 @@
 """What every child process does first, and the children's entry point:
-`python -m langrt.managers.child scheduler|detokenizer`, with (ServerArgs, Endpoints, parent
+`python -m langrt.processes.child scheduler|detokenizer`, with (ServerArgs, Endpoints, parent
 pid) pickled on stdin (`processes.ChildProcess` starts it).
 
 The entry points import their process's modules only inside the child, so the parent (the HTTP
@@ -40,13 +40,13 @@ def configure_logging(level: str, name: str) -> None:
 
 
 def scheduler_main(args, endpoints, parent_pid: int) -> None:
-    from langrt.managers.scheduler_process import run_scheduler_process
+    from langrt.scheduler.scheduler_process import run_scheduler_process
 
     run_scheduler_process(args, endpoints, parent_pid)
 
 
 def detokenizer_main(args, endpoints, parent_pid: int) -> None:
-    from langrt.managers.detokenizer_process import run_detokenizer_process
+    from langrt.detokenizer.detokenizer_process import run_detokenizer_process
 
     run_detokenizer_process(args, endpoints, parent_pid)
 

@@ -1,6 +1,6 @@
 """Starting, watching and stopping the scheduler and detokenizer processes.
 
-Each child is a fresh interpreter running `python -m langrt.managers.child ROLE`, its arguments
+Each child is a fresh interpreter running `python -m langrt.processes.child ROLE`, its arguments
 pickled over stdin. Not multiprocessing's spawn: that re-imports the parent's `__main__` in the
 child, which re-runs a script's top level (an `Engine()` there starts children of its own) and
 fails outright for `python -`, `python -c` and notebooks.
@@ -27,14 +27,14 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class ChildProcess:
-    """A child interpreter running one role's entry point of `langrt.managers.child`."""
+    """A child interpreter running one role's entry point of `langrt.processes.child`."""
 
     def __init__(self, role: str, name: str, payload: object):
         self.name = name
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "langrt.managers.child", role], stdin=subprocess.PIPE, env=env
+            [sys.executable, "-m", "langrt.processes.child", role], stdin=subprocess.PIPE, env=env
         )
         try:
             self.process.stdin.write(pickle.dumps(payload, protocol=5))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from langrt.managers.req import Req
+from langrt.scheduler.req import Req
 from langrt.mem.prefix_cache import PrefixCache, PrefixMatch
 
 # Shared uncached tokens above which a request waits for its batch-mate to cache them.

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import torch
 
-from langrt.managers.constraints import (
+from langrt.scheduler.constraints import (
     advance_grammar,
     certain_tail,
     mask_logits,
     propose_drafts,
 )
-from langrt.managers.logprob_collector import OutputLogprobs
-from langrt.managers.req import Req, StopChecker
+from langrt.scheduler.logprob_collector import OutputLogprobs
+from langrt.scheduler.req import Req, StopChecker
 from langrt.sampling.penalties import ban_tokens
 from langrt.sampling.sampler import SamplingBatch
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from langrt.managers.req import Req
+from langrt.scheduler.req import Req
 from langrt.mem.prefix_cache import PrefixCache, PrefixMatch
 from langrt.server_args import SCHEDULE_POLICIES
 

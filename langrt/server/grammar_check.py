@@ -4,7 +4,7 @@ the compile time limit.
 Turning a JSON schema into a regex is plain Python, and some schemas (a 100k-value enum, a
 thousand optional properties) take seconds to minutes. On the event loop one such request would
 stall every client; in a thread it would still share the GIL with the loop and could not be
-stopped. So checks run in small worker processes (`python -m langrt.managers.grammar_check`,
+stopped. So checks run in small worker processes (`python -m langrt.server.grammar_check`,
 length-prefixed pickles over pipes, like the scheduler's grammar compiler), at most `workers`
 at once; a check past the limit gets its request a 400 and its worker is killed.
 """
@@ -38,7 +38,7 @@ class _Timeout(Exception):
 class _Worker:
     def __init__(self):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "langrt.managers.grammar_check", str(os.getpid())],
+            [sys.executable, "-m", "langrt.server.grammar_check", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )  # fmt: skip
 
@@ -161,8 +161,8 @@ class GrammarChecker:
 
 def _serve(parent_pid: int) -> None:
     """The worker's loop: a pickled SamplingParams in, None or an error tuple out."""
-    from langrt.managers.child import exit_with_parent
-    from langrt.managers.validation import check_grammar
+    from langrt.processes.child import exit_with_parent
+    from langrt.validation import check_grammar
 
     exit_with_parent(parent_pid)
     os.nice(10)  # a check, hostile or not, must not take the cores the model decodes on

@@ -47,7 +47,7 @@ def load_text_decoder(path: str | os.PathLike) -> TextDecoder:
     path = Path(path)
     if path.is_file():
         from langrt.model.gguf_reader import read_header
-        from langrt.model.tokenizer import gguf_backend
+        from langrt.tokenizer.loader import gguf_backend
 
         _, metadata, _ = read_header(path)
         backend, _ = gguf_backend(metadata, str(path))
@@ -62,7 +62,7 @@ def load_text_decoder(path: str | os.PathLike) -> TextDecoder:
         eos = eos.get("content") if isinstance(eos, dict) else eos
         return TextDecoder(backend, backend.token_to_id(eos) if eos else None, bool(config.get("clean_up_tokenization_spaces", False)))
     # No fast tokenizer file (a sentencepiece-only directory): decode through transformers.
-    from langrt.model.tokenizer import load_tokenizer
+    from langrt.tokenizer.loader import load_tokenizer
 
     tokenizer = load_tokenizer(path)
     return TextDecoder(_TransformersBackend(tokenizer), tokenizer.eos_token_id)

@@ -14,10 +14,10 @@ import zmq
 
 from langrt.errors import InvalidRequest
 from langrt.ipc import Endpoints, PullQueue, PushQueue
-from langrt.managers.child import configure_logging, exit_with_parent
-from langrt.managers.incremental_decoder import CONTEXT_TOKENS
-from langrt.managers.req import Req
-from langrt.managers.scheduler import Scheduler
+from langrt.processes.child import configure_logging, exit_with_parent
+from langrt.tokenizer.incremental_decoder import CONTEXT_TOKENS
+from langrt.scheduler.req import Req
+from langrt.scheduler.scheduler import Scheduler
 from langrt.mem.host_malloc import keep_freed_memory
 from langrt.messages import (
     AbortRequest,
@@ -57,7 +57,7 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
 def build_scheduler(args: ServerArgs) -> Scheduler:
     from langrt.model.loader import ModelSource
     from langrt.model.model_runner import ModelRunner
-    from langrt.model.text_decoder import load_text_decoder
+    from langrt.tokenizer.text_decoder import load_text_decoder
 
     start = time.perf_counter()
     source = ModelSource.resolve(args.model_path)

@@ -23,17 +23,17 @@ import torch
 
 from langrt.constrained.spec import GrammarSpec
 from langrt.errors import InvalidRequest
-from langrt.managers.constraints import GrammarQueue
-from langrt.managers.incremental_decoder import IncrementalDecoder
-from langrt.managers.logprob_collector import collect_input_logprobs
-from langrt.managers.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
-from langrt.managers.req import FinishReason, Req, StopChecker
-from langrt.managers.schedule_policy import SchedulePolicy
-from langrt.managers.validation import Limits, validate_request
+from langrt.scheduler.constraints import GrammarQueue
+from langrt.tokenizer.incremental_decoder import IncrementalDecoder
+from langrt.scheduler.logprob_collector import collect_input_logprobs
+from langrt.scheduler.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
+from langrt.scheduler.req import FinishReason, Req, StopChecker
+from langrt.scheduler.schedule_policy import SchedulePolicy
+from langrt.validation import Limits, validate_request
 from langrt.mem.prefix_cache import create_prefix_cache
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.model_runner import ModelRunner
-from langrt.managers.token_emitter import Emission, TokenEmitter
+from langrt.scheduler.token_emitter import Emission, TokenEmitter
 from langrt.sampling.sampler import make_generator
 from langrt.server_args import ServerArgs
 

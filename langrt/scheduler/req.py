@@ -9,7 +9,7 @@ from typing import Any
 import regex  # like `re`, plus a time limit per search
 import torch
 
-from langrt.managers.incremental_decoder import IncrementalDecoder
+from langrt.tokenizer.incremental_decoder import IncrementalDecoder
 from langrt.sampling.sampling_params import SamplingParams
 
 

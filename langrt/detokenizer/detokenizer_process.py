@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import zmq
 
 from langrt.ipc import Endpoints, PullQueue, PushQueue
-from langrt.managers.incremental_decoder import IncrementalDecoder
-from langrt.managers.child import configure_logging, exit_with_parent
+from langrt.tokenizer.incremental_decoder import IncrementalDecoder
+from langrt.processes.child import configure_logging, exit_with_parent
 from langrt.messages import TextUpdate, TextUpdates, TokenUpdate, TokenUpdates
 from langrt.server_args import ServerArgs
 
@@ -61,7 +61,7 @@ def run_detokenizer_process(args: ServerArgs, endpoints: Endpoints, parent_pid: 
     exit_with_parent(parent_pid, endpoints.directory)
     configure_logging(args.log_level, "detokenizer")
     from langrt.model.source import ModelSource
-    from langrt.model.text_decoder import load_text_decoder
+    from langrt.tokenizer.text_decoder import load_text_decoder
 
     context = zmq.Context()
     inbox: PullQueue = PullQueue(context, endpoints.detokenizer)

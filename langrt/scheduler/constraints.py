@@ -13,7 +13,7 @@ import torch
 
 from langrt.constrained.spec import GrammarSpec
 from langrt.errors import InvalidRequest
-from langrt.managers.req import FinishReason, Req
+from langrt.scheduler.req import FinishReason, Req
 
 
 class GrammarQueue:

@@ -1,0 +1,2 @@
+"""The detokenizer process: token ids in, incremental text out.
+"""

@@ -1,0 +1,3 @@
+"""langrt's child processes: starting, watching and stopping them (`launcher`), and the entry
+point each runs (`child`).
+"""
