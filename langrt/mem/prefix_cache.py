@@ -88,7 +88,7 @@ class RadixPrefixCache(PrefixCache):
         return self.tree.match_prefix(ids)
 
     def adopt(self, req, match: PrefixMatch) -> None:
-        self.req_pool.write(req.req_pool_idx, 0, match.slots)
+        self.req_pool.write(req.kv_row, 0, match.slots)
         self.tree.lock(match.node)
         req.cache_node = match.node
         req.kv_len = req.cached_len = match.length
@@ -98,7 +98,7 @@ class RadixPrefixCache(PrefixCache):
         self._insert(req, ids)
         match = self.tree.match_prefix(ids)
         assert match.length == req.kv_len, "what was just inserted must match"
-        self.req_pool.write(req.req_pool_idx, 0, match.slots)
+        self.req_pool.write(req.kv_row, 0, match.slots)
         self.tree.lock(match.node)
         self._unlock(req)
         req.cache_node = match.node
@@ -110,7 +110,7 @@ class RadixPrefixCache(PrefixCache):
         req.cached_len = 0
 
     def _insert(self, req, ids: list[int]) -> None:
-        slots = self.req_pool.slots(req.req_pool_idx, req.kv_len)
+        slots = self.req_pool.slots(req.kv_row, req.kv_len)
         already = self.tree.insert(ids, slots)
         # Tokens another request cached meanwhile: the tree keeps its slots, ours are duplicates.
         self.kv_pool.free(slots[req.cached_len : already])
@@ -168,7 +168,7 @@ class NoPrefixCache(PrefixCache):
         pass  # the slots stay private to the request
 
     def cache_finished(self, req) -> None:
-        self.kv_pool.free(self.req_pool.slots(req.req_pool_idx, req.kv_len))
+        self.kv_pool.free(self.req_pool.slots(req.kv_row, req.kv_len))
 
     def evict(self, num_tokens: int) -> int:
         return 0

@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass
 
 from langrt.scheduler.req import Req
-from langrt.mem.prefix_cache import PrefixCache, PrefixMatch
+from langrt.mem.cache_manager import CacheManager
+from langrt.mem.prefix_cache import PrefixMatch
 
 # Shared uncached tokens above which a request waits for its batch-mate to cache them.
 IN_BATCH_SHARE_TOKENS = 32
@@ -40,8 +41,7 @@ def reserved_tokens(req: Req, ratio: float) -> int:
 
 
 class PrefillAdder:
-    def __init__(self, runner, cache: PrefixCache, token_budget: float, reserved: int, ratio: float):
-        self.runner = runner
+    def __init__(self, cache: CacheManager, token_budget: float, reserved: int, ratio: float):
         self.cache = cache
         self.budget = token_budget
         self.reserved = reserved
@@ -51,11 +51,11 @@ class PrefillAdder:
 
     @property
     def available(self) -> int:
-        return self.runner.kv_pool.available_size + self.cache.evictable_size - self.reserved
+        return self.cache.available - self.reserved
 
     @property
     def exhausted(self) -> bool:
-        return self.budget <= 0 or self.chunked is not None or self.runner.req_pool.available_size == 0
+        return self.budget <= 0 or self.chunked is not None or self.cache.free_rows == 0
 
     def add_continuing(self, req: Req) -> None:
         """The chunked request of the previous step: its room was counted at admission (and is
@@ -70,13 +70,11 @@ class PrefillAdder:
             match = self.cache.match(req.all_ids[: req.max_prefix_len])
         if self._should_wait_for_batch_mate(req, match.length):
             return False
-        req.req_pool_idx = self.runner.req_pool.alloc()
-        self.cache.adopt(req, match)
+        opened = self.cache.open(req, match)
+        assert opened, "exhausted says whether a row is free"
         need = req.seq_len - req.kv_len + reserved_tokens(req, self.ratio)
         if need > self.available:
-            self.cache.cache_finished(req)  # nothing computed: just releases the lock
-            self.runner.req_pool.free(req.req_pool_idx)
-            req.req_pool_idx = None
+            self.cache.release(req)  # nothing computed: just unlocks the match
             req.kv_len = 0
             return False
         self.reserved += reserved_tokens(req, self.ratio)
@@ -86,20 +84,13 @@ class PrefillAdder:
     def _take(self, req: Req, uncomputed: int) -> None:
         """Give `req` slots for as much of its uncomputed part as the budget allows."""
         extend = int(min(uncomputed, self.budget))
-        self._allocate(req, extend)
+        reserved = self.cache.reserve(req, req.kv_len, extend)
+        assert reserved, "admission counted free + evictable slots"
         self.items.append(PrefillItem(req, req.kv_len, extend, completes_prompt=extend == uncomputed))
         self.budget -= extend
         if extend < uncomputed:
             self.chunked = req
             self.reserved += uncomputed - extend  # later chunks
-
-    def _allocate(self, req: Req, n: int) -> None:
-        kv = self.runner.kv_pool
-        if kv.available_size < n:
-            self.cache.evict(n - kv.available_size)
-        slots = kv.alloc(n)
-        assert slots is not None, "admission counted free + evictable slots"
-        self.runner.req_pool.write(req.req_pool_idx, req.kv_len, slots)
 
     def _should_wait_for_batch_mate(self, req: Req, matched: int) -> bool:
         if not self.cache.reuses_prefixes or not self.items:

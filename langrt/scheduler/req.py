@@ -72,9 +72,9 @@ class Req:
     stream: bool = False
 
     output_ids: list[int] = field(default_factory=list)
-    req_pool_idx: int | None = None
-    # KV regions of the row (see mem/prefix_cache.py): [0, cached_len) shared through the
-    # prefix cache and locked via cache_node, [cached_len, kv_len) private, the rest not computed.
+    kv_row: int | None = None  # its row of slot ids while it runs (see mem/cache_manager.py):
+    # [0, cached_len) shared through the prefix cache and locked via cache_node,
+    # [cached_len, kv_len) private, the rest not computed.
     kv_len: int = 0
     cached_len: int = 0
     cache_node: Any = None

@@ -16,14 +16,15 @@ import random
 from collections import defaultdict
 
 from langrt.scheduler.req import Req
-from langrt.mem.prefix_cache import PrefixCache, PrefixMatch
+from langrt.mem.cache_manager import CacheManager
+from langrt.mem.prefix_cache import PrefixMatch
 from langrt.server_args import SCHEDULE_POLICIES
 
 MAX_QUEUE_FOR_MATCHING = 128
 
 
 class SchedulePolicy:
-    def __init__(self, name: str, cache: PrefixCache, seed: int = 0):
+    def __init__(self, name: str, cache: CacheManager, seed: int = 0):
         if name not in SCHEDULE_POLICIES:
             raise ValueError(f"unknown schedule policy {name!r}; choose from {SCHEDULE_POLICIES}")
         self.name = name

@@ -30,7 +30,7 @@ from langrt.scheduler.prefill_adder import PrefillAdder, PrefillItem, reserved_t
 from langrt.scheduler.req import FinishReason, Req, StopChecker
 from langrt.scheduler.schedule_policy import SchedulePolicy
 from langrt.validation import Limits, validate_request
-from langrt.mem.prefix_cache import create_prefix_cache
+from langrt.mem.cache_manager import CacheManager
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.model_runner import ModelRunner
 from langrt.scheduler.token_emitter import Emission, TokenEmitter
@@ -67,10 +67,10 @@ class Scheduler:
         self.runner = runner
         self.tokenizer = tokenizer
         self.context_len = runner.plan.context_len
-        self.limits = Limits(self.context_len, runner.vocab_size, runner.kv_pool.size)
+        self.cache = CacheManager.for_runner(runner, radix=not args.disable_radix_cache)
+        self.limits = Limits(self.context_len, runner.vocab_size, self.cache.size)
         self.token_budget = args.chunked_prefill_size if args.chunked_prefill_size > 0 else float("inf")
         self.stop_checker = StopChecker(eos_token_ids(runner.config, tokenizer), self.context_len)
-        self.cache = create_prefix_cache(not args.disable_radix_cache, runner.req_pool, runner.kv_pool)
         self.policy = SchedulePolicy(args.schedule_policy, self.cache, seed=args.random_seed)
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
@@ -145,9 +145,7 @@ class Scheduler:
         for req in self.running + ([self.chunked] if self.chunked else []):
             if req.rid == rid:
                 req.finish(FinishReason.by_abort(message))
-                self.cache.cache_finished(req)
-                self.runner.req_pool.free(req.req_pool_idx)
-                req.req_pool_idx = None
+                self.cache.release(req)
                 if req is self.chunked:
                     self.chunked = None
                 else:
@@ -180,30 +178,20 @@ class Scheduler:
         """Jump-forward from the first token: where a request's grammar forces its output's
         opening text (`{"name": "`), the drafts ride in the pass that ends its prompt, as they
         would in a decode pass, and save the request one pass. Slots permitting."""
-        kv = self.runner.kv_pool
         for item in prefill:
             req = item.req
             if not item.completes_prompt:
                 continue
             self.emitter.propose(req)
             n = len(req.draft_ids)
-            if n and kv.available_size < n:
-                self.cache.evict(n - kv.available_size)
-            slots = kv.alloc(n) if n else None
-            if slots is None:
+            if n and not self.cache.reserve(req, item.chunk_start + item.extend_len, n):
                 req.draft_ids = []
-                continue
-            self.runner.req_pool.write(req.req_pool_idx, item.chunk_start + item.extend_len, slots)
 
     def _prepare_decode(self) -> tuple[list[Req], bool]:
         """Give every running request slots for its uncomputed tokens (the last sampled one, and
         any jump-forward added), evicting or retracting."""
-        kv = self.runner.kv_pool
         retracted = False
-        while kv.available_size < (need := sum(len(r.pending_ids) for r in self.running)):
-            self.cache.evict(need - kv.available_size)
-            if kv.available_size >= need:
-                break
+        while not self.cache.make_room(sum(len(r.pending_ids) for r in self.running)):
             victim = self.chunked or max(self.running, key=lambda r: r.admit_seq, default=None)
             if victim is None or (victim is not self.chunked and len(self.running) == 1):
                 raise RuntimeError("the KV pool cannot hold even one running request (admission should prevent this)")
@@ -212,7 +200,8 @@ class Scheduler:
         if not self.running:
             return [], retracted
         for req in self.running:
-            self.runner.req_pool.write(req.req_pool_idx, req.kv_len, kv.alloc(len(req.pending_ids)))
+            reserved = self.cache.reserve(req, req.kv_len, len(req.pending_ids))
+            assert reserved, "make_room freed them"
         if not retracted:
             self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
         # one-token decodes first, then those with drafts: attention takes each kind in a block
@@ -221,9 +210,7 @@ class Scheduler:
     def _retract(self, req: Req) -> None:
         """Back to the waiting queue's front; its computed tokens stay in the prefix cache."""
         logger.debug("retracting %s at %d tokens", req.rid, req.kv_len)
-        self.cache.cache_finished(req)
-        self.runner.req_pool.free(req.req_pool_idx)
-        req.req_pool_idx = None
+        self.cache.release(req)
         req.kv_len = 0
         req.draft_ids = []
         if req is self.chunked:
@@ -238,7 +225,7 @@ class Scheduler:
         reserved = sum(reserved_tokens(r, self.new_token_ratio) for r in self.running)
         if self.chunked is not None:
             reserved += reserved_tokens(self.chunked, self.new_token_ratio)
-        adder = PrefillAdder(self.runner, self.cache, self.token_budget, reserved, self.new_token_ratio)
+        adder = PrefillAdder(self.cache, self.token_budget, reserved, self.new_token_ratio)
         if self.chunked is not None:
             adder.add_continuing(self.chunked)
             self.chunked = None
@@ -268,18 +255,17 @@ class Scheduler:
     def _build_batch(self, decode: list[Req], prefill: list[PrefillItem]) -> ForwardBatch:
         pending = [r.pending_ids for r in decode]
         ids = [t for p in pending for t in p]
-        rows = [r.req_pool_idx for r in decode]
+        reqs = list(decode)
         seq_lens = [r.kv_len + len(p) for r, p in zip(decode, pending)]
         extend_lens = [len(p) for p in pending]
         for item in prefill:
             req = item.req
             ids += req.all_ids[item.chunk_start : item.chunk_start + item.extend_len] + req.draft_ids
-            rows.append(req.req_pool_idx)
+            reqs.append(req)
             seq_lens.append(item.chunk_start + item.extend_len + len(req.draft_ids))
             extend_lens.append(item.extend_len + len(req.draft_ids))
-        slots = torch.cat(
-            [self.runner.req_pool.slots(row, end, end - n) for row, end, n in zip(rows, seq_lens, extend_lens)]
-        )
+        slots = torch.cat([self.cache.slots(r, end - n, end) for r, end, n in zip(reqs, seq_lens, extend_lens)])
+        rows = [r.kv_row for r in reqs]
         mode = ForwardMode.EXTEND if prefill or len(ids) > len(rows) else ForwardMode.DECODE
         return ForwardBatch.build(mode, ids, slots, rows, seq_lens, extend_lens, self.runner.device)
 
@@ -310,8 +296,7 @@ class Scheduler:
             # K/V is valid up to the last output token (which has none yet); drafts past the
             # first mismatch were computed in vain and give their slots back.
             req.kv_len = req.seq_len - 1
-            if end > req.kv_len:
-                self.runner.kv_pool.free(self.runner.req_pool.slots(req.req_pool_idx, end, req.kv_len))
+            self.cache.trim(req, end)
         for e in emissions:
             self.emitter.propose(e.req)
         return self._settle(decode, prefill)
@@ -324,12 +309,10 @@ class Scheduler:
                 changed.append(item.req)
         for req in changed:
             if req.finished:
-                self.cache.cache_finished(req)
-                self.runner.req_pool.free(req.req_pool_idx)
-                req.req_pool_idx = None
+                self.cache.release(req)
         for item in prefill:
             if not item.req.finished:
-                self.cache.cache_unfinished(item.req)
+                self.cache.share(item.req)
         newly_running = [i.req for i in prefill if i.completes_prompt and not i.req.finished]
         self.running = [r for r in self.running if not r.finished] + newly_running
         return changed
@@ -337,14 +320,8 @@ class Scheduler:
     # ---- introspection -----------------------------------------------------------------
 
     def cache_stats(self) -> dict:
-        kv = self.runner.kv_pool
         return {
-            "kv_total_tokens": kv.size,
-            "kv_free_tokens": kv.available_size,
-            "kv_available_tokens": kv.available_size + self.cache.evictable_size,
-            "kv_cached_tokens": self.cache.cached_size,
-            "cache_nodes": self.cache.num_nodes,
-            "evicted_tokens": self.cache.evicted_tokens,
+            **self.cache.stats(),
             "cache_hit_rate": self.stats.cache_hit_rate,
             "prompt_tokens": self.stats.prompt_tokens,
             "cached_prompt_tokens": self.stats.cached_tokens,

@@ -109,7 +109,7 @@ class SchedulerLoop:
     def _wait_idle(self) -> list:
         """Nothing to compute: commit KV pages, or wait for a message (briefly while grammars
         compile, since their requests become runnable without a message)."""
-        prefault = self.scheduler.runner.kv_pool.prefault
+        prefault = self.scheduler.cache.prefault
         if prefault is not None and not prefault.done and not self.scheduler.has_work:
             prefault.step()
             return []
