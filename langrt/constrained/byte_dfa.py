@@ -180,11 +180,11 @@ def compile_worker_main() -> None:
     max_states) requests from stdin and write ByteDFA parts or an error to stdout, forever;
     exits when its parent does (see service.py for why it is a separate process)."""
     import os
-    import pickle
-    import struct
     import sys
     import threading
     import time
+
+    from langrt import pickle_pipe
 
     parent = os.getppid()
 
@@ -194,20 +194,13 @@ def compile_worker_main() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    while True:
-        header = stdin.read(8)
-        if len(header) < 8:
-            return
-        regex, max_states = pickle.loads(stdin.read(struct.unpack("<Q", header)[0]))
+    for regex, max_states in pickle_pipe.messages(sys.stdin.buffer):
         try:
             dfa = build_byte_dfa(regex, max_states)
             reply = (True, (dfa.table, dfa.accepting, dfa.initial))
         except ValueError as e:
             reply = (False, str(e))
-        data = pickle.dumps(reply, protocol=5)
-        stdout.write(struct.pack("<Q", len(data)) + data)
-        stdout.flush()
+        pickle_pipe.send(sys.stdout.buffer, reply)
 
 
 if __name__ == "__main__":

@@ -10,18 +10,14 @@ scheduler thread meanwhile (the scheduler keeps decoding; the request waits in i
 from __future__ import annotations
 
 import logging
-import os
-import pickle
 import queue
-import select
-import struct
 import subprocess
 import sys
 import threading
-import time
 from collections import OrderedDict
 from concurrent.futures import Future
 
+from langrt import pickle_pipe
 from langrt.constrained.byte_dfa import ByteDFA
 from langrt.constrained.grammar import MAX_DFA_STATES, Grammar
 from langrt.constrained.spec import GrammarSpec
@@ -49,35 +45,14 @@ class _Worker:
         )
 
     def build(self, regex: str, timeout_s: float) -> ByteDFA:
-        data = pickle.dumps((regex, MAX_DFA_STATES), protocol=5)
-        self.process.stdin.write(struct.pack("<Q", len(data)) + data)
-        self.process.stdin.flush()
-        reply = self._read(timeout_s)
-        ok, payload = pickle.loads(reply)
+        pickle_pipe.send(self.process.stdin, (regex, MAX_DFA_STATES))
+        try:
+            ok, payload = pickle_pipe.receive(self.process.stdout, timeout_s)
+        except EOFError:
+            raise ValueError("the grammar worker exited") from None
         if not ok:
             raise ValueError(payload)
         return ByteDFA(*payload)
-
-    def _read(self, timeout_s: float) -> bytes:
-        deadline = time.monotonic() + timeout_s
-        out = self.process.stdout
-        header = self._read_exactly(out, 8, deadline)
-        return self._read_exactly(out, struct.unpack("<Q", header)[0], deadline)
-
-    @staticmethod
-    def _read_exactly(stream, n: int, deadline: float) -> bytes:
-        chunks, got = [], 0
-        fd = stream.fileno()
-        while got < n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                raise TimeoutError
-            chunk = os.read(fd, n - got)
-            if not chunk:
-                raise ValueError("the grammar worker exited")
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
 
     @property
     def alive(self) -> bool:

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pickle
-import select
-import struct
 import subprocess
 import sys
 import threading
-import time
 import traceback
 
+from langrt import pickle_pipe
 from langrt.errors import InvalidRequest, Overloaded, ServerUnavailable, UnsupportedSchema
 from langrt.sampling.sampling_params import SamplingParams
 
@@ -45,25 +42,13 @@ class _Worker:
     def check(self, params: SamplingParams, timeout_s: float) -> tuple | None:
         """(Blocking) None if the grammar is fine, else (error class name, message, param).
         Raises _Timeout past `timeout_s`, EOFError if the worker died."""
-        data = pickle.dumps(params, protocol=5)
-        self.process.stdin.write(struct.pack("<Q", len(data)) + data)
-        self.process.stdin.flush()
-        deadline = time.monotonic() + timeout_s
-        (size,) = struct.unpack("<Q", self._read(8, deadline))
-        return pickle.loads(self._read(size, deadline))
-
-    def _read(self, n: int, deadline: float) -> bytes:
-        fd, chunks, got = self.process.stdout.fileno(), [], 0
-        while got < n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                raise _Timeout
-            chunk = os.read(fd, n - got)
-            if not chunk:
-                raise EOFError("the grammar check worker exited")
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
+        pickle_pipe.send(self.process.stdin, params)
+        try:
+            return pickle_pipe.receive(self.process.stdout, timeout_s)
+        except TimeoutError:
+            raise _Timeout from None
+        except EOFError:
+            raise EOFError("the grammar check worker exited") from None
 
     def kill(self) -> None:
         self.process.kill()
@@ -166,9 +151,7 @@ def _serve(parent_pid: int) -> None:
 
     exit_with_parent(parent_pid)
     os.nice(10)  # a check, hostile or not, must not take the cores the model decodes on
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    while header := stdin.read(8):
-        params = pickle.loads(stdin.read(struct.unpack("<Q", header)[0]))
+    for params in pickle_pipe.messages(sys.stdin.buffer):
         try:
             check_grammar(params)
             reply = None
@@ -179,9 +162,7 @@ def _serve(parent_pid: int) -> None:
         except Exception as e:  # noqa: BLE001 - a compiler bug: refused like the scheduler refuses it
             traceback.print_exc()
             reply = ("InvalidRequest", f"grammar compile failed: {type(e).__name__}: {e}", None)
-        data = pickle.dumps(reply, protocol=5)
-        stdout.write(struct.pack("<Q", len(data)) + data)
-        stdout.flush()
+        pickle_pipe.send(sys.stdout.buffer, reply)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Regex building blocks for the JSON-schema compiler (json_schema.py).
+"""Regex building blocks for the JSON-schema compiler.
 
 Every regex written here is in the subset that Python's `re` and Rust's `regex` crate (through
 outlines-core) read the same way: groups, alternation, classes, `* + ? {m,n}`, and escapes of

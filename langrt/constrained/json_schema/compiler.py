@@ -1,40 +1,18 @@
-"""langrt's JSON Schema (draft 2020-12) -> regex compiler.
-
-    regex = schema_to_regex({"type": "object", "properties": {...}, "required": [...]})
-
-The regex is matched against the whole output, by Python's `re` (tests) and by Rust's `regex`
-through outlines-core (runtime); it uses only the syntax both read alike (json_schema_regex.py).
-
-Soundness is the rule: text the regex matches is JSON valid against the schema (jsonschema,
-draft 2020-12). The regex may match fewer valid instances than the schema allows; where it does
-on purpose:
-  - objects list their properties in the schema's order (`properties`, then the `required`
-    names it does not list), each at most once; no other property appears unless
-    `additionalProperties` is given explicitly (then extra keys come after the listed ones, and
-    are written without escapes);
-  - recursion through `$ref` stops at `max_ref_depth` (deeper instances are rejected), and
-    values a schema leaves free (`true`, absent `items`) nest at most ANY_VALUE_DEPTH containers;
-  - numbers with bounds have no exponent; `integer` means an integer literal (no `1.0`);
-  - string `format`s accept a safe subset of their RFCs (json_schema_pattern.py);
-  - non-ASCII characters are accepted raw, or \\uXXXX-escaped where the text is literal
-    (const, enum, property names).
-A keyword that cannot be enforced exactly raises UnsupportedSchema whose `param` names it.
-
-Modules: json_schema_flat.py (normal form, $ref, allOf/anyOf/oneOf), json_schema_pattern.py
-(pattern, format), json_schema_regex.py (regex pieces, literals, numeric ranges).
+"""schema_to_regex: each flat schema (normalize.py) as regex text, type by type, under the limits
+below (the automaton and token masks built from a regex grow with it).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from decimal import Decimal
-from functools import reduce
 
-from langrt.constrained import json_schema_regex as rx
-from langrt.constrained.json_schema_flat import Flat, Node, Normalizer, json_type
-from langrt.constrained.json_schema_pattern import emit, format_pattern, translate, with_length
+from langrt.constrained.json_schema import regex as rx
+from langrt.constrained.json_schema.flat import Flat, Node, json_type
+from langrt.constrained.json_schema.formats import format_pattern
+from langrt.constrained.json_schema.normalize import Normalizer
+from langrt.constrained.json_schema.numeric import number_regex
+from langrt.constrained.json_schema.pattern import emit, translate, with_length
 from langrt.errors import InvalidRequest, UnsupportedSchema
 
 WHITESPACE_POLICIES = ("compact", "flexible")
@@ -57,8 +35,6 @@ FLEXIBLE_WS_MAX = 20
 ANY_VALUE_DEPTH = 3
 # Why 64: anyOf inside allOf (or oneOf) multiplies out into alternatives, each a full regex.
 MAX_DISJUNCTS = 64
-# Why 256: multipleOf (other than 1 or a divisor of 100) is enforced by listing the multiples.
-MAX_LISTED_MULTIPLES = 256
 
 
 def schema_to_regex(
@@ -190,23 +166,7 @@ class _Compiler:
     # -- scalars ----------------------------------------------------------------------------
 
     def number(self, f: Flat) -> str | None:
-        integer_only = "number" not in f.types
-        lo, hi = _tightest(f.lower, lower=True), _tightest(f.upper, lower=False)
-        step = _multiple(f.multiple_of)
-        if step is not None:
-            integer_only = True  # only integer literals are generated for multiples (sound)
-        int_lo = None if lo is None else (math.floor(lo[0]) + 1 if lo[1] else math.ceil(lo[0]))
-        int_hi = None if hi is None else (math.ceil(hi[0]) - 1 if hi[1] else math.floor(hi[0]))
-        if step is not None and step != 1:
-            return _multiples(step, int_lo, int_hi)
-        if lo is None and hi is None:
-            return rx.INTEGER if integer_only else rx.NUMBER
-        parts = [rx.number_range(_dec(int_lo), _dec(int_hi), fraction=False)]
-        if not integer_only:
-            dec_lo, dec_hi = _float_bound(lo, +1), _float_bound(hi, -1)
-            if not (dec_lo is not None and dec_lo.is_infinite() or dec_hi is not None and dec_hi.is_infinite()):
-                parts.append(rx.number_range(dec_lo, dec_hi, fraction=True))
-        return rx.alt(parts)
+        return number_regex(f)
 
     def string(self, f: Flat) -> str | None:
         specs = [("pattern", p) for p in dict.fromkeys(f.patterns)] + [("format", x) for x in dict.fromkeys(f.formats)]
@@ -390,79 +350,3 @@ def _key_not_in(names: list[str]) -> str:
         return rx.alt(parts)
 
     return '"' + not_in(trie) + '"'
-
-
-def _tightest(bounds, lower: bool):
-    """The tightest (Decimal value, exclusive) of (value, exclusive) bounds, or None."""
-    best = None
-    for v, ex in bounds:
-        d = Decimal(v)
-        if best is None or (d > best[0] if lower else d < best[0]):
-            best = (d, ex)
-        elif d == best[0]:
-            best = (d, best[1] or ex)
-    return best
-
-
-def _dec(v: int | None) -> Decimal | None:
-    return None if v is None else Decimal(v)
-
-
-def _float_bound(bound, direction: int) -> Decimal | None:
-    """A decimal bound for literals with a fraction part, which parse as floats: a literal x
-    with x >= b (decimal) parses to float(x) >= float(b), rounding being monotonic; an
-    exclusive bound moves to the next float. b is the bound's shortest repr, which parses back
-    to exactly the schema's float."""
-    if bound is None:
-        return None
-    value, exclusive = bound
-    f = float(value)
-    if Decimal(f) != value:
-        keyword = ("exclusiveMinimum" if exclusive else "minimum") if direction > 0 else ("exclusiveMaximum" if exclusive else "maximum")
-        raise UnsupportedSchema(f"a number bound of {value} is not exactly representable as a float", param=keyword)
-    if exclusive:
-        f = math.nextafter(f, math.inf * direction)
-    if math.isinf(f):
-        return Decimal(f)
-    return Decimal(repr(f))
-
-
-def _multiple(values) -> int | None:
-    """The combined multipleOf as an integer (lcm), None if absent."""
-    if not values:
-        return None
-    ints = []
-    for v in values:
-        if isinstance(v, float) and not v.is_integer():
-            raise UnsupportedSchema(
-                f"'multipleOf': {v} is not an integer (floating-point multiples cannot be checked exactly)",
-                param="multipleOf",
-            )
-        ints.append(int(v))
-    return reduce(math.lcm, ints)
-
-
-def _multiples(step: int, lo: int | None, hi: int | None) -> str | None:
-    """Integer literals that are multiples of `step` within [lo, hi]."""
-    if lo is not None and hi is not None:
-        first, last = -((-lo) // step) * step, (hi // step) * step
-        if first > last:
-            return None
-        if (last - first) // step < MAX_LISTED_MULTIPLES:
-            return rx.alt(str(v) for v in range(first, last + 1, step))
-    if 100 % step == 0 and lo in (None, 0) and hi in (None, 0):
-        # Divisors of 100: the last two digits decide. Multiples below 100 are listed.
-        small = "|".join(str(v) for v in range(step, 100, step))
-        ends = "|".join("%02d" % v for v in range(0, 100, step))
-        magnitude = f"(?:{small}|[1-9][0-9]*(?:{ends}))"
-        parts = ["0"]
-        if hi is None:
-            parts.append(magnitude)
-        if lo is None:
-            parts.append("-" + magnitude)
-        return rx.alt(parts)
-    raise UnsupportedSchema(
-        f"'multipleOf': {step} is supported only for ranges with at most {MAX_LISTED_MULTIPLES} multiples, "
-        "or divisors of 100 without other bounds than 0",
-        param="multipleOf",
-    )
