@@ -23,7 +23,8 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 
 from langrt.processes.launcher import ChildProcesses
 from langrt.server.req_state import merged_snapshots
-from langrt.server.tokenizer_manager import TokenizerManager, make_generate_input
+from langrt.server.generate_input import GenerateCall, make_generate_input
+from langrt.server.tokenizer_manager import TokenizerManager
 from langrt.model.source import ModelSource
 from langrt.tokenizer.loader import load_tokenizer
 from langrt.server_args import ServerArgs
@@ -80,17 +81,11 @@ class Engine:
         them: `text` is cumulative, the last result of each request has its final meta_info,
         and results of a batch carry their "index". Closing the iterator early aborts the
         requests."""
+        call = _call_of(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
+                        return_text_in_logprobs, rid, stream)  # fmt: skip
         if stream:
-            return self._stream_sync(
-                prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                return_text_in_logprobs, rid,
-            )  # fmt: skip
-        return self._call(
-            self.async_generate(
-                prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                return_text_in_logprobs, rid,
-            )  # fmt: skip
-        )
+            return self._stream_sync(call)
+        return self._call(self._generate(call))
 
     async def async_generate(
         self,
@@ -104,29 +99,11 @@ class Engine:
         rid=None,
     ) -> dict | list[dict]:
         """`generate` for callers on an event loop (runs on the engine's own loop)."""
+        call = _call_of(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
+                        return_text_in_logprobs, rid)  # fmt: skip
         if asyncio.get_running_loop() is not self._loop:
-            future = asyncio.run_coroutine_threadsafe(
-                self.async_generate(
-                    prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                    return_text_in_logprobs, rid,
-                ),  # fmt: skip
-                self._loop,
-            )
-            return await asyncio.wrap_future(future)
-        manager = self.manager
-        inp, is_batch = self._input(
-            prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid
-        )
-        states = await manager.submit(inp)
-        try:
-            for state in states:
-                await state.wait()
-        except asyncio.CancelledError:
-            for state in states:
-                manager.abort(state)
-            raise
-        results = [s.response(self.tokenizer) for s in states]
-        return results if is_batch else results[0]
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._generate(call), self._loop))
+        return await self._generate(call)
 
     async def async_generate_stream(
         self,
@@ -142,11 +119,28 @@ class Engine:
         """`generate(..., stream=True)` as an async iterator, on the engine's own loop."""
         if asyncio.get_running_loop() is not self._loop:
             raise RuntimeError("async_generate_stream runs on the engine's loop; use generate(..., stream=True)")
+        call = _call_of(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
+                        return_text_in_logprobs, rid, stream=True)  # fmt: skip
+        async for result in self._generate_stream(call):
+            yield result
+
+    async def _generate(self, call: GenerateCall) -> dict | list[dict]:
         manager = self.manager
-        inp, is_batch = self._input(
-            prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid,
-            stream=True,
-        )
+        inp, is_batch = make_generate_input(manager.tokenize, call)
+        states = await manager.submit(inp)
+        try:
+            for state in states:
+                await state.wait()
+        except asyncio.CancelledError:
+            for state in states:
+                manager.abort(state)
+            raise
+        results = [s.response(self.tokenizer) for s in states]
+        return results if is_batch else results[0]
+
+    async def _generate_stream(self, call: GenerateCall) -> AsyncIterator[dict]:
+        manager = self.manager
+        inp, is_batch = make_generate_input(manager.tokenize, call)
         states = await manager.submit(inp)
         try:
             async for i, state in merged_snapshots(states):
@@ -159,25 +153,14 @@ class Engine:
                 if not state.finished:
                     manager.abort(state)
 
-    def _input(
-        self, prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid,
-        stream=False,
-    ):  # fmt: skip
-        """(GenerateInput, is_batch) from generate's arguments; raises InvalidRequest."""
-        return make_generate_input(
-            self.manager.tokenize, prompt if isinstance(prompt, (str, list)) or prompt is None else list(prompt),
-            _listify(input_ids), sampling_params, rid, return_logprob, logprob_start_len, top_logprobs_num,
-            return_text_in_logprobs, stream,
-        )  # fmt: skip
-
-    def _stream_sync(self, *args) -> Iterator[dict]:
+    def _stream_sync(self, call: GenerateCall) -> Iterator[dict]:
         """Bridges async_generate_stream (on the engine's loop) to the calling thread."""
         items: queue.Queue = queue.Queue()
         done = object()
 
         async def pump():
             try:
-                async for result in self.async_generate_stream(*args):
+                async for result in self._generate_stream(call):
                     items.put(result)
             except BaseException as e:  # noqa: BLE001 - handed to the consumer
                 items.put(e)
@@ -231,3 +214,16 @@ def _listify(input_ids):
     if input_ids is None or isinstance(input_ids, list):
         return input_ids
     return [list(x) if not isinstance(x, int) else x for x in input_ids]
+
+
+def _call_of(
+    prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid,
+    stream=False,
+) -> GenerateCall:  # fmt: skip
+    """generate's arguments as one GenerateCall (a tuple of prompts becomes a list)."""
+    return GenerateCall(
+        text=prompt if isinstance(prompt, (str, list)) or prompt is None else list(prompt),
+        input_ids=_listify(input_ids), sampling_params=sampling_params, rid=rid, return_logprob=return_logprob,
+        logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
+        return_text_in_logprobs=return_text_in_logprobs, stream=stream,
+    )  # fmt: skip

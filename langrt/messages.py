@@ -19,15 +19,23 @@ from langrt.server_args import ServerArgs
 # ---- main -> scheduler ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True)
+class RequestOptions:
+    """What a request's answer carries besides its text, set once per request."""
+
+    return_logprob: bool = False
+    logprob_start_len: int = -1  # first prompt position with a logprob; -1: output only
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+
+
 @dataclass(frozen=True)
 class GenerateRequest:
     rid: str
     input_ids: list[int]
     params: SamplingParams
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    top_logprobs_num: int = 0
-    stream: bool = False
+    options: RequestOptions = RequestOptions()
 
 
 @dataclass(frozen=True)

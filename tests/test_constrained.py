@@ -230,6 +230,7 @@ def test_jump_forward_outputs_a_certain_end_without_another_pass(tiny_llama_dir)
     cuts the output where it would have."""
     from runner_driver import make_scheduler
 
+    from langrt.messages import RequestOptions
     from langrt.scheduler.req import Req
     from langrt.sampling.sampling_params import SamplingParams
 
@@ -241,7 +242,7 @@ def test_jump_forward_outputs_a_certain_end_without_another_pass(tiny_llama_dir)
         reqs = [Req(f"r{i}", tok.encode(p), SamplingParams(max_new_tokens=n, temperature=0, regex=regex))
                 for i, (p, n) in enumerate([("Legs and arms:", 60), ("JSON:", 60), ("Count:", 3)])]  # fmt: skip
         # logprobs asked for: every token needs its logits, so nothing is output without a pass
-        reqs.append(Req("lp", tok.encode("JSON:"), SamplingParams(max_new_tokens=60, temperature=0, regex=regex), return_logprob=True))
+        reqs.append(Req("lp", tok.encode("JSON:"), SamplingParams(max_new_tokens=60, temperature=0, regex=regex), options=RequestOptions(return_logprob=True)))
         for req in reqs:
             scheduler.add_request(req)
         ended_with_last_free[jump] = {}

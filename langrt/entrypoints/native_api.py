@@ -10,7 +10,8 @@ from aiohttp import web
 
 from langrt.errors import InvalidRequest
 from langrt.server.req_state import ReqState, merged_snapshots
-from langrt.server.tokenizer_manager import TokenizerManager, make_generate_input
+from langrt.server.generate_input import GenerateCall, make_generate_input
+from langrt.server.tokenizer_manager import TokenizerManager
 from langrt.version import __version__
 
 from langrt.entrypoints.errors import error_body, error_response, status_of
@@ -80,7 +81,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, GENERATE_FIELDS)
     if body.pop("image_data", None) is not None:
         raise InvalidRequest("this model is text-only: image_data is not supported", param="image_data")
-    inp, is_batch = make_generate_input(manager.tokenize, **body, max_prompts=manager.capacity)
+    inp, is_batch = make_generate_input(manager.tokenize, GenerateCall(**body), max_prompts=manager.capacity)
     states = await manager.submit(inp)
     if inp.stream:
         return await stream_events(request, manager, states, lambda i, s: s.response(manager.tokenizer), len(states) > 1)
@@ -199,7 +200,8 @@ async def health_generate(request: web.Request) -> web.Response:
         return error_response(503, f"not serving: {manager.failure or 'starting'}")
     if time.monotonic() - manager.last_progress < PROGRESS_WINDOW_S:
         return web.Response(text="ok\n")
-    inp, _ = make_generate_input(manager.tokenize, "ok", sampling_params={"max_new_tokens": 1, "temperature": 0})
+    probe = GenerateCall(text="ok", sampling_params={"max_new_tokens": 1, "temperature": 0})
+    inp, _ = make_generate_input(manager.tokenize, probe)
     try:
         states = await manager.submit(inp)
         await asyncio.wait_for(wait_all(manager, states), HEALTH_PROBE_TIMEOUT_S)  # aborts them on timeout

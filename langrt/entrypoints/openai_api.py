@@ -12,7 +12,9 @@ from aiohttp import web
 from langrt.entrypoints.native_api import read_json, send_event, stream_events, wait_all
 from langrt.errors import InvalidRequest
 from langrt.server.req_state import ReqState
-from langrt.server.tokenizer_manager import MAX_TOP_LOGPROBS, GenerateInput, TokenizerManager, check_batch_size
+from langrt.messages import RequestOptions
+from langrt.server.generate_input import MAX_TOP_LOGPROBS, GenerateInput, check_batch_size
+from langrt.server.tokenizer_manager import TokenizerManager
 from langrt.sampling.sampling_params import SamplingParams
 
 # Fields every OpenAI request may carry that change nothing here.
@@ -96,15 +98,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
     echo = bool(body.get("echo"))
     want_logprobs = body.get("logprobs") is not None
     params = SamplingParams.from_dict(sampling_dict(body, max_tokens))
-    inp = GenerateInput(
-        input_ids=prompts,
-        params=[params] * len(prompts),
-        rids=[None] * len(prompts),
-        return_logprob=[want_logprobs] * len(prompts),
-        logprob_start_len=[0 if echo and want_logprobs else -1] * len(prompts),
-        top_logprobs_num=[logprobs] * len(prompts),
-        stream=bool(body.get("stream")),
-    )
+    options = RequestOptions(
+        return_logprob=want_logprobs, logprob_start_len=0 if echo and want_logprobs else -1,
+        top_logprobs_num=logprobs, stream=bool(body.get("stream")),
+    )  # fmt: skip
+    inp = GenerateInput(prompts, [params] * len(prompts), [None] * len(prompts), [options] * len(prompts))
     states = await manager.submit(inp)
     rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     echoes = [manager.tokenizer.decode(p) if echo else "" for p in prompts for _ in range(params.n)]
@@ -190,15 +188,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     sampling = sampling_dict(body, max_tokens)
     _apply_response_format(sampling, body.get("response_format"))
     params = SamplingParams.from_dict(sampling)
-    inp = GenerateInput(
-        input_ids=[prompt],
-        params=[params],
-        rids=[None],
-        return_logprob=[want_logprobs],
-        logprob_start_len=[-1],
-        top_logprobs_num=[top if want_logprobs else 0],
-        stream=bool(body.get("stream")),
+    options = RequestOptions(
+        return_logprob=want_logprobs, top_logprobs_num=top if want_logprobs else 0, stream=bool(body.get("stream"))
     )
+    inp = GenerateInput([prompt], [params], [None], [options])
     states = await manager.submit(inp)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if inp.stream:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import regex  # like `re`, plus a time limit per search
 import torch
 
+from langrt.messages import RequestOptions
 from langrt.tokenizer.incremental_decoder import IncrementalDecoder
 from langrt.sampling.sampling_params import SamplingParams
 
@@ -61,15 +63,31 @@ class SentMarks:
     settings: bool = False
 
 
+class ReqStatus(enum.Enum):
+    """A request's place in its lifecycle:
+
+        WAITING --admitted--> RUNNING --finished, aborted--> FINISHED
+                                 |  ^
+                       retracted |  | admitted again
+                                 v  |
+                              RETRACTED (back in the waiting queue, its prefix cached)
+
+    A request waiting for its grammar to compile is WAITING; one admitted for a chunk of its
+    prompt is RUNNING from that chunk on. Any state may go to FINISHED (an abort)."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    RETRACTED = "retracted"
+    FINISHED = "finished"
+
+
 @dataclass
 class Req:
     rid: str
     input_ids: list[int]
     params: SamplingParams
-    return_logprob: bool = False
-    logprob_start_len: int = -1  # -1: output only
-    top_logprobs_num: int = 0
-    stream: bool = False
+    options: RequestOptions = RequestOptions()
+    status: ReqStatus = ReqStatus.WAITING
 
     output_ids: list[int] = field(default_factory=list)
     kv_row: int | None = None  # its row of slot ids while it runs (see mem/cache_manager.py):
@@ -79,7 +97,6 @@ class Req:
     cached_len: int = 0
     cache_node: Any = None
     cached_tokens: int = 0  # prompt tokens reused from the cache at first admission (reported)
-    admitted: bool = False  # admitted at least once (retraction sends it back to waiting)
     admit_seq: int = 0  # order of the latest admission (the youngest is retracted first)
     finish_reason: FinishReason | None = None
     generator: torch.Generator | None = None
@@ -105,7 +122,19 @@ class Req:
 
     @property
     def finished(self) -> bool:
-        return self.finish_reason is not None
+        return self.status is ReqStatus.FINISHED
+
+    @property
+    def return_logprob(self) -> bool:
+        return self.options.return_logprob
+
+    @property
+    def top_logprobs_num(self) -> int:
+        return self.options.top_logprobs_num
+
+    @property
+    def stream(self) -> bool:
+        return self.options.stream
 
     @property
     def all_ids(self) -> list[int]:
@@ -127,14 +156,16 @@ class Req:
     @property
     def input_logprob_start(self) -> int:
         """First prompt position whose logprob is reported (== prompt_len: none)."""
-        if not self.return_logprob or self.logprob_start_len < 0:
+        start = self.options.logprob_start_len
+        if not self.return_logprob or start < 0:
             return self.prompt_len
-        return min(self.logprob_start_len, self.prompt_len)
+        return min(start, self.prompt_len)
 
     def finish(self, reason: FinishReason, text_end: int | None = None) -> None:
         """Mark finished; `text_end`: the output text is cut there (a stop string matched)."""
         self.finish_reason = reason
         self.text_end = text_end
+        self.status = ReqStatus.FINISHED
 
     @property
     def max_prefix_len(self) -> int:

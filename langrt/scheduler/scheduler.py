@@ -27,7 +27,7 @@ from langrt.scheduler.constraints import GrammarQueue
 from langrt.tokenizer.incremental_decoder import IncrementalDecoder
 from langrt.scheduler.logprob_collector import collect_input_logprobs
 from langrt.scheduler.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
-from langrt.scheduler.req import FinishReason, Req, StopChecker
+from langrt.scheduler.req import FinishReason, Req, ReqStatus, StopChecker
 from langrt.scheduler.schedule_policy import SchedulePolicy
 from langrt.validation import Limits, validate_request
 from langrt.mem.cache_manager import CacheManager
@@ -213,6 +213,7 @@ class Scheduler:
         self.cache.release(req)
         req.kv_len = 0
         req.draft_ids = []
+        req.status = ReqStatus.RETRACTED
         if req is self.chunked:
             self.chunked = None
         else:
@@ -245,9 +246,10 @@ class Scheduler:
     def _on_admitted(self, req: Req) -> None:
         self._admit_seq += 1
         req.admit_seq = self._admit_seq
-        if req.admitted:  # a retracted request coming back
+        returning = req.status is ReqStatus.RETRACTED
+        req.status = ReqStatus.RUNNING
+        if returning:  # counted at its first admission
             return
-        req.admitted = True
         req.cached_tokens = req.cached_len  # what adopt() reused
         self.stats.prompt_tokens += req.prompt_len
         self.stats.cached_tokens += req.cached_tokens

@@ -117,10 +117,7 @@ class SchedulerLoop:
         return ([first] if first is not None else []) + self.inbox.drain()
 
     def _on_generate(self, m: GenerateRequest) -> None:
-        req = Req(
-            rid=m.rid, input_ids=list(m.input_ids), params=m.params, return_logprob=m.return_logprob,
-            logprob_start_len=m.logprob_start_len, top_logprobs_num=m.top_logprobs_num, stream=m.stream,
-        )  # fmt: skip
+        req = Req(rid=m.rid, input_ids=list(m.input_ids), params=m.params, options=m.options)
         try:
             self.scheduler.add_request(req)
         except InvalidRequest as e:

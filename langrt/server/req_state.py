@@ -8,15 +8,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from langrt.messages import TextUpdate
+from langrt.messages import RequestOptions, TextUpdate
 
 
 @dataclass
 class ReqState:
     rid: str
-    return_logprob: bool
-    top_logprobs_num: int
-    return_text_in_logprobs: bool
+    options: RequestOptions
     created: float = field(default_factory=time.perf_counter)
     text: str = ""
     output_ids: list[int] = field(default_factory=list)
@@ -85,11 +83,11 @@ class ReqState:
             "finish_reason": self.finish_reason,
             "e2e_latency": end - self.created,
         }
-        if self.return_logprob:
-            with_text = self.return_text_in_logprobs
+        if self.options.return_logprob:
+            with_text = self.options.return_text_in_logprobs
             meta["input_token_logprobs"] = [_entry(v, t, tokenizer, with_text) for v, t, _ in self.input_logprobs]
             meta["output_token_logprobs"] = [_entry(v, t, tokenizer, with_text) for v, t, _ in self.output_logprobs]
-            if self.top_logprobs_num:
+            if self.options.top_logprobs_num:
                 meta["input_top_logprobs"] = [_top(top, tokenizer, with_text) for *_, top in self.input_logprobs]
                 meta["output_top_logprobs"] = [_top(top, tokenizer, with_text) for *_, top in self.output_logprobs]
         return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": meta}

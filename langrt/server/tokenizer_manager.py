@@ -13,7 +13,6 @@ import itertools
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import zmq
@@ -21,6 +20,7 @@ import zmq.asyncio
 
 from langrt.errors import CapacityExceeded, InvalidRequest, Overloaded, ServerUnavailable
 from langrt.ipc import AsyncPullQueue, PushQueue
+from langrt.server.generate_input import GenerateInput
 from langrt.server.grammar_check import GrammarChecker
 from langrt.server.metrics import Metrics
 from langrt.processes.launcher import ChildProcesses
@@ -35,34 +35,9 @@ from langrt.messages import (
     SchedulerReady,
     TextUpdates,
 )
-from langrt.sampling.sampling_params import SamplingParams
 from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
-
-# Why 20 (vLLM's default limit, and OpenAI's): the top lists cost prompt positions x this many
-# entries in every process; 300 positions x the whole vocabulary took 57 s and 11 GB of memory.
-MAX_TOP_LOGPROBS = 20
-
-
-@dataclass
-class GenerateInput:
-    """One /generate call (or Engine.generate): prompts as token ids, one entry per prompt."""
-
-    input_ids: list[list[int]]
-    params: list[SamplingParams]
-    rids: list[str | None]
-    return_logprob: list[bool]
-    logprob_start_len: list[int]
-    top_logprobs_num: list[int]
-    return_text_in_logprobs: bool = False
-    stream: bool = False
-
-    def __post_init__(self):
-        n = len(self.input_ids)
-        for name in ("params", "rids", "return_logprob", "logprob_start_len", "top_logprobs_num"):
-            assert len(getattr(self, name)) == n, f"{name} must have one entry per prompt"
-
 
 class TokenizerManager:
     def __init__(self, args: ServerArgs, tokenizer, children: ChildProcesses):
@@ -199,7 +174,7 @@ class TokenizerManager:
             raise InvalidRequest("request ids must be unique among requests in flight", param="rid")
         states = []
         for request in requests:
-            state = ReqState(request.rid, request.return_logprob, request.top_logprobs_num, inp.return_text_in_logprobs)
+            state = ReqState(request.rid, request.options)
             self.states[request.rid] = state
             states.append(state)
             self.to_scheduler.put(request)
@@ -216,10 +191,7 @@ class TokenizerManager:
                     rid=base if params.n == 1 else f"{base}-{j}",
                     input_ids=inp.input_ids[i],
                     params=p,
-                    return_logprob=inp.return_logprob[i],
-                    logprob_start_len=inp.logprob_start_len[i],
-                    top_logprobs_num=inp.top_logprobs_num[i],
-                    stream=inp.stream,
+                    options=inp.options[i],
                 )
             )
         return out
@@ -284,100 +256,3 @@ class TokenizerManager:
             "ipc_directory": self.children.endpoints.directory,
         }
         return stats
-
-
-def make_generate_input(
-    tokenize,
-    text=None,
-    input_ids=None,
-    sampling_params=None,
-    rid=None,
-    return_logprob=False,
-    logprob_start_len=None,
-    top_logprobs_num=None,
-    return_text_in_logprobs=False,
-    stream=False,
-    max_prompts: int | None = None,
-) -> tuple[GenerateInput, bool]:
-    """Check and normalize the native API's fields (also Engine.generate's arguments).
-    Returns the input and whether the caller asked for a batch (a list answer). A batch of more
-    than `max_prompts` is refused before anything is tokenized."""
-    prompts, is_batch = _prompts(tokenize, text, input_ids, max_prompts)
-    n = len(prompts)
-    params = [p if isinstance(p, SamplingParams) else SamplingParams.from_dict(p) for p in _per_item(sampling_params, n, "sampling_params", (dict, SamplingParams, type(None)))]
-    inp = GenerateInput(
-        input_ids=prompts,
-        params=params,
-        rids=_per_item(rid, n, "rid", (str, type(None))),
-        return_logprob=_per_item(return_logprob, n, "return_logprob", (bool, type(None))),
-        logprob_start_len=_per_item(logprob_start_len, n, "logprob_start_len", (int, type(None))),
-        top_logprobs_num=_per_item(top_logprobs_num, n, "top_logprobs_num", (int, type(None))),
-        return_text_in_logprobs=_flag(return_text_in_logprobs, "return_text_in_logprobs"),
-        stream=_flag(stream, "stream"),
-    )
-    inp.return_logprob = [bool(v) for v in inp.return_logprob]
-    inp.top_logprobs_num = [v or 0 for v in inp.top_logprobs_num]
-    if any(v is not None and v < -1 for v in inp.logprob_start_len):
-        raise InvalidRequest(
-            "logprob_start_len must be >= -1 (-1: output logprobs only; the whole prompt for a prefill-only request)",
-            param="logprob_start_len",
-        )
-    inp.logprob_start_len = [_logprob_start(v, p) for v, p in zip(inp.logprob_start_len, params)]
-    if any(not 0 <= v <= MAX_TOP_LOGPROBS for v in inp.top_logprobs_num):
-        raise InvalidRequest(f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}]", param="top_logprobs_num")
-    return inp, is_batch or any(p.n > 1 for p in params)
-
-
-def _logprob_start(value: int | None, params: SamplingParams) -> int:
-    """The first prompt position whose logprob a request reports. Omitted or -1: none, only the
-    output's, except in a prefill-only request (max_new_tokens 0), which has no output: there it
-    is the whole prompt from position 0 (whose logprob is null), as SGLang's server answered when
-    its frontend's select was written. That frontend scores each choice alone this way (token ids,
-    prefill only, return_logprob, no logprob_start_len) and subtracts the entries position by
-    position from the choice's conditional ones (unconditional_likelihood_normalized)."""
-    if value is None or value == -1:
-        return 0 if params.max_new_tokens == 0 else -1
-    return value
-
-
-def check_batch_size(size: int, max_prompts: int | None, param: str) -> None:
-    if max_prompts is not None and size > max_prompts:
-        raise CapacityExceeded(f"{param} holds {size} prompts; this server holds at most {max_prompts} in flight", param=param)
-
-
-def _prompts(tokenize, text, input_ids, max_prompts: int | None = None) -> tuple[list[list[int]], bool]:
-    if (text is None) == (input_ids is None):
-        raise InvalidRequest("give exactly one of text and input_ids", param="text")
-    if text is not None:
-        texts = [text] if isinstance(text, str) else text
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
-            raise InvalidRequest("text must be a non-empty string or a non-empty list of them", param="text")
-        check_batch_size(len(texts), max_prompts, "text")
-        return [tokenize(t) for t in texts], not isinstance(text, str)
-    is_batch = isinstance(input_ids, list) and bool(input_ids) and isinstance(input_ids[0], list)
-    batch = input_ids if is_batch else [input_ids]
-    check_batch_size(len(batch), max_prompts, "input_ids")
-    if not all(isinstance(ids, list) and ids and all(type(t) is int for t in ids) for ids in batch):
-        raise InvalidRequest("input_ids must be a non-empty list of token ids, or a list of them", param="input_ids")
-    return [list(ids) for ids in batch], is_batch
-
-
-def _per_item(value, n: int, name: str, types: tuple) -> list:
-    if isinstance(value, (list, tuple)):
-        if len(value) != n:
-            raise InvalidRequest(f"{name} has {len(value)} entries for {n} prompts", param=name)
-        items = list(value)
-    else:
-        items = [value] * n
-    for item in items:
-        if not isinstance(item, types) or (isinstance(item, bool) and bool not in types):
-            raise InvalidRequest(f"{name} has a value of the wrong type: {item!r}", param=name)
-    return items
-
-
-def _flag(value, name: str) -> bool:
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise InvalidRequest(f"{name} must be true or false", param=name)
-    return value
