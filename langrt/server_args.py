@@ -48,10 +48,10 @@ class ServerArgs:
     body_read_timeout: float = _flag("seconds a client may take to send its request body; slower ones get 408 (a stalled upload must not hold a connection forever)", default=30.0)
     tp_size: int = _flag("tensor parallel size (only 1: one device per server)", default=1)
     quantization: str | None = _flag("weight quantization (none supported yet: weights are served in --dtype)", default=None)
-    enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; on a 2-core CPU it measured no faster)", default=False)
+    enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; see benchmarks/README.md for when it pays)", default=False)
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
     num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
-    disable_malloc_tuning: bool = _flag("leave the C allocator of the model process at its defaults (by default it keeps freed memory for the next pass: on CPU, passes stop refaulting their activations; it holds on to its peak heap)", default=False)
+    disable_malloc_tuning: bool = _flag("leave the C allocator of the model process at its defaults (by default it keeps freed memory for the next pass, so CPU passes stop refaulting their activations; it holds on to its peak heap)", default=False)
     log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")
 
     def __post_init__(self):

@@ -18,7 +18,7 @@ characters U+100000-U+10FFFF (Supplementary Private Use Area-B).
 The regex also gets a start marker, U+10FFFE, prepended, and the automaton starts after it.
 outlines-core determinises the unanchored search too (a match may start anywhere), and with no
 match before the end marker that search must track every position where the regex could have
-started: for the JSON "any value" regex it took ~1 s instead of ~30 ms. Behind a start marker
+started (30x slower for the JSON "any value" regex, see benchmarks/README.md). Behind a start marker
 the regex never reads (the JSON-schema compiler leaves plane 16 out of its classes), at most
 one match is ever in progress, so the unanchored automaton is no bigger than the anchored one.
 """

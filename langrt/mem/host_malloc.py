@@ -3,11 +3,9 @@
 On CPU every forward pass allocates and frees the same large activations, K/V gathers and
 attention buffers. glibc's malloc by default serves blocks over a moving threshold with fresh
 mmaps and hands a heap top over 128 KiB of free space back to the kernel, so a pass keeps
-faulting in zeroed pages that the previous pass just released. Measured on the built-in model
-(bf16, 2-core CPU, 64 few-shot requests with a 1,205-token shared preamble, in-process): a
-wave took 4.9 s with the defaults and 3.4-3.5 s with the settings below; decode passes of 64
-rows went from 330-750 ms to 250-310 ms. (vLLM's CPU backend asks users to preload tcmalloc
-for the same reason; this needs no extra library.) The cost: the process keeps its peak heap.
+faulting in zeroed pages that the previous pass just released (figures: benchmarks/README.md,
+bench_host_malloc.py). vLLM's CPU backend asks users to preload tcmalloc for the same reason;
+this needs no extra library. The cost: the process keeps its peak heap.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Committing a large CPU buffer's pages ahead of use (Linux MADV_POPULATE_WRITE).
 
 A fresh multi-GB allocation is mapped lazily: every 4 KB page costs a fault the first time it is
-written, and on a VM that is ~5 us per page, paid on the serving path as the KV cache grows into
-new slots (measured: ~10% of decode time). Zeroing the buffer up front costs the same faults at
-start-up (~3 s for 2.4 GB here), and populating it from a background thread slowed the first
-requests 20-fold (every allocation of the serving thread waits on the mmap lock). So the pages
-are populated a chunk at a time while the scheduler is idle. MADV_POPULATE_WRITE maps pages
+written, paid on the serving path as the KV cache grows into new slots. Zeroing the buffer up
+front moves the same faults to start-up, and populating it from a background thread slows the
+serving thread (its allocations wait on the mmap lock); figures in benchmarks/README.md. So the
+pages are populated a chunk at a time while the scheduler is idle. MADV_POPULATE_WRITE maps pages
 writable without touching their contents, so it is safe on slots already holding K/V.
 """
 

@@ -1,8 +1,8 @@
 """Token ids -> text with the `tokenizers` library alone.
 
 The scheduler (stop strings) and the detokenizer only decode; importing transformers and
-building its tokenizer object costs ~1 s of start-up in each of those processes (on 2 cores,
-while the model loads). The main process, which encodes and applies chat templates, keeps the
+building its tokenizer object would add a second of start-up to each of those processes (see
+benchmarks/README.md). The main process, which encodes and applies chat templates, keeps the
 full transformers tokenizer; both read the same vocabulary, so they decode alike.
 """
 
