@@ -235,27 +235,27 @@ def test_accepted_tokens_record_the_space_choice(compiler, tokenizer):
 def test_drafts_learn_the_models_spelling(compiler, tokenizer):
     """Jump-forward drafts first spell forced text as the tokenizer would; once an output has
     spelled the same run otherwise, later drafts from that state (any request) use its tokens."""
-    from langrt.scheduler.constraints import advance_grammar, propose_drafts
+    from langrt.scheduler.constraints import GrammarDrafts, advance_grammar
 
     grammar = compiler.compile_regex(r'\{"languages": ?\["[A-Z][a-z]+"\]\}')
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
 
     first = _constrained_req(grammar)
-    assert propose_drafts(first, encode) == encode('{"languages": ["')
+    assert GrammarDrafts(encode).drafts(first) == encode('{"languages": ["')
     model_spelling = [encode(piece)[0] for piece in ('{"', "language", "s", '":', ' ["')]
     assert b"".join(grammar.vocab.token_bytes[t] for t in model_spelling) == b'{"languages": ["'
     assert model_spelling != encode('{"languages": ["')
     for t in model_spelling + encode("English"):  # the model's own tokens, then a free word
         first.output_ids.append(t)
         advance_grammar(first, t, None)
-    assert propose_drafts(_constrained_req(grammar), encode) == model_spelling
+    assert GrammarDrafts(encode).drafts(_constrained_req(grammar)) == model_spelling
 
 
 def test_drafts_follow_the_most_frequent_spelling_and_stop_where_models_leave_the_run(compiler, tokenizer):
     """From each state the draft takes the token models wrote most often there; where that
     token runs on past the forced text (` true` after the forced space), drafting stops: the
     model's own sample at that row continues the output."""
-    from langrt.scheduler.constraints import advance_grammar, propose_drafts
+    from langrt.scheduler.constraints import GrammarDrafts, advance_grammar
 
     grammar = compiler.compile_regex(r'\{"employed": (true|false), "n": [0-9]\}')
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
@@ -271,10 +271,10 @@ def test_drafts_follow_the_most_frequent_spelling_and_stop_where_models_leave_th
     for pieces in (em, em, employ):
         write(pieces)
     # two of three wrote `em` + `ployed`; every one ran on into the free value with ` true`
-    assert propose_drafts(_constrained_req(grammar), encode) == [token(p) for p in em[:4]]
+    assert GrammarDrafts(encode).drafts(_constrained_req(grammar)) == [token(p) for p in em[:4]]
     write(employ)
     write(employ)  # now `employ` leads 3 to 2
-    assert propose_drafts(_constrained_req(grammar), encode) == [token(p) for p in employ[:4]]
+    assert GrammarDrafts(encode).drafts(_constrained_req(grammar)) == [token(p) for p in employ[:4]]
 
 
 def _constrained_req(grammar):

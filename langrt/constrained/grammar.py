@@ -14,6 +14,11 @@
     matcher.is_terminated()              # ended: EOS accepted, or nothing may follow
     matcher.copy()                       # for forks: a matcher is a state number, nothing more
 
+Jump-forward (see jump_forward.py): `matcher.certain_tail(n)` (the tokens the grammar alone
+decides, to its end), `matcher.propose_drafts(n, encode)` (tokens likely spelling the forced
+text next), `matcher.allowed_ids_along(drafts, rows)` (the allowed ids at each draft's row), and
+`matcher.accept_sampled(token)` (accept_token for a model's token, learning its spelling).
+
 `GrammarCompiler.from_tokenizer(tokenizer)` and `GrammarCompiler.from_pretrained(path)` say which
 they take; `apply_token_bitmask(logits, bitmask)` applies the masks. A grammar is a byte-level
 DFA (outlines-core) plus token masks computed per state on first use and shared by every matcher
@@ -23,10 +28,11 @@ of that grammar.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
+from langrt.constrained import jump_forward
 from langrt.constrained.byte_dfa import ByteDFA, build_byte_dfa
 from langrt.constrained.masks import TokenMasks
 from langrt.constrained.spec import check_regex, choices_regex
@@ -36,9 +42,6 @@ from langrt.errors import InvalidRequest
 # Why: a DFA's states each cost a token mask (~6 KB for a 49k vocabulary, computed on first
 # visit), so 200k states bound a grammar's worst case to ~1 GB.
 MAX_DFA_STATES = 200_000
-# Why 64: in forced text a model writes one of a few spellings; past 64 different tokens from
-# one state the state is not worth drafting from, and the table stays small.
-MAX_TOKENS_NOTED = 64
 
 
 class Grammar:
@@ -47,20 +50,8 @@ class Grammar:
         self.vocab = vocab
         self.masks = TokenMasks(dfa, vocab)
         self.source = source
-        # state inside forced text -> {token: times a model wrote it from there}: how models
-        # spell forced runs (jump-forward drafts; the scheduler thread alone reads and writes it)
-        self.next_tokens: dict[int, dict[int, int]] = {}
-
-    def note_next(self, state: int, token: int) -> None:
-        """A model wrote `token` from `state`: remembered where `state` lies inside forced (or
-        likely) text, the only places jump-forward drafts from."""
-        seen = self.next_tokens.get(state)
-        if seen is None:
-            if not self.dfa.in_run(state):
-                return
-            seen = self.next_tokens[state] = {}
-        if token in seen or len(seen) < MAX_TOKENS_NOTED:
-            seen[token] = seen.get(token, 0) + 1
+        # how models spell forced runs, learned from their outputs (jump-forward drafts)
+        self.spellings = jump_forward.LearnedSpellings(dfa)
 
     def matcher(self) -> "GrammarMatcher":
         return GrammarMatcher(self, self.dfa.initial)
@@ -97,6 +88,15 @@ class GrammarMatcher:
         data = g.vocab.token_bytes[token_id] if token_id < len(g.vocab.token_bytes) else None
         return bool(data) and self.accept_bytes(data)
 
+    def accept_sampled(self, token_id: int) -> bool:
+        """accept_token for a token a model sampled: also learned as the grammar's spelling
+        from the state before it (where that lies in forced text), for later drafts."""
+        before = self.state
+        if not self.accept_token(token_id):
+            return False
+        self.grammar.spellings.note(before, token_id)
+        return True
+
     def accept_bytes(self, data: bytes) -> bool:
         """Walk `data`; False (and no change) if the grammar forbids it."""
         state, spaced = self.grammar.dfa.walk_noting_space(self.state, data)
@@ -123,6 +123,22 @@ class GrammarMatcher:
         """The forced bytes, continued through space choices the way this output last chose
         (jump-forward drafts: a wrong guess costs only the drafts after it)."""
         return self.grammar.dfa.forced_bytes(self.state, space=self.spaced)
+
+    def certain_tail(self, max_tokens: int) -> list[int]:
+        """The tokens the grammar alone decides from here to its end (one allowed at each
+        step), at most `max_tokens`; [] if some step has a choice. See jump_forward.py."""
+        return jump_forward.certain_tail(self, max_tokens)
+
+    def propose_drafts(self, max_tokens: int, encode: Callable[[str], list[int]]) -> list[int]:
+        """Up to `max_tokens` tokens likely spelling the text the grammar forces next, as
+        models spelled it before (else as `encode` does), to be verified against the model's
+        own samples. See jump_forward.py."""
+        return jump_forward.propose_drafts(self, max_tokens, encode)
+
+    def allowed_ids_along(self, drafts: list[int], n_rows: int) -> list[torch.Tensor | None]:
+        """Per row i < n_rows: the ids allowed after drafts[:i] (None where too many to list).
+        See jump_forward.py."""
+        return jump_forward.allowed_ids_along(self, drafts, n_rows)
 
 
 class GrammarCompiler:

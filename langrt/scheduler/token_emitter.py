@@ -4,12 +4,14 @@ grammar.
 Where the rest of a request's output is certain (its grammar allows one token at a time up to
 its end), jump-forward outputs it at once and the request ends without another pass.
 
-A request may come with jump-forward drafts (constraints.propose_drafts): tokens the grammar
-forces, computed in the same forward pass as its last sampled token. Then its logits rows are
-read in order: the token sampled from row i is output, and if it equals draft i the next row
-(which was computed with that very token in context) is sampled too. The first mismatch ends
-the run. Each output token is thus sampled from the model's distribution given exactly the
-tokens before it, as without drafts; drafts only save the forward passes they predicted.
+A request may come with drafts: tokens guessed to follow its output, computed in the same
+forward pass as its last sampled token. Where drafts come from is a DraftSource's business (for
+now the grammar's forced text: constraints.GrammarDrafts); how they are verified is this
+module's, whatever their source. A request's logits rows are read in order: the token sampled
+from row i is output, and if it equals draft i the next row (which was computed with that very
+token in context) is sampled too. The first mismatch ends the run. Each output token is thus
+sampled from the model's distribution given exactly the tokens before it, as without drafts;
+drafts only save the forward passes they predicted.
 
 A greedy request's draft rows lie inside forced text, where its grammar allows few tokens: the
 choice there is the argmax over those tokens' logits alone (the same token as the argmax of the
@@ -19,19 +21,30 @@ masked full row), so the LM head and the masking are spent only on rows with man
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from langrt.scheduler.constraints import (
+    GrammarDrafts,
     advance_grammar,
+    allowed_ids_along_drafts,
     certain_tail,
     mask_logits,
-    propose_drafts,
 )
 from langrt.scheduler.logprob_collector import OutputLogprobs
 from langrt.scheduler.req import Req, StopChecker
 from langrt.sampling.penalties import ban_tokens
 from langrt.sampling.sampler import SamplingBatch
+
+
+class DraftSource(Protocol):
+    """Where drafts come from: tokens guessed to follow a request's output (at most its
+    remaining budget less one, the token sampled after them). Any guess is safe, since
+    TokenEmitter.emit keeps only the drafts the model's own samples confirm; a good one saves
+    forward passes."""
+
+    def drafts(self, req: Req) -> list[int]: ...
 
 
 @dataclass
@@ -44,15 +57,24 @@ class Emission:
 
 
 class TokenEmitter:
-    def __init__(self, stop_checker: StopChecker, tokenizer, jump_forward: bool, stats):
+    def __init__(
+        self, stop_checker: StopChecker, tokenizer, jump_forward: bool, stats, draft_source: DraftSource | None = None
+    ):
         self.stop_checker = stop_checker
         self.tokenizer = tokenizer
         self.jump_forward = jump_forward
         self.stats = stats
+        # the only source for now: the grammar's forced text (jump-forward)
+        if draft_source is None and jump_forward:
+            draft_source = GrammarDrafts(tokenizer.encode)
+        self.draft_source = draft_source
 
     def emit(self, emissions: list[Emission], hidden: torch.Tensor, runner) -> None:
-        """Choose and output tokens from the rows of `hidden` the emissions name."""
-        picks = _greedy_among_allowed(emissions, [_allowed_lists(e) for e in emissions], hidden, runner)
+        """Choose and output tokens from the rows of `hidden` the emissions name, and verify
+        each emission's drafts against them (whatever their source)."""
+        # greedy draft rows inside forced text: chosen among the few tokens the grammar allows
+        allowed = [allowed_ids_along_drafts(e.req, e.drafts, len(e.rows)) for e in emissions]
+        picks = _greedy_among_allowed(emissions, allowed, hidden, runner)
         full = sorted({row for e, p in zip(emissions, picks) for row, t in zip(e.rows, p) if t is None})
         logits = runner.compute_logits(hidden[torch.tensor(full, device=hidden.device)]) if full else None
         where = {row: i for i, row in enumerate(full)}
@@ -79,7 +101,7 @@ class TokenEmitter:
         """Jump-forward, if the grammar forces text: where the rest of the output is certain
         (certain_tail: `"}` closing an object, say), its tokens are output now and the request
         ends without another pass, since no token after them needs computing; otherwise drafts
-        for the next pass."""
+        for the next pass, from the draft source."""
         if not self.jump_forward or req.finished:
             return
         tail = certain_tail(req)
@@ -88,7 +110,7 @@ class TokenEmitter:
             self.stats.certain_tail_tokens += 1
             if req.finished:
                 return
-        req.draft_ids = propose_drafts(req, self.tokenizer.encode)
+        req.draft_ids = self.draft_source.drafts(req)
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[int]:
         """Each request's next token from its [V] logits row; output it and check stops."""
@@ -120,23 +142,6 @@ class TokenEmitter:
         ]
         if any(banned):
             ban_tokens(logits, banned)
-
-
-def _allowed_lists(e: Emission) -> list[torch.Tensor | None]:
-    """Per row of a drafting emission of a greedy request: the ids its grammar state allows
-    there (the state after the drafts before the row), or None where the row needs its full
-    logits (sampled or penalized requests, logprobs asked for, or too many tokens allowed)."""
-    req = e.req
-    if not e.drafts or req.matcher is None or req.return_logprob:
-        return [None] * len(e.rows)
-    if not req.params.is_greedy or req.params.needs_penalties:
-        return [None] * len(e.rows)
-    grammar, state, allowed = req.matcher.grammar, req.matcher.state, []
-    for i in range(len(e.rows)):
-        allowed.append(grammar.masks.allowed_ids(state))
-        if i < len(e.drafts):
-            state = grammar.dfa.walk_noting_space(state, grammar.vocab.token_bytes[e.drafts[i]])[0]
-    return allowed
 
 
 def _greedy_among_allowed(emissions: list[Emission], allowed: list[list], hidden: torch.Tensor, runner) -> list[list]:
