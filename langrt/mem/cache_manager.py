@@ -19,6 +19,8 @@ Contract (tests/unit/test_cache_manager.py checks it against a plain list of slo
   reserved past kv_len: its computed tokens stay cached (a retracted request re-matches them;
   with --disable-radix-cache they are freed), its row is freed.
 - A failed `reserve` or `open` changes nothing.
+- A match holds until the next eviction (`is_current`): an eviction may free its slots and give
+  them to another request, so `open` refuses a match made before one.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ class CacheManager:
         """The longest cached prefix of `ids` (nothing locked)."""
         return self._prefixes.match(ids)
 
+    def is_current(self, match: PrefixMatch) -> bool:
+        """Whether `match` still holds: no cached prefix was evicted since it was made."""
+        return match.evictions == self._prefixes.evicted_tokens
+
     def slots(self, req, start: int, end: int) -> torch.Tensor:
         """The slots of positions [start, end) of `req` (int64)."""
         return self._rows.slots(req.kv_row, end, start)
@@ -83,6 +89,7 @@ class CacheManager:
 
     def open(self, req, match: PrefixMatch) -> bool:
         """A row for `req`, its cached region `match` (locked); False when no row is free."""
+        assert self.is_current(match), "a prefix match made before an eviction"
         row = self._rows.alloc()
         if row is None:
             return False

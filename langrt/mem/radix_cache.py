@@ -50,6 +50,8 @@ class PrefixMatch:
 
     slots: torch.Tensor  # [length] int64
     node: TreeNode | None  # None only from a cache that never matches
+    # the cache's evicted_tokens when matched: an eviction since may have freed these slots
+    evictions: int = 0
 
     @property
     def length(self) -> int:
@@ -91,7 +93,7 @@ class RadixCache:
             child.last_access = now
             node, pos = child, pos + n
         slots = torch.cat(values) if values else torch.empty(0, dtype=torch.int64)
-        return PrefixMatch(slots, node)
+        return PrefixMatch(slots, node, self.evicted_tokens)
 
     def insert(self, key: Sequence[int], slots: torch.Tensor) -> int:
         """Cache `key` with its slot ids. Returns how many leading tokens were already cached:

@@ -66,7 +66,7 @@ class PrefillAdder:
         """Admit `req` (or a first chunk of it). False when it must wait: no room, or sharing."""
         if self.exhausted:
             return False
-        if match is None:
+        if match is None or not self.cache.is_current(match):  # an earlier admission evicted
             match = self.cache.match(req.all_ids[: req.max_prefix_len])
         if self._should_wait_for_batch_mate(req, match.length):
             return False
