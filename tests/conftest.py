@@ -1,5 +1,11 @@
 """Shared fixtures: tiny random-weight HF models on disk, and the built-in model's path.
 
+The tests by layer: unit/ (fast, no model process), numerics/ (the kernels: attention, layers,
+bitmask, and the model's logits, against references), e2e/ (a live Engine, server or scheduler
+over a model) and reliability/ (the stress runs at CI scale). Helpers shared across layers
+(runner_driver, server_utils, gguf_utils) sit here, and this directory is on sys.path for them;
+so no folder here may be named `kernels`: it would shadow langrt's top-level `kernels` package.
+
 Tiny models are saved as ordinary HF directories (config.json + safetensors + tokenizer files)
 so tests exercise the real loading path. They borrow the built-in model's tokenizer (vocab
 49,152), so text round-trips work; random weights give random text, so tests on them assert

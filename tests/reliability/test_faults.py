@@ -1,5 +1,5 @@
 """6: faults. SIGTERM during load; a killed detokenizer (the killed scheduler is
-tests/test_server_errors.py's); a killed grammar compiler."""
+tests/e2e/test_server_errors.py's); a killed grammar compiler."""
 
 from __future__ import annotations
 

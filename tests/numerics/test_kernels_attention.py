@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TOLERANCE = {"float32": dict(atol=2e-5, rtol=2e-5), "bfloat16": dict(atol=3e-2, rtol=2e-2)}
 
@@ -483,5 +483,6 @@ def _interpreter_worker(tiny_dir: str, windowed_dir: str) -> dict:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--interpreter-worker"]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for runner_driver
     torch.set_num_threads(1)
     print(json.dumps(_interpreter_worker(*sys.argv[2:4])))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from langrt.constrained.json_schema import schema_to_regex
 from langrt.errors import InvalidRequest, UnsupportedSchema
 
-SUITE = Path(__file__).parent / "data" / "json-schema-test-suite" / "draft2020-12"
+SUITE = Path(__file__).resolve().parents[1] / "data" / "json-schema-test-suite" / "draft2020-12"
 
 
 def suite_groups():

@@ -19,7 +19,7 @@ from server_utils import LaunchedServer
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def python_snippets() -> list[str]:

@@ -14,7 +14,7 @@ import torch
 
 from langrt.errors import ModelLoadError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 SCHEMA = {
     "type": "object",

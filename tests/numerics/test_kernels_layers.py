@@ -27,7 +27,7 @@ import torch
 from kernels.cpu import unavailable_reason
 from langrt.model import layers
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 KERNEL_TOLERANCE = {"float32": dict(atol=1e-5, rtol=1e-5), "float16": dict(atol=2e-3, rtol=2e-3), "bfloat16": dict(atol=2e-2, rtol=1.6e-2)}
 

@@ -23,7 +23,7 @@ from langrt.constrained.bitmask import allocate_token_bitmask, apply_token_bitma
 
 NEG_INF = float("-inf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- helpers shared with the interpreter subprocess ---------------------------------------------
