@@ -181,6 +181,20 @@ def test_policies_agree_on_outputs_and_lpm_is_near_optimal(tiny_llama_dir, make_
     assert_idle_and_clean(engine)
 
 
+@pytest.mark.parametrize("policy", ["lpm", "dfs-weight"])
+def test_policies_under_eviction_pressure_give_the_uncached_outputs(tiny_llama_dir, make_engine, engines, policy):
+    """A pool with room for about three of eight groups' prefixes: each step's admissions evict
+    prefixes that later requests of the same step had matched when the policy ordered them. A
+    request must never adopt an evicted prefix (its slots then hold another request's K/V)."""
+    prompts = prefix_groups(8, 16, 300)
+    engine = make_engine(tiny_llama_dir, schedule_policy=policy, max_total_tokens=1500)
+    outs = engine.generate(input_ids=prompts, sampling_params=greedy(4))
+    assert engine.cache_stats()["evicted_tokens"] > 0, "the pool was under pressure"
+    reference = engines[1].generate(input_ids=prompts, sampling_params=greedy(4))
+    assert ids_of(outs) == ids_of(reference)
+    assert_idle_and_clean(engine)
+
+
 def test_flush_cache_forgets_prefixes(engines):
     on, _ = engines
     prompt = tokens(7, 100)
