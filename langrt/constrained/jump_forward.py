@@ -120,12 +120,18 @@ def propose_drafts(matcher: GrammarMatcher, max_tokens: int, encode: Callable[[s
 def allowed_ids_along(matcher: GrammarMatcher, drafts: list[int], n_rows: int) -> list[torch.Tensor | None]:
     """Per row 0 .. n_rows - 1 of a pass computing `drafts` after the matcher's state: the ids
     allowed there (row i: the state after drafts 0 .. i - 1), ascending; None where more than
-    masks.MAX_LISTED_IDS are. The matcher itself does not move."""
+    masks.MAX_LISTED_IDS are. The matcher itself does not move.
+
+    Drafts are guesses: past one the grammar forbids (or one with no bytes, like EOS) the rows
+    are None. The token chosen at that draft's row is an allowed one, so it never equals the
+    draft, and the rows after it are never read."""
     grammar, state, allowed = matcher.grammar, matcher.state, []
+    token_bytes, dead = grammar.vocab.token_bytes, grammar.dfa.dead
     for i in range(n_rows):
-        allowed.append(grammar.masks.allowed_ids(state))
-        if i < len(drafts):
-            state = grammar.dfa.walk_noting_space(state, grammar.vocab.token_bytes[drafts[i]])[0]
+        allowed.append(None if state == dead else grammar.masks.allowed_ids(state))
+        if i < len(drafts) and state != dead:
+            data = token_bytes[drafts[i]] if drafts[i] < len(token_bytes) else None
+            state = grammar.dfa.walk_noting_space(state, data)[0] if data else dead
     return allowed
 
 
