@@ -8,13 +8,9 @@ import time
 import pytest
 import torch
 
-from langrt.constrained.grammar import GrammarCompiler
 from langrt.constrained.service import GrammarService
 from langrt.constrained.spec import GrammarSpec
-from langrt.constrained.vocab import vocabulary_from_decoder
 from langrt.errors import InvalidRequest
-from langrt.tokenizer.text_decoder import load_text_decoder
-from langrt.tokenizer.loader import load_tokenizer
 
 REGEXES = [
     r"[0-9]{1,3}(\.[0-9]+)?",
@@ -23,21 +19,6 @@ REGEXES = [
     r"(é|ü|你好|🙂)+!",
     r"[a-z ]+\.",
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm_path):
-    return load_tokenizer(smollm_path)
-
-
-@pytest.fixture(scope="module")
-def vocab(smollm_path):
-    return vocabulary_from_decoder(load_text_decoder(smollm_path), 49152, {2})
-
-
-@pytest.fixture(scope="module")
-def compiler(vocab):
-    return GrammarCompiler(vocab)
 
 
 def allowed_ids(matcher, vocab) -> set[int]:

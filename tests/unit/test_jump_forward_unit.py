@@ -6,29 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from langrt.constrained import GrammarCompiler
 from langrt.constrained.jump_forward import MAX_TOKENS_NOTED, LearnedSpellings
 from langrt.constrained.masks import MAX_LISTED_IDS
-from langrt.constrained.vocab import vocabulary_from_decoder
-from langrt.tokenizer.loader import load_tokenizer
-from langrt.tokenizer.text_decoder import load_text_decoder
 
 LANGUAGES = r'\{"languages": ?\["[A-Z][a-z]+"\]\}'
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm_path):
-    return load_tokenizer(smollm_path)
-
-
-@pytest.fixture(scope="module")
-def vocab(smollm_path):
-    return vocabulary_from_decoder(load_text_decoder(smollm_path), 49152, {2})
-
-
-@pytest.fixture(scope="module")
-def compiler(vocab):
-    return GrammarCompiler(vocab)
 
 
 @pytest.fixture(scope="module")

@@ -3,31 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
+from kv_helpers import cache_prefix, make_cache, make_req
 from langrt.mem.cache_manager import CacheManager
-from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
-from langrt.sampling.sampling_params import SamplingParams
 from langrt.scheduler.req import Req
 from langrt.scheduler.schedule_policy import MAX_QUEUE_FOR_MATCHING, SchedulePolicy
 from langrt.server_args import SCHEDULE_POLICIES
-
-
-def make_cache(slots: int = 256, rows: int = 4, radix: bool = True) -> CacheManager:
-    return CacheManager(ReqToTokenPool(rows, 256, "cpu"), TokenToKVPool(slots, 1, 1, 2, torch.float32, "cpu"), radix=radix)
-
-
-def make_req(rid: str, ids) -> Req:
-    return Req(rid, list(ids), SamplingParams(max_new_tokens=4))
-
-
-def cache_prefix(cm: CacheManager, ids) -> None:
-    """Leave `ids` in the prefix cache, unlocked: a request computed them and finished."""
-    req = make_req("seed", ids)
-    assert cm.open(req, cm.match(req.all_ids[: req.max_prefix_len]))
-    assert cm.reserve(req, req.kv_len, req.seq_len - req.kv_len)
-    req.kv_len = req.seq_len
-    cm.release(req)
 
 
 def rids(reqs) -> list[str]:

@@ -16,8 +16,6 @@ import zlib
 import pytest
 import torch
 
-from langrt.constrained.grammar import GrammarCompiler
-from langrt.constrained.vocab import vocabulary_from_decoder
 from langrt.messages import RequestOptions
 from langrt.sampling.sampler import make_generator
 from langrt.sampling.sampling_params import SamplingParams
@@ -40,16 +38,6 @@ def decoder(smollm_path):
     decoder = load_text_decoder(smollm_path)
     assert decoder.eos_token_id == EOS and decoder.encode("!") == [BANG]
     return decoder
-
-
-@pytest.fixture(scope="module")
-def vocab(decoder):
-    return vocabulary_from_decoder(decoder, V, {EOS})
-
-
-@pytest.fixture(scope="module")
-def compiler(vocab):
-    return GrammarCompiler(vocab)
 
 
 # ---- the fake runner and its models ---------------------------------------------------------
