@@ -1,12 +1,13 @@
 """langrt's JSON-schema compiler against the official JSON-Schema-Test-Suite (draft 2020-12).
 
-For every group of every file in tests/data/json-schema-test-suite: the schema compiles to a
-regex or is refused (UnsupportedSchema, naming a keyword). Over compiled schemas, each test
+For every group of every file in tests/data/json-schema-test-suite: the schema compiles (to a
+regex, or grammar rules) or is refused (UnsupportedSchema, naming a keyword). Over compiled schemas, each test
 instance is serialised with json.dumps (default separators) and fullmatched:
   valid accepted   share of "valid": true instances the regex matches (the rest are valid JSON
                    the regex narrows away: fixed property order, no extra properties, ...)
   invalid accepted "valid": false instances the regex matches: must be 0 (soundness)
-Writes benchmarks/results/json_schema_suite.json and prints a table.
+Writes benchmarks/results/json_schema_suite.json (json_schema_suite_regex.json with
+--compiler regex, round 1's compiler: the "before") and prints a table.
 
     .venv/bin/python benchmarks/json_schema_suite.py [--verbose]
 """
@@ -21,8 +22,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from langrt.constrained.json_schema import schema_to_regex
+from langrt.constrained.cfg.build import full_match, local_automaton
+from langrt.constrained.json_schema import schema_to_grammar, schema_to_regex
 from langrt.errors import UnsupportedSchema
+
+MAX_STATES = 200_000  # the runtime's (grammar.MAX_DFA_STATES)
 
 SUITE = Path(__file__).parent.parent / "tests" / "data" / "json-schema-test-suite" / "draft2020-12"
 RESULTS = Path(__file__).parent / "results"
@@ -32,14 +36,27 @@ def suite_files() -> list[Path]:
     return sorted(SUITE.glob("*.json")) + sorted(SUITE.glob("optional/format/*.json"))
 
 
-def run_file(path: Path, verbose: bool = False) -> dict:
+def compile_matcher(schema, compiler: str):
+    """A function telling whether a text is accepted: `regex` is the one-regex compiler
+    (Python's re), `grammar` the runtime's (rules where the schema recurses or is big, walked
+    through the pushdown automaton)."""
+    if compiler == "regex":
+        return re.compile(schema_to_regex(schema)).fullmatch
+    source = schema_to_grammar(schema)
+    if isinstance(source, str):
+        return re.compile(source).fullmatch
+    automaton = local_automaton(source, MAX_STATES)
+    return lambda text: full_match(automaton, text)
+
+
+def run_file(path: Path, verbose: bool = False, compiler: str = "grammar") -> dict:
     row = dict(groups=0, compiled=0, refused=0, refused_keywords=Counter(), valid_total=0, valid_accepted=0,
                invalid_total=0, invalid_accepted=0, invalid_examples=[], compile_ms=[])  # fmt: skip
     for group in json.loads(path.read_text()):
         row["groups"] += 1
         start = time.perf_counter()
         try:
-            regex = re.compile(schema_to_regex(group["schema"]))
+            matches = compile_matcher(group["schema"], compiler)
         except UnsupportedSchema as e:
             row["refused"] += 1
             row["refused_keywords"][e.param] += 1
@@ -49,7 +66,7 @@ def run_file(path: Path, verbose: bool = False) -> dict:
         row["compile_ms"].append((time.perf_counter() - start) * 1e3)
         row["compiled"] += 1
         for test in group["tests"]:
-            matched = regex.fullmatch(json.dumps(test["data"])) is not None
+            matched = bool(matches(json.dumps(test["data"])))
             if test["valid"]:
                 row["valid_total"] += 1
                 row["valid_accepted"] += matched
@@ -66,8 +83,10 @@ def run_file(path: Path, verbose: bool = False) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--verbose", action="store_true", help="list refusals and narrowed valid instances")
+    parser.add_argument("--compiler", choices=("grammar", "regex"), default="grammar",
+                        help="grammar: the runtime's (rules where needed); regex: round 1's one regex per schema")
     args = parser.parse_args()
-    rows = {str(p.relative_to(SUITE)): run_file(p, args.verbose) for p in suite_files()}
+    rows = {str(p.relative_to(SUITE)): run_file(p, args.verbose, args.compiler) for p in suite_files()}
     keys = ("groups", "compiled", "refused", "valid_total", "valid_accepted", "invalid_total", "invalid_accepted")
     total = {k: sum(r[k] for r in rows.values()) for k in keys}
     refused = sum((r["refused_keywords"] for r in rows.values()), Counter())
@@ -91,7 +110,8 @@ def main() -> None:
         },
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "json_schema_suite.json").write_text(json.dumps(out, indent=2) + "\n")
+    name = "json_schema_suite.json" if args.compiler == "grammar" else "json_schema_suite_regex.json"
+    (RESULTS / name).write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

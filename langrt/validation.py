@@ -67,14 +67,12 @@ def check_grammar_size(params: SamplingParams) -> None:
 def check_grammar(params: SamplingParams) -> None:
     """Compile what is cheap to check here, so the client hears of a bad grammar at once: the
     regex's syntax (with the position), the schema's unsupported keywords (naming them)."""
-    if params.ebnf is not None:
-        raise InvalidRequest("ebnf grammars are not supported; use regex, json_schema or choices", param="ebnf")
     from langrt.constrained.spec import GrammarSpec
 
     spec = GrammarSpec.from_params(params)
     if spec is None:
         return
     try:
-        spec.to_regex()
+        spec.translate()
     except RecursionError:  # a schema nested past the interpreter's recursion limit
         raise InvalidRequest(f"the {spec.kind} nests too deeply to compile", param=spec.kind) from None

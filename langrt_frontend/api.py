@@ -42,6 +42,7 @@ def gen(
     choices_method=None,
     regex: str | None = None,
     json_schema: str | dict | None = None,
+    ebnf: str | None = None,
 ) -> ir.Expr:
     """Generate into variable `name`. Unset settings inherit from run/run_batch (API.md §2).
     With `choices` it is a `select`."""
@@ -52,7 +53,8 @@ def gen(
         stop_regex=stop_regex, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
         return_logprob=return_logprob, logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
-        return_text_in_logprobs=return_text_in_logprobs, regex=regex, json_schema=json_schema, dtype=dtype,
+        return_text_in_logprobs=return_text_in_logprobs, regex=regex, json_schema=json_schema, ebnf=ebnf,
+        dtype=dtype,
     )  # fmt: skip
     return ir.Gen(name, params)
 

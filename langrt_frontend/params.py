@@ -35,7 +35,7 @@ _DTYPES = {
 # Fields sent inside `sampling_params`; the logprob fields travel at the top of the request.
 _SAMPLING_FIELDS = (
     "max_new_tokens", "min_new_tokens", "n", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
-    "top_k", "min_p", "frequency_penalty", "presence_penalty", "ignore_eos", "regex", "json_schema",
+    "top_k", "min_p", "frequency_penalty", "presence_penalty", "ignore_eos", "regex", "json_schema", "ebnf",
 )  # fmt: skip
 LOGPROB_FIELDS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 
@@ -68,6 +68,7 @@ class GenParams:
     return_text_in_logprobs: bool | None = None
     regex: str | None = None
     json_schema: str | None = None
+    ebnf: str | None = None
     dtype: Any = None
 
     def __post_init__(self):
@@ -111,6 +112,7 @@ class GenParams:
             regex, stops = _DTYPES[self.dtype]
             out["regex"] = regex  # dtype wins over regex (API.md §2)
             out.pop("json_schema", None)
+            out.pop("ebnf", None)
             out["stop"] = out.get("stop", []) + [s for s in stops if s not in out.get("stop", [])]
         return out
 

@@ -37,27 +37,33 @@ _END_MARKER = "\\x{10FFFF}"
 _END_BYTES = "\U0010FFFF".encode("utf-8")
 
 
-@dataclass
-class ByteDFA:
-    table: np.ndarray  # [num_states + 1, 256] int32 next state; row `dead` maps to itself
-    accepting: np.ndarray  # [num_states + 1] bool
+class ByteAutomaton:
+    """What matchers, masks and jump-forward ask of an automaton over bytes, whatever builds it:
+    a regex's DFA (ByteDFA, below) or a grammar's pushdown automaton (cfg/pda.py). States are
+    ints; `dead` is the state nothing leads on from. Subclasses give `dead`, `initial`,
+    `row(state)` (the next state of each of the 256 bytes), `accepts(state)` and
+    `has_exit(state)`; the rest is written here once."""
+
+    dead: int
     initial: int
 
-    @property
-    def dead(self) -> int:
-        return self.table.shape[0] - 1
-
-    @property
-    def num_states(self) -> int:
-        return self.table.shape[0] - 1
-
-    def __post_init__(self):
-        # Rows as Python lists for the per-token walk (indexing numpy scalars one at a time is
-        # slower), made on first visit: converting a big table up front cost more than a compile.
-        self._rows: dict[int, list[int]] = {}
-        self._live = (self.table != self.dead).any(axis=1)
+    def _init_memos(self) -> None:
         self._space_choice: dict[int, bool] = {}
         self._forced: dict[tuple[int, int, bool | None], bytes] = {}
+
+    def row(self, state: int) -> list[int]:
+        raise NotImplementedError
+
+    def accepts(self, state: int) -> bool:
+        """The automaton may end in `state` (the text so far is complete)."""
+        raise NotImplementedError
+
+    def has_exit(self, state: int) -> bool:
+        """Some byte leads on from `state`."""
+        raise NotImplementedError
+
+    def step(self, state: int, byte: int) -> int:
+        return self.row(state)[byte]
 
     def is_space_choice(self, state: int) -> bool:
         """An optional space: after a space, exactly the same bytes lead on as without one
@@ -76,12 +82,6 @@ class ByteDFA:
             self._space_choice[state] = choice
         return choice
 
-    def row(self, state: int) -> list[int]:
-        r = self._rows.get(state)
-        if r is None:
-            r = self._rows[state] = self.table[state].tolist()
-        return r
-
     def walk_noting_space(self, state: int, data: bytes) -> tuple[int, bool | None]:
         """The state after `data` (or `dead`), and whether a space was taken at the last space
         choice passed (None if none was passed)."""
@@ -89,14 +89,10 @@ class ByteDFA:
         for byte in data:
             if self.is_space_choice(state):
                 spaced = byte == 0x20
-            state = self.row(state)[byte]
+            state = self.step(state, byte)
             if state == dead:
                 return dead, spaced
         return state, spaced
-
-    def has_exit(self, state: int) -> bool:
-        """Some byte leads on from `state`."""
-        return bool(self._live[state])
 
     def in_run(self, state: int) -> bool:
         """One byte leads on (or an optional space and what follows it): `state` lies inside
@@ -117,7 +113,7 @@ class ByteDFA:
     def _follow_forced(self, state: int, limit: int, space: bool | None) -> bytes:
         out = bytearray()
         dead = self.dead
-        while len(out) < limit and not self.accepting[state]:
+        while len(out) < limit and not self.accepts(state):
             nexts = [(b, s) for b, s in enumerate(self.row(state)) if s != dead]
             if space is not None and len(nexts) > 1 and self.is_space_choice(state):
                 nexts = [n for n in nexts if (n[0] == 0x20) == space]
@@ -128,9 +124,95 @@ class ByteDFA:
         return bytes(out)
 
 
+@dataclass
+class ByteDFA(ByteAutomaton):
+    """A regex's automaton as a dense table."""
+
+    table: np.ndarray  # [num_states + 1, 256] int32 next state; row `dead` maps to itself
+    accepting: np.ndarray  # [num_states + 1] bool
+    initial: int
+
+    @property
+    def dead(self) -> int:
+        return self.table.shape[0] - 1
+
+    @property
+    def num_states(self) -> int:
+        return self.table.shape[0] - 1
+
+    def __post_init__(self):
+        # Rows as Python lists for the per-token walk (indexing numpy scalars one at a time is
+        # slower), made on first visit: converting a big table up front cost more than a compile.
+        self._rows: dict[int, list[int]] = {}
+        self._live = (self.table != self.dead).any(axis=1)
+        self._init_memos()
+
+    def row(self, state: int) -> list[int]:
+        r = self._rows.get(state)
+        if r is None:
+            r = self._rows[state] = self.table[state].tolist()
+        return r
+
+    def accepts(self, state: int) -> bool:
+        return bool(self.accepting[state])
+
+    def has_exit(self, state: int) -> bool:
+        return bool(self._live[state])
+
+
 def build_byte_dfa(regex: str, max_states: int) -> ByteDFA:
     """Compile `regex` (raises ValueError with outlines-core's message if it rejects it, or if
     the automaton exceeds `max_states`)."""
+    table, accepting, initial = _marked_table(regex, max_states)
+    table[:, _END_BYTES[0]] = table.shape[0] - 1  # both markers start with F4
+    return ByteDFA(table, accepting, initial)
+
+
+# A grammar rule's body is a regex in which calling rule i is the character CALL_BASE + i
+# (plane 16, which constrained text never contains; U+10FFFE/F are the start and end markers).
+CALL_BASE = 0x100000
+MAX_RULES = 0xFFFE
+
+
+def call_marker(rule: int) -> str:
+    """The regex text that calls rule number `rule` inside another rule's body."""
+    return "\\x{%X}" % (CALL_BASE + rule)
+
+
+def build_rule_dfa(regex: str, max_states: int) -> tuple[ByteDFA, dict[int, list[tuple[int, int]]]]:
+    """A grammar rule's body (see call_marker) as a byte DFA without its call edges, and those
+    edges: {state: [(callee, state after the call)]}."""
+    table, accepting, initial = _marked_table(regex, max_states)
+    dead = table.shape[0] - 1
+    calls: dict[int, list[tuple[int, int]]] = {}
+    for state in np.flatnonzero(table[:, 0xF4] != dead).tolist():
+        for rule, after in _marker_paths(table, int(table[state, 0xF4]), dead):
+            calls.setdefault(state, []).append((rule, after))
+    table[:, 0xF4] = dead
+    return ByteDFA(table, accepting, initial), calls
+
+
+def _marker_paths(table: np.ndarray, state: int, dead: int) -> list[tuple[int, int]]:
+    """The plane-16 characters readable after an F4 byte (from `state`): (rule, state after
+    it) for each call marker; the end marker and anything else are left out."""
+    found, level = [], [(state, 0)]
+    for _ in range(3):  # the three continuation bytes 80-BF
+        level = [
+            (int(t), code << 6 | (b & 0x3F))
+            for s, code in level
+            for b, t in zip(range(0x80, 0xC0), table[s, 0x80:0xC0].tolist())
+            if t != dead
+        ]
+    for after, code in level:
+        rule = (0x100000 | code) - CALL_BASE
+        if 0 <= rule < MAX_RULES:
+            found.append((rule, after))
+    return found
+
+
+def _marked_table(regex: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """`regex` between the start and end markers as a dense table (F4 edges still in), the
+    accepting flags (the end marker readable) and the state after the start marker."""
     from outlines_core import Index, Vocabulary
 
     vocabulary = Vocabulary(_EOS, {bytes([b]): [b] for b in range(256)})
@@ -152,8 +234,7 @@ def build_byte_dfa(regex: str, max_states: int) -> ByteDFA:
     initial = int(np.searchsorted(number, index.get_initial_state()))
     for byte in _START_BYTES:
         initial = int(table[initial, byte])
-    table[:, _END_BYTES[0]] = dead  # both markers start with F4
-    return ByteDFA(table, accepting, initial)
+    return table, accepting, initial
 
 
 def _dense_table(transitions: dict, finals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -177,7 +258,8 @@ def _dense_table(transitions: dict, finals) -> tuple[np.ndarray, np.ndarray, np.
 
 def compile_worker_main() -> None:
     """The grammar worker process (`python -m langrt.constrained.byte_dfa`): read (regex,
-    max_states) requests from stdin and write ByteDFA parts or an error to stdout, forever;
+    max_states, is_rule) requests from stdin and write ByteDFA parts (and a rule's calls) or an
+    error to stdout, forever;
     exits when its parent does (see service.py for why it is a separate process)."""
     import os
     import sys
@@ -194,10 +276,10 @@ def compile_worker_main() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
-    for regex, max_states in pickle_pipe.messages(sys.stdin.buffer):
+    for regex, max_states, is_rule in pickle_pipe.messages(sys.stdin.buffer):
         try:
-            dfa = build_byte_dfa(regex, max_states)
-            reply = (True, (dfa.table, dfa.accepting, dfa.initial))
+            dfa, calls = build_rule_dfa(regex, max_states) if is_rule else (build_byte_dfa(regex, max_states), None)
+            reply = (True, (dfa.table, dfa.accepting, dfa.initial, calls))
         except ValueError as e:
             reply = (False, str(e))
         pickle_pipe.send(sys.stdout.buffer, reply)

@@ -27,13 +27,15 @@ of that grammar.
 
 from __future__ import annotations
 
+import json
+
 import os
 from typing import Any, Callable, Iterable
 
 import torch
 
 from langrt.constrained import jump_forward
-from langrt.constrained.byte_dfa import ByteDFA, build_byte_dfa
+from langrt.constrained.byte_dfa import ByteAutomaton, ByteDFA, build_byte_dfa, build_rule_dfa
 from langrt.constrained.masks import TokenMasks
 from langrt.constrained.spec import check_regex, choices_regex
 from langrt.constrained.vocab import TokenVocabulary, describe, vocabulary_from_pretrained, vocabulary_from_tokenizer
@@ -45,10 +47,10 @@ MAX_DFA_STATES = 200_000
 
 
 class Grammar:
-    def __init__(self, dfa: ByteDFA, vocab: TokenVocabulary, source: str):
+    def __init__(self, dfa: ByteAutomaton, vocab: TokenVocabulary, source: str):
         self.dfa = dfa
         self.vocab = vocab
-        self.masks = TokenMasks(dfa, vocab)
+        self.masks = _token_masks(dfa, vocab)
         self.source = source
         # how models spell forced runs, learned from their outputs (jump-forward drafts)
         self.spellings = jump_forward.LearnedSpellings(dfa)
@@ -81,7 +83,7 @@ class GrammarMatcher:
             return False
         g = self.grammar
         if token_id in g.vocab.eos_token_ids:
-            if g.dfa.accepting[self.state]:
+            if g.dfa.accepts(self.state):
                 self.terminated = True
                 return True
             return False
@@ -109,7 +111,7 @@ class GrammarMatcher:
 
     @property
     def can_end(self) -> bool:
-        return bool(self.grammar.dfa.accepting[self.state])
+        return self.grammar.dfa.accepts(self.state)
 
     def is_terminated(self) -> bool:
         """EOS was accepted, or the grammar is complete and admits nothing more."""
@@ -219,9 +221,44 @@ class GrammarCompiler:
         return Grammar(dfa, self.vocab, regex)
 
     def compile_json_schema(self, schema: Any, whitespace: str = "compact") -> Grammar:
-        from langrt.constrained.json_schema import schema_to_regex
+        from langrt.constrained.json_schema import schema_to_grammar
 
-        return self.compile_regex(schema_to_regex(schema, whitespace=whitespace))
+        source = schema_to_grammar(schema, whitespace=whitespace)
+        if isinstance(source, str):
+            return self.compile_regex(source)
+        return self._grammar(source, json.dumps(schema) if not isinstance(schema, str) else schema, "json_schema")
 
     def compile_choices(self, choices: list[str]) -> Grammar:
         return self.compile_regex(choices_regex(choices))
+
+    def compile_ebnf(self, ebnf: str) -> Grammar:
+        """A GBNF/EBNF grammar starting at `root` (see cfg/ebnf.py for the syntax)."""
+        from langrt.constrained.cfg.build import ebnf_rules
+
+        return self._grammar(ebnf_rules(ebnf), ebnf, "ebnf")
+
+    def compile_rules(self, rules: dict, start: str = "root") -> Grammar:
+        """A grammar given as trees (cfg/ast.py nodes by rule name), starting at `start`."""
+        from langrt.constrained.cfg.rules import compile_rules
+
+        def fail(pos: int, message: str):
+            raise InvalidRequest(message, param="grammar")
+
+        return self._grammar(compile_rules(rules, start, fail), repr(rules), "grammar")
+
+    def _grammar(self, rules, source: str, param: str) -> Grammar:
+        from langrt.constrained.cfg.build import build_automaton
+
+        try:
+            pda = build_automaton(rules, lambda body: build_rule_dfa(body, self.max_states), self.max_states)
+        except ValueError as e:
+            raise InvalidRequest(f"{param} not supported: {e}", param=param) from None
+        return Grammar(pda, self.vocab, source)
+
+
+def _token_masks(dfa: ByteAutomaton, vocab: TokenVocabulary):
+    if isinstance(dfa, ByteDFA):
+        return TokenMasks(dfa, vocab)
+    from langrt.constrained.cfg.masks import PushdownMasks
+
+    return PushdownMasks(dfa, vocab)

@@ -39,12 +39,25 @@ class TokenMasks:
     def __init__(self, dfa: ByteDFA, vocab: TokenVocabulary):
         self.dfa = dfa
         self.vocab = vocab
-        self._flat = dfa.table.astype(np.int64).ravel()
-        self._flat_ints = memoryview(self._flat)  # indexing yields Python ints (walks in Python)
+        self._flat_table: np.ndarray | None = None
         self._packed: dict[int, torch.Tensor] = {}
         self._ids: dict[int, torch.Tensor | None] = {}
         self._chains: dict[int, tuple[np.ndarray, int | None] | None] = {}
         self._lock = threading.Lock()  # masks may be read from several threads (forks)
+
+    @property
+    def _flat(self) -> np.ndarray:
+        """The table as int64, flat (state * 256 + byte), made on first use: a grammar's rules
+        each have masks, and a generation reads few of a big schema's."""
+        if self._flat_table is None:
+            self._flat_table = self.dfa.table.astype(np.int64).ravel()
+            self._flat_view = memoryview(self._flat_table)  # indexing yields Python ints (walks in Python)
+        return self._flat_table
+
+    @property
+    def _flat_ints(self) -> memoryview:
+        self._flat  # noqa: B018 - made with the table
+        return self._flat_view
 
     def packed(self, state: int) -> torch.Tensor:
         """int32 [num_words] bitmask of the tokens allowed in `state` (EOS included when the
@@ -61,9 +74,7 @@ class TokenMasks:
         MAX_LISTED_IDS are. Memoized."""
         if state in self._ids:
             return self._ids[state]
-        bits = np.unpackbits(self.packed(state).numpy().view(np.uint8), bitorder="little")
-        ids = np.flatnonzero(bits[: self.vocab.vocab_size])
-        found = torch.from_numpy(ids.astype(np.int32)) if ids.size <= MAX_LISTED_IDS else None
+        found = listed_ids(self.packed(state), self.vocab)
         with self._lock:
             self._ids[state] = found
         return found
@@ -242,6 +253,13 @@ _MIN_CHAIN_BYTES = 16
 _MAX_CHAIN_DEPTH = 24
 # The byte tried first as the chain's: a letter.
 _PROBE_BYTE = ord("a")
+def listed_ids(packed: torch.Tensor, vocab: TokenVocabulary) -> torch.Tensor | None:
+    """The int32 ids set in a packed mask, ascending; None when more than MAX_LISTED_IDS."""
+    bits = np.unpackbits(packed.numpy().view(np.uint8), bitorder="little")
+    ids = np.flatnonzero(bits[: vocab.vocab_size])
+    return torch.from_numpy(ids.astype(np.int32)) if ids.size <= MAX_LISTED_IDS else None
+
+
 def _ranges(lo: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """The positions lo[g] .. lo[g] + sizes[g] - 1 of every group g, concatenated."""
     offsets = np.cumsum(sizes) - sizes

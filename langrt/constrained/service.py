@@ -14,6 +14,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future
 
@@ -44,15 +45,17 @@ class _Worker:
             [sys.executable, "-m", "langrt.constrained.byte_dfa"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
 
-    def build(self, regex: str, timeout_s: float) -> ByteDFA:
-        pickle_pipe.send(self.process.stdin, (regex, MAX_DFA_STATES))
+    def build(self, regex: str, timeout_s: float, is_rule: bool) -> tuple[ByteDFA, dict | None]:
+        """The regex's DFA; for a grammar rule's body, also its calls (byte_dfa.build_rule_dfa)."""
+        pickle_pipe.send(self.process.stdin, (regex, MAX_DFA_STATES, is_rule))
         try:
             ok, payload = pickle_pipe.receive(self.process.stdout, timeout_s)
         except EOFError:
             raise ValueError("the grammar worker exited") from None
         if not ok:
             raise ValueError(payload)
-        return ByteDFA(*payload)
+        *parts, calls = payload
+        return ByteDFA(*parts), calls
 
     @property
     def alive(self) -> bool:
@@ -95,8 +98,7 @@ class GrammarService:
             if spec is None:
                 return
             try:
-                regex = spec.to_regex()
-                future.set_result(Grammar(self._build(regex), self.vocab, regex))
+                future.set_result(self._grammar(spec))
             except InvalidRequest as e:
                 future.set_exception(e)
             except Exception as e:  # noqa: BLE001 - reported to the request, never kills the thread
@@ -106,20 +108,38 @@ class GrammarService:
                 with self._lock:
                     self._cache.pop(spec, None)  # a later request may retry (e.g. after a timeout)
 
-    def _build(self, regex: str) -> ByteDFA:
+    def _grammar(self, spec: GrammarSpec) -> Grammar:
+        source = spec.translate()
+        if isinstance(source, str):
+            return Grammar(self._build(source, False, "regex")[0], self.vocab, source)
+        from langrt.constrained.cfg.build import build_automaton
+
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            pda = build_automaton(source, lambda body: self._build(body, True, spec.kind, deadline), MAX_DFA_STATES)
+        except ValueError as e:
+            raise InvalidRequest(f"{spec.kind} not supported: {e}", param=spec.kind) from None
+        return Grammar(pda, self.vocab, spec.text)
+
+    def _build(self, regex: str, is_rule: bool, param: str, deadline: float | None = None):
+        """(DFA, calls) built by the worker, within the time left (a grammar's rules share one
+        time limit)."""
         if self._worker is None or not self._worker.alive:
             self._worker = _Worker()
+        timeout_s = self.timeout_s if deadline is None else max(deadline - time.monotonic(), 0.001)
         try:
-            return self._worker.build(regex, self.timeout_s)
+            return self._worker.build(regex, timeout_s, is_rule)
         except TimeoutError:
             self._worker.kill()
             self._worker = None
             raise InvalidRequest(
-                f"grammar compile exceeded the time limit of {self.timeout_s:g} s (the regex's automaton "
+                f"grammar compile exceeded the time limit of {self.timeout_s:g} s (the {param}'s automaton "
                 "explodes; simplify it)",
-                param="regex",
+                param=param,
             ) from None
         except ValueError as e:
+            if is_rule:
+                raise
             raise InvalidRequest(f"regex not supported: {e}", param="regex") from None
 
     def close(self) -> None:

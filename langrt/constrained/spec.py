@@ -47,44 +47,45 @@ _META = set(r"\.^$|?*+()[]{}-#&~")
 class GrammarSpec:
     """What a request constrains its output to, hashable (the grammar cache's key)."""
 
-    kind: str  # "regex" | "json_schema" | "choices"
-    text: str  # the regex, the schema's JSON, or the choices as a JSON list
+    kind: str  # "regex" | "json_schema" | "ebnf" | "choices"
+    text: str  # the regex, the schema's JSON, the grammar, or the choices as a JSON list
 
     @classmethod
     def from_params(cls, params) -> GrammarSpec | None:
-        if params.regex is not None:
-            return cls("regex", params.regex)
-        if params.json_schema is not None:
-            return cls("json_schema", params.json_schema)
+        for kind in ("regex", "json_schema", "ebnf"):
+            if getattr(params, kind) is not None:
+                return cls(kind, getattr(params, kind))
         if params.choices is not None:
             return cls("choices", json.dumps(list(params.choices)))
         return None
 
-    def to_regex(self) -> str:
-        """The regex this spec stands for (raises InvalidRequest / UnsupportedSchema).
-        Remembered per spec: the scheduler checks every request's grammar as it arrives, and
-        an extraction pipeline sends the same schema over and over (translating one takes a
-        few ms, which would stall the batch each time). Refusals are not remembered."""
-        with _REGEX_LOCK:
-            regex = _REGEXES.get(self)
-            if regex is not None:
-                _REGEXES.move_to_end(self)
-                return regex
-        regex = _translate(self)
-        if len(self.text) + len(regex) <= _REMEMBER_MAX_CHARS:
-            with _REGEX_LOCK:
-                _REGEXES[self] = regex
-                while len(_REGEXES) > _REMEMBER_SPECS:
-                    _REGEXES.popitem(last=False)
-        return regex
+    def translate(self):
+        """What this spec compiles from: a regex (str), or for a grammar its rules (cfg.rules.
+        RuleSet). Raises InvalidRequest / UnsupportedSchema. Remembered per spec: the
+        scheduler checks every request's grammar as it arrives, and an extraction pipeline
+        sends the same schema over and over (translating one takes a few ms, which would stall
+        the batch each time). Refusals are not remembered."""
+        with _TRANSLATE_LOCK:
+            found = _TRANSLATED.get(self)
+            if found is not None:
+                _TRANSLATED.move_to_end(self)
+                return found
+        found = _translate(self)
+        size = len(found) if isinstance(found, str) else sum(map(len, found.bodies))
+        if len(self.text) + size <= _REMEMBER_MAX_CHARS:
+            with _TRANSLATE_LOCK:
+                _TRANSLATED[self] = found
+                while len(_TRANSLATED) > _REMEMBER_SPECS:
+                    _TRANSLATED.popitem(last=False)
+        return found
 
 
 # Why these: pipelines reuse a handful of schemas, and 256 specs of at most 256k characters
 # (spec and regex together) keep the memory under ~130 MB even when full of the largest.
 _REMEMBER_SPECS = 256
 _REMEMBER_MAX_CHARS = 256_000
-_REGEXES: OrderedDict[GrammarSpec, str] = OrderedDict()
-_REGEX_LOCK = threading.Lock()  # the grammar service's thread translates too
+_TRANSLATED: OrderedDict[GrammarSpec, object] = OrderedDict()
+_TRANSLATE_LOCK = threading.Lock()  # the grammar service's thread translates too
 
 
 def _translate(spec: GrammarSpec) -> str:
@@ -92,7 +93,11 @@ def _translate(spec: GrammarSpec) -> str:
         check_regex(spec.text)
         return spec.text
     if spec.kind == "json_schema":
-        from langrt.constrained.json_schema import schema_to_regex
+        from langrt.constrained.json_schema import schema_to_grammar
 
-        return schema_to_regex(json.loads(spec.text))
+        return schema_to_grammar(json.loads(spec.text))
+    if spec.kind == "ebnf":
+        from langrt.constrained.cfg.build import ebnf_rules
+
+        return ebnf_rules(spec.text)
     return choices_regex(json.loads(spec.text))

@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from langrt.errors import InvalidRequest
+from grammar_texts import JSON_GBNF
 
 REGEXES = [
     r"[0-9]{1,4}",
@@ -89,6 +90,46 @@ def test_choices(tiny):
         assert out["meta_info"]["finish_reason"]["type"] == "stop"
 
 
+ARITH_GBNF = r"""
+root ::= expr
+expr ::= term (("+" | "-") term)*
+term ::= num | "(" expr ")"
+num  ::= [0-9]{1,3}
+"""
+
+
+def balanced_arithmetic(text: str) -> bool:
+    depth = 0
+    for c in text:
+        depth += (c == "(") - (c == ")")
+        if depth < 0 or c not in "0123456789+-()":
+            return False
+    return depth == 0 and re.fullmatch(r"[0-9(]([0-9()+-]*[0-9)])?", text) is not None
+
+
+def test_random_model_follows_an_ebnf_grammar(tiny):
+    """A recursive grammar (parentheses nest without bound) and a JSON grammar, sampled."""
+    finished = 0
+    for seed in range(4):
+        for out in tiny.generate(["Hello", "1 + (2"], {"ebnf": ARITH_GBNF, "max_new_tokens": 40, "temperature": 1.0, "seed": seed}):
+            if out["meta_info"]["finish_reason"]["type"] == "stop":
+                finished += 1
+                assert balanced_arithmetic(out["text"]), out["text"]
+            else:
+                assert set(out["text"]) <= set("0123456789+-()"), out["text"]
+        for out in tiny.generate(["JSON:"], {"ebnf": JSON_GBNF, "max_new_tokens": 60, "temperature": 1.0, "seed": seed}):
+            if out["meta_info"]["finish_reason"]["type"] == "stop":
+                finished += 1
+                json.loads(out["text"])
+    assert finished >= 4
+
+
+def test_bad_ebnf_is_refused_with_its_position(tiny):
+    with pytest.raises(InvalidRequest) as info:
+        tiny.generate("x", {"ebnf": 'root ::= "a" | b'})
+    assert info.value.param == "ebnf" and "line 1, column 16" in info.value.message and "'b'" in info.value.message
+
+
 def test_jump_forward_same_text_fewer_steps(tiny_llama_dir):
     import langrt
 
@@ -106,6 +147,35 @@ def test_jump_forward_same_text_fewer_steps(tiny_llama_dir):
                 assert stats["jump_forward_tokens"] > 0
     assert texts[True] == texts[False]
     assert all(re.fullmatch(regex, t) for t in texts[True])
+    assert passes[True] < passes[False]
+
+
+TREE_SCHEMA = {
+    "type": "object",
+    "properties": {"label": {"enum": ["leaf", "node"]}, "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}},
+    "required": ["label", "kids"],
+    "additionalProperties": False,
+}
+
+
+def test_jump_forward_on_a_grammar_same_text_fewer_steps(tiny_llama_dir):
+    """A recursive schema runs on the pushdown automaton (grammar rules): jump-forward drafts its
+    forced text across rule boundaries, and the tokens are those without jump-forward."""
+    import langrt
+
+    params = {"json_schema": json.dumps(TREE_SCHEMA), "max_new_tokens": 120, "temperature": 0}
+    texts, passes = {}, {}
+    for jump in (True, False):
+        with langrt.Engine(str(tiny_llama_dir), dtype="float32", max_total_tokens=4096, context_length=512,
+                           log_level="warning", disable_jump_forward=not jump) as engine:  # fmt: skip
+            outs = engine.generate(["A tree:", "JSON please:"], params)
+            texts[jump] = [(o["text"], o["meta_info"]["finish_reason"]["type"]) for o in outs]
+            passes[jump] = engine.cache_stats()["forward_passes"]
+    assert texts[True] == texts[False]
+    for text, finish in texts[True]:
+        assert text.startswith('{"label": ') or text.startswith('{"label":')
+        if finish != "length":
+            jsonschema.validate(json.loads(text), TREE_SCHEMA)
     assert passes[True] < passes[False]
 
 

@@ -139,6 +139,27 @@ def test_constrained_gens(backend):
     assert re.fullmatch(r"(\d{1,3}\.){3}\d{1,3}", state["ip"])
 
 
+def test_gen_with_an_ebnf_grammar(backend):
+    grammar = 'root ::= "The answer is " num "."\nnum ::= [1-9] [0-9]? | "(" num ")"'
+
+    @sgl.function
+    def f(s):
+        s += sgl.user("What is 17 + 25?") + sgl.assistant(sgl.gen("answer", max_tokens=16, ebnf=grammar))
+
+    state = f.run(temperature=0, backend=backend)
+    assert state.error() is None
+    assert re.fullmatch(r"The answer is (\(*)[1-9][0-9]?(\)*)\.", state["answer"]), state["answer"]
+
+
+def test_ebnf_over_http_and_a_bad_grammar_is_a_400_naming_the_position(server):
+    body = {"text": "Count: ", "sampling_params": {"ebnf": 'root ::= [1-9] [0-9]? (", " [1-9] [0-9]?){2}', "max_new_tokens": 30, "temperature": 0}}
+    status, out = server.post("/generate", body)
+    assert status == 200 and re.fullmatch(r"[1-9][0-9]?(, [1-9][0-9]?){2}", out["text"]), out
+    body["sampling_params"]["ebnf"] = 'root ::= "a"\nitem ::= item "b"'
+    status, out = server.post("/generate", body, check=False)
+    assert status == 400 and "line 2, column 1" in out["error"]["message"] and "left recursion" in out["error"]["message"]
+
+
 def test_stop_n_and_logprobs(backend):
     @sgl.function
     def f(s):

@@ -68,7 +68,7 @@ BAD_REQUESTS = [
     ({"text": "hi", "sampling_params": {"regex": "a+", "json_schema": "{}"}}, "json_schema"),
     ({"text": "hi", "sampling_params": {"regex": "(unclosed"}}, "regex"),
     ({"text": "hi", "sampling_params": {"json_schema": '{"type": "string", "format": "idn-email"}'}}, "format"),
-    ({"text": "hi", "sampling_params": {"json_schema": '{"not": {"type": "null"}}'}}, "not"),
+    ({"text": "hi", "sampling_params": {"json_schema": '{"not": {"pattern": "^a"}}'}}, "not"),
     ({"text": "hi", "sampling_params": {"json_schema": "{bad"}}, "json_schema"),
     ({"text": "hi", "extra": 1}, "extra"),
     ({"text": ""}, "text"),
@@ -91,7 +91,7 @@ def test_errors_while_serving(guarded):
     status, payload = guarded.post("/generate", {"text": "hi", "sampling_params": {"regex": "ab(c"}}, headers=AUTH, check=False)
     assert status == 400 and "position" in payload["error"]["message"], payload
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
-    bad_format = {**chat, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"if": {}}}}}
+    bad_format = {**chat, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"if": {"pattern": "^a"}, "then": {"minLength": 2}}}}}
     status, payload = guarded.post("/v1/chat/completions", bad_format, headers=AUTH, check=False)
     assert status == 400 and payload["error"]["param"] == "if", payload
     status, payload = guarded.post("/generate", b"{not json", headers=AUTH, check=False)

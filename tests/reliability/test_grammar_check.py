@@ -27,9 +27,10 @@ def test_verdicts_come_back_with_their_param():
         try:
             await checker.check(SamplingParams(regex="[0-9]+"))
             await checker.check(SamplingParams())  # unconstrained: no worker needed
+            await checker.check(SamplingParams(ebnf="root ::= 'a' root?"))
             with pytest.raises(InvalidRequest) as bad:
-                await checker.check(SamplingParams(ebnf="root ::= 'a'"))
-            assert bad.value.param == "ebnf"
+                await checker.check(SamplingParams(ebnf="root ::= 'a' | nowhere"))
+            assert bad.value.param == "ebnf" and "line 1, column 16" in bad.value.message
             with pytest.raises(UnsupportedSchema):
                 await checker.check(SamplingParams(json_schema=json.dumps({"type": "string", "format": "no-such-format"})))
         finally:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from langrt.constrained.byte_dfa import build_byte_dfa
 from langrt.constrained.json_schema import schema_to_regex
 from langrt.errors import InvalidRequest, UnsupportedSchema
 
@@ -154,9 +155,13 @@ def test_surrogate_escapes_only_in_pairs():
 
 def test_exclusive_float_bound_rejects_what_rounds_onto_it():
     """1e-400 written out parses to 0.0, which exclusiveMinimum 0 forbids: the regex must not
-    take every "0.000...1"."""
-    pattern = re.compile(schema_to_regex({"type": "number", "exclusiveMinimum": 0}))
-    for text in ("0.001", "3", "0." + "0" * 300 + "1"):
+    take every "0.000...1". And the runtime builds its automaton: the bound moves a few digits
+    past 0, not to the next float (5e-324, a regex nested 324 deep that the DFA builder
+    refused: round 1 refused `exclusiveMinimum: 0` at run time)."""
+    regex = schema_to_regex({"type": "number", "exclusiveMinimum": 0})
+    build_byte_dfa(regex, 200_000)
+    pattern = re.compile(regex)
+    for text in ("0.001", "3", "0.000001", "12.5"):
         assert pattern.fullmatch(text), text
     for text in ("0", "0.0", "0." + "0" * 400 + "1", "-0.5"):
         assert not pattern.fullmatch(text), text
@@ -200,11 +205,12 @@ def test_every_text_the_regex_admits_is_valid(index, whitespace):
 @pytest.mark.parametrize(
     "schema, keyword",
     [
-        ({"not": {"type": "string"}}, "not"),
-        ({"if": {"type": "string"}, "then": {"minLength": 2}}, "if"),
+        ({"not": {"type": "string", "pattern": "^a"}}, "not"),
+        ({"if": {"type": "string", "pattern": "^a"}, "then": {"minLength": 2}}, "if"),
         ({"type": "string", "format": "idn-email"}, "format"),
         ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
-        ({"type": "object", "patternProperties": {"^x": {}}}, "patternProperties"),
+        ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
+        ({"type": "object", "patternProperties": {"(?<=a)b": {}}}, "patternProperties"),
         ({"$ref": "https://example.com/schema.json"}, "$ref"),
         ({"$ref": "#/$defs/missing"}, "$ref"),
         ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),

@@ -1,6 +1,11 @@
-"""langrt's JSON Schema (draft 2020-12) -> regex compiler.
+"""langrt's JSON Schema (draft 2020-12, and draft 7's tuple items and dependencies) compiler.
 
     regex = schema_to_regex({"type": "object", "properties": {...}, "required": [...]})
+    source = schema_to_grammar(schema)   # what the runtime compiles: a regex, or grammar rules
+
+schema_to_grammar writes a value that recurses, or whose regex would be big, as a grammar rule
+(rules.py) that the pushdown automaton calls (cfg/pda.py): recursion is then unbounded and
+values left free nest to any depth; what follows about limits is schema_to_regex's.
 
 The regex is matched against the whole output, by Python's `re` (tests) and by Rust's `regex`
 through outlines-core (runtime); it uses only the syntax both read alike (regex.py).
@@ -20,7 +25,9 @@ on purpose:
     (const, enum, property names).
 A keyword that cannot be enforced exactly raises UnsupportedSchema whose `param` names it.
 
-Modules: compiler.py (schema_to_regex, the limits, values and containers), numeric.py (number
+Modules: compiler.py (schema_to_regex / schema_to_grammar, the limits, values and arrays),
+objects.py (objects: properties, patternProperties, counts), rules.py (values as rules),
+negate.py (complements for `not` and `if`), keys.py (property-name regexes), numeric.py (number
 bounds, multipleOf), flat.py (the normal form, keyword by keyword), normalize.py ($ref,
 allOf/anyOf/oneOf), pattern.py (pattern), formats.py (format), regex.py (regex pieces,
 literals, numeric ranges).
@@ -36,6 +43,7 @@ from langrt.constrained.json_schema.compiler import (
     FLEXIBLE_WS_MAX,
     MAX_DISJUNCTS,
     WHITESPACE_POLICIES,
+    schema_to_grammar,
     schema_to_regex,
 )
 from langrt.constrained.json_schema.flat import Flat, Node, json_type
@@ -63,6 +71,7 @@ __all__ = [
     "format_pattern",
     "json_type",
     "rx",
+    "schema_to_grammar",
     "schema_to_regex",
     "translate",
     "with_length",

@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import re
 
+from langrt.constrained.byte_dfa import call_marker
 from langrt.constrained.json_schema import regex as rx
-from langrt.constrained.json_schema.flat import Flat, Node, json_type
+from langrt.constrained.json_schema.flat import Flat, Node, check_pending, json_equal, json_type
+from langrt.constrained.json_schema.keys import key_not_in
 from langrt.constrained.json_schema.formats import format_pattern
 from langrt.constrained.json_schema.normalize import Normalizer
 from langrt.constrained.json_schema.numeric import number_regex
 from langrt.constrained.json_schema.pattern import emit, translate, with_length
+from langrt.constrained.json_schema.objects import ObjectMixin
+from langrt.constrained.json_schema.rules import RuleBook
 from langrt.errors import InvalidRequest, UnsupportedSchema
 
 WHITESPACE_POLICIES = ("compact", "flexible")
@@ -49,6 +53,22 @@ def schema_to_regex(
     tokens). Raises InvalidRequest (param "json_schema" / "whitespace") for bad input and
     UnsupportedSchema (param: the keyword, or "json_schema" for limits) for what it cannot
     enforce."""
+    schema = _checked(schema, whitespace)
+    compiler = _Compiler(schema, whitespace, max_ref_depth, max_regex_length)
+    return compiler.root_value()
+
+
+def schema_to_grammar(schema: dict | bool | str, whitespace: str = "compact", max_regex_length: int = DEFAULT_MAX_REGEX_LENGTH):
+    """What schema_to_regex gives, as grammar rules (a cfg.rules.RuleSet) where the schema
+    recurses or is big: recursion is unbounded and values left free nest to any depth; a
+    schema that needs neither stays one regex (a str)."""
+    schema = _checked(schema, whitespace)
+    book = RuleBook()
+    compiler = _Compiler(schema, whitespace, DEFAULT_MAX_REF_DEPTH, max_regex_length, book)
+    return book.rule_set(compiler.root_value())
+
+
+def _checked(schema, whitespace: str):
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -60,17 +80,12 @@ def schema_to_regex(
         raise InvalidRequest(f"whitespace must be one of {', '.join(WHITESPACE_POLICIES)}, got {whitespace!r}", param="whitespace")
     if schema is False:
         raise UnsupportedSchema("the schema is false: no value is valid, there is nothing to generate", param="json_schema")
-    compiler = _Compiler(schema, whitespace, max_ref_depth, max_regex_length)
-    regex = compiler.value([Node(schema, schema)], ())
-    if regex is None:
-        hint = f" (recursion through $ref stops at max_ref_depth={max_ref_depth})" if compiler.norm.depth_hit else ""
-        raise UnsupportedSchema(f"the schema admits no value langrt can generate{hint}", param="json_schema")
-    return regex
+    return schema
 
 
-class _Compiler:
-    def __init__(self, root, whitespace: str, max_ref_depth: int, max_regex_length: int):
-        self.root, self.whitespace = root, whitespace
+class _Compiler(ObjectMixin):
+    def __init__(self, root, whitespace: str, max_ref_depth: int, max_regex_length: int, book: RuleBook | None = None):
+        self.root, self.whitespace, self.book = root, whitespace, book
         self.max_ref_depth, self.max_len = max_ref_depth, max_regex_length
         self.norm = Normalizer(root, max_ref_depth, MAX_DISJUNCTS)
         compact = whitespace == "compact"
@@ -81,12 +96,47 @@ class _Compiler:
         self._any: dict = {}
         self._checker: _Compiler | None = None
 
+    def root_value(self) -> str:
+        regex = self.value([Node(self.root, self.root)], ())
+        if regex is None:
+            hint = f" (recursion through $ref stops at max_ref_depth={self.max_ref_depth})" if self.norm.depth_hit else ""
+            raise UnsupportedSchema(f"the schema admits no value langrt can generate{hint}", param="json_schema")
+        return regex
+
     def value(self, nodes, refs: tuple) -> str | None:
-        """A JSON value valid against every schema of `nodes`; None if there is none."""
+        """A JSON value valid against every schema of `nodes`; None if there is none. With
+        rules, a value position starts afresh (refs ()): recursion is met as a value already
+        being written, and becomes a call to its rule."""
+        if self.book is not None:
+            return self._rule_value(nodes)
         key = (tuple(n.key for n in nodes), refs)
         if key not in self.memo:
             self.memo[key] = self._limit(rx.alt(self.flat(f) for f in self.norm.flatten(nodes, refs)))
         return self.memo[key]
+
+    def value_call(self, nodes, refs: tuple) -> str | None:
+        """value(), as a call to its rule (rules only): for values copied many times."""
+        regex = self.value(nodes, refs)
+        if regex is None or len(regex) <= len(call_marker(0)):
+            return regex
+        key = tuple(n.key for n in nodes)
+        self.memo[key] = marker = self.book.call(key)
+        self.book.bodies[self.book.ids[key]] = regex
+        return marker
+
+    def _rule_value(self, nodes) -> str | None:
+        key = tuple(n.key for n in nodes)
+        if key in self.memo:
+            return self.memo[key]
+        if key in self.book.active:
+            return self.book.call(key)
+        self.book.active.add(key)
+        try:
+            regex = self._limit(rx.alt(self.flat(f) for f in self.norm.flatten(nodes, ())))
+        finally:
+            self.book.active.discard(key)
+        self.memo[key] = found = self.book.settle(key, regex)
+        return found
 
     def _limit(self, regex: str | None) -> str | None:
         if regex is not None and len(regex) > self.max_len:
@@ -98,18 +148,48 @@ class _Compiler:
         return regex
 
     def flat(self, f: Flat) -> str | None:
+        f, strings, bools = self._exclusions(f)
         if f.enum is not None:
             return self.enum(f)
         t = f.types
         parts = [
             "null" if "null" in t else None,
-            "(?:true|false)" if "boolean" in t else None,
+            rx.alt(b for b in ("true", "false") if (b == "true") not in bools) if "boolean" in t else None,
             self.number(f) if t & {"integer", "number"} else None,
-            self.string(f) if "string" in t else None,
+            (self.string(f) if not strings else self._string_not_in(f, strings)) if "string" in t else None,
             self.array(f) if "array" in t else None,
             self.object(f) if "object" in t else None,
         ]
         return rx.alt(parts)
+
+    def _exclusions(self, f: Flat) -> tuple[Flat, list, set]:
+        """`f` without its excluded values (`not` of const/enum): enums filtered, null dropped;
+        and the strings and booleans still to leave out. An excluded number, array or object
+        that `f` could generate is refused."""
+        if not f.excluded:
+            return f, [], set()
+        g = f.clone()
+        g.excluded = []
+        if g.enum is not None:
+            g.enum = [v for v in g.enum if not any(json_equal(v, x) for x in f.excluded)]
+            return g, [], set()
+        strings, bools = [], set()
+        for v in f.excluded:
+            t = json_type(v)
+            if self.norm.rejects(g, v):
+                continue
+            if t == "null":
+                g.types.discard("null")
+            elif t in ("boolean", "string"):
+                (bools.add if t == "boolean" else strings.append)(v)
+            else:
+                raise UnsupportedSchema(f"'{f.excluded_by}' excludes the {t} {json.dumps(v)[:40]}: leaving out one {t} is not supported", param=f.excluded_by)
+        return g, strings, bools
+
+    def _string_not_in(self, f: Flat, strings: list) -> str:
+        if f.patterns or f.formats or f.min_length or f.max_length is not None:
+            raise UnsupportedSchema(f"'{f.excluded_by}' excludes strings of a string with pattern, format or lengths", param=f.excluded_by)
+        return key_not_in(strings)
 
     # -- literals (const, enum) -------------------------------------------------------------
 
@@ -187,7 +267,9 @@ class _Compiler:
     # -- containers -------------------------------------------------------------------------
 
     def any(self, depth: int) -> str:
-        """Any JSON value with at most `depth` nested containers."""
+        """Any JSON value with at most `depth` nested containers (with rules: any depth)."""
+        if self.book is not None:
+            return self._any_rule()
         if depth not in self._any:
             scalars = f"(?:null|true|false|{rx.NUMBER}|{rx.JSON_STRING})"
             if depth <= 0:
@@ -200,8 +282,23 @@ class _Compiler:
                 self._any[depth] = rx.alt([scalars, array, obj])
         return self._any[depth]
 
+    def any_value(self) -> str:
+        """A value a schema leaves free."""
+        return self.any(ANY_VALUE_DEPTH - 1)
+
+    def _any_rule(self) -> str:
+        key = ("any",)
+        if key not in self.book.ids:
+            inner = self.book.call(key)
+            scalars = f"(?:null|true|false|{rx.NUMBER}|{rx.JSON_STRING})"
+            array = self.container("\\[", "\\]", inner + rx.repeat(self.comma + inner, 0, None), optional=True)
+            kv = rx.JSON_STRING + self.colon + inner
+            obj = self.container("\\{", "\\}", kv + rx.repeat(self.comma + kv, 0, None), optional=True)
+            self.book.bodies[self.book.ids[key]] = rx.alt([scalars, array, obj])
+        return self.book.call(key)
+
     def array(self, f: Flat) -> str | None:
-        _check_pending(f, "array")
+        check_pending(f, "array")
         lo, hi = f.min_items, f.max_items
         elems = []
         for nodes in f.prefix:
@@ -215,7 +312,7 @@ class _Compiler:
         tail = None
         if hi is None or hi > len(elems):
             if len(elems) == len(f.prefix):
-                tail = self.value(f.items, f.refs) if f.items is not None else self.any(ANY_VALUE_DEPTH - 1)
+                tail = self.value(f.items, f.refs) if f.items is not None else self.any_value()
             if tail is None:
                 hi = len(elems)
         if hi is not None and lo > hi:
@@ -240,113 +337,9 @@ class _Compiler:
             rest = head + (rest if i + 1 < lo else rx.opt(rest))
         return self.container("\\[", "\\]", rest, optional=lo == 0)
 
-    def object(self, f: Flat) -> str | None:
-        _check_pending(f, "object")
-        if not f.object_keywords:  # no properties/required/additionalProperties: any object
-            return self._any_object(f)
-        names = list(f.props) + [r for r in f.required if r not in f.props]
-        members = []  # (regex, required)
-        for name in names:
-            nodes = f.props.get(name, f.additional)
-            v = self.value(nodes, f.refs) if nodes is not None else self.any(ANY_VALUE_DEPTH - 1)
-            member = rx.seq(rx.string_literal(name), self.colon, v)
-            if member is None:
-                if name in f.required:
-                    return None
-                continue
-            members.append((member, name in f.required))
-        n_required = sum(req for _, req in members)
-        if f.max_props is not None and n_required > f.max_props:
-            return None
-        if f.min_props > n_required:
-            raise UnsupportedSchema(
-                f"'minProperties': {f.min_props} is more than the {n_required} required properties", param="minProperties"
-            )
-        if f.max_props is not None and len(members) > f.max_props:
-            raise UnsupportedSchema(
-                f"'maxProperties': {f.max_props} is less than the {len(members)} properties the schema allows",
-                param="maxProperties",
-            )
-        extra = self._extra_members(f, names, len(members))
-        if extra is not None:
-            members.append((extra, False))
-        body, optional = self._members(members)
-        return self.container("\\{", "\\}", body, optional)
-
-    def _any_object(self, f: Flat) -> str | None:
-        if f.min_props > 0:
-            # Duplicate keys would count twice in the text and once in the parsed object.
-            raise UnsupportedSchema("'minProperties' is supported only with required properties", param="minProperties")
-        kv = rx.JSON_STRING + self.colon + self.any(ANY_VALUE_DEPTH - 1)
-        more = None if f.max_props is None else f.max_props - 1
-        body = None if f.max_props == 0 else kv + rx.repeat(self.comma + kv, 0, more)
-        return self.container("\\{", "\\}", body, optional=True)
-
-    def _extra_members(self, f: Flat, names: list[str], listed: int) -> str | None:
-        """Properties beyond the listed ones (only with an explicit additionalProperties)."""
-        if f.additional is None:
-            return None
-        v = self.value(f.additional, f.refs)
-        room = None if f.max_props is None else f.max_props - listed
-        if v is None or room == 0:
-            return None
-        kv = _key_not_in(names) + self.colon + v
-        return kv + rx.repeat(self.comma + kv, 0, None if room is None else room - 1)
-
-    def _members(self, members: list[tuple[str, bool]]) -> tuple[str | None, bool]:
-        """Members in order, separated by commas; (regex, whether it may be empty)."""
-        if not members:
-            return None, True
-        first_required = next((i for i, (_, req) in enumerate(members) if req), None)
-        if first_required is not None:
-            # Optional members before the first required one carry their comma after them.
-            body = "".join(rx.opt(m + self.comma) for m, _ in members[:first_required]) + members[first_required][0]
-            for m, req in members[first_required + 1 :]:
-                body += self.comma + m if req else rx.opt(self.comma + m)
-            return body, False
-        # All optional: whichever member comes first has no comma before it. Quadratic in the
-        # number of members, which the regex length limit bounds.
-        tails = [""]
-        for m, _ in reversed(members[1:]):
-            tails.append(rx.opt(self.comma + m) + tails[-1])
-        tails.reverse()
-        return rx.alt(m + tails[i] for i, (m, _) in enumerate(members)), True
-
-
-def _check_pending(f: Flat, kind: str) -> None:
-    if kind in f.pending:
-        keyword, message = f.pending[kind]
-        raise UnsupportedSchema(message, param=keyword)
-
 
 def _compact_texts(v) -> list[str]:
     texts = [json.dumps(v, separators=(",", ":"), ensure_ascii=False)]
     if isinstance(v, float) and v.is_integer():
         texts.append(str(int(v)))
     return texts
-
-
-def _key_not_in(names: list[str]) -> str:
-    """A property name (raw characters, no escapes) that is none of `names`."""
-    if not names:
-        return rx.JSON_STRING
-    raw = [(0x20, 0x21), (0x23, 0x5B), (0x5D, rx.MAX_CP)]
-    end = object()
-    trie: dict = {}
-    for name in names:
-        if all(c >= " " and c not in '"\\' for c in name):
-            node = trie
-            for c in name:
-                node = node.setdefault(c, {})
-            node[end] = True
-    any_raw = rx.char_class(rx.normalize(raw)) + "*"
-
-    def not_in(node: dict) -> str:
-        chars = [c for c in node if c is not end]
-        parts = [] if end in node else [""]
-        others = rx.intersect(raw, rx.complement([(ord(c), ord(c)) for c in chars]))
-        parts.append(rx.seq(rx.char_class(others), any_raw))
-        parts += [rx.escape(c) + not_in(node[c]) for c in chars]
-        return rx.alt(parts)
-
-    return '"' + not_in(trie) + '"'

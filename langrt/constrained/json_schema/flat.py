@@ -16,24 +16,20 @@ from typing import Any
 from langrt.errors import UnsupportedSchema
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+# Keywords that exist only in the complements negate.py writes (tuples: no JSON key spells them).
+FORBID = ("langrt", "forbid")  # property names an object must not have
+EXCLUDE = ("langrt", "exclude")  # values the instance must not be
 
 # Keywords no regex here enforces, refused wherever they appear...
 REFUSED = {
-    "not": "'not' cannot be expressed as a regex here",
-    "if": "conditional schemas (if/then/else) are not supported",
-    "then": "conditional schemas (if/then/else) are not supported",
-    "else": "conditional schemas (if/then/else) are not supported",
     "$dynamicRef": "dynamic references are not supported",
     "$recursiveRef": "recursive references (draft 2019-09) are not supported",
-    "dependencies": "'dependencies' (draft 7) is not supported",
 }
 # ...and ones refused only when a value of their type could be generated. A value listed is
 # the keyword's no-op form, accepted.
 PENDING = {
-    "object": {"patternProperties": {}, "propertyNames": True, "dependentRequired": {},
-               "dependentSchemas": {}, "unevaluatedProperties": True},
-    "array": {"contains": None, "minContains": None, "maxContains": None,
-              "unevaluatedItems": True, "additionalItems": None},
+    "object": {"propertyNames": True, "unevaluatedProperties": True},
+    "array": {"contains": None, "minContains": None, "maxContains": None, "unevaluatedItems": True},
 }  # fmt: skip
 _PENDING_TYPE = {k: t for t, ks in PENDING.items() for k in ks}
 
@@ -74,17 +70,29 @@ class Flat:
     min_props: int = 0
     max_props: int | None = None
     object_keywords: bool = False  # properties / required / additionalProperties seen
+    pattern_props: list = field(default_factory=list)  # (pattern, list[Node])
+    forbidden: list = field(default_factory=list)  # property names an object must not have
+    excluded: list = field(default_factory=list)  # values the instance must not be
+    excluded_by: str = ""  # the keyword that excluded them (`not`, `if`)
     pending: dict = field(default_factory=dict)  # type -> (keyword, message)
     refs: tuple = ()  # $ref targets inlined on the way here (the recursion depth)
 
     def clone(self) -> "Flat":
         new = copy.copy(self)
-        for name in ("types", "lower", "upper", "multiple_of", "patterns", "formats", "required"):
+        for name in ("types", "lower", "upper", "multiple_of", "patterns", "formats", "required", "forbidden", "excluded"):
             setattr(new, name, list(getattr(self, name)) if name != "types" else set(self.types))
         new.prefix = [list(p) for p in self.prefix]
         new.props = {k: list(v) for k, v in self.props.items()}
+        new.pattern_props = [(p, list(v)) for p, v in self.pattern_props]
         new.pending = dict(self.pending)
         return new
+
+
+def check_pending(f: Flat, kind: str) -> None:
+    """Refuse a PENDING keyword now that a value of its type is being generated."""
+    if kind in f.pending:
+        keyword, message = f.pending[kind]
+        raise UnsupportedSchema(message, param=keyword)
 
 
 def json_equal(a, b) -> bool:
@@ -180,6 +188,10 @@ def _apply_type_and_values(f: Flat, s: dict) -> None:
             if not isinstance(values, list):
                 raise _bad("enum", "an array")
             f.enum = list(values) if f.enum is None else [v for v in f.enum if any(json_equal(v, w) for w in values)]
+    if EXCLUDE in s:
+        f.excluded += s[EXCLUDE]["values"]
+        f.excluded_by = f.excluded_by or s[EXCLUDE]["keyword"]
+    f.forbidden += [n for n in s.get(FORBID, []) if n not in f.forbidden]
 
 
 def _apply_numbers(f: Flat, s: dict) -> None:
@@ -249,12 +261,14 @@ def _min(a, b):
 
 
 def _apply_items(f: Flat, s: dict, base) -> None:
-    if "items" in s and isinstance(s["items"], list):
-        raise UnsupportedSchema("'items' as an array is draft 2019-09 and older: use 'prefixItems'", param="items")
-    prefix = s.get("prefixItems", [])
+    if isinstance(s.get("items"), list):  # draft 4 to 2019-09: a tuple, then additionalItems
+        prefix, rest = s["items"], s.get("additionalItems")
+        items = None if rest is None else Node(_subschema(rest, "additionalItems"), base)
+    else:
+        prefix = s.get("prefixItems", [])
+        items = Node(_subschema(s["items"], "items"), base) if "items" in s else None
     if not isinstance(prefix, list):
         raise _bad("prefixItems", "an array of schemas")
-    items = Node(_subschema(s["items"], "items"), base) if "items" in s else None
     for i, sub in enumerate(prefix):
         node = Node(_subschema(sub, "prefixItems"), base)
         if i < len(f.prefix):
@@ -272,7 +286,11 @@ def _apply_properties(f: Flat, s: dict, base) -> None:
     if not isinstance(props, dict):
         raise _bad("properties", "an object of schemas")
     extra = Node(_subschema(s["additionalProperties"], "additionalProperties"), base) if "additionalProperties" in s else None
-    if "properties" in s or extra is not None:
+    patterns = s.get("patternProperties", {})
+    if not isinstance(patterns, dict):
+        raise _bad("patternProperties", "an object of schemas")
+    f.pattern_props += [(p, [Node(_subschema(sub, "patternProperties"), base)]) for p, sub in patterns.items()]
+    if "properties" in s or extra is not None or patterns:
         f.object_keywords = True
     for name, sub in props.items():
         node = Node(_subschema(sub, "properties"), base)

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import unquote, urljoin
 
 from langrt.constrained.json_schema.flat import (
+    FORBID,
     REFUSED,
     Flat,
     Node,
@@ -27,6 +28,7 @@ from langrt.constrained.json_schema.flat import (
     json_equal,
     json_type,
 )
+from langrt.constrained.json_schema.negate import negate
 from langrt.errors import UnsupportedSchema
 
 
@@ -86,6 +88,7 @@ class Normalizer:
         self.depth_hit = False  # some $ref recursion was cut at max_ref_depth
         self.proving = 0  # > 0 while proving oneOf disjointness (depth cut-offs prove nothing)
         self.resources = _Resources(root)
+        self._written: dict[int, list] = {}  # id(schema) -> _branches (the schema outlives the compile)
 
     # -- flattening ------------------------------------------------------------------------
 
@@ -124,7 +127,35 @@ class Normalizer:
             self._check_disjoint(branches)
             flats = [g for b in branches for g in b]
             self._check_size(flats, "oneOf")
+        for keyword, branches in self._branches(s, base):
+            flats = [g for sub in branches for g in self.conjoin([f.clone() for f in flats], Node(sub, base))]
+            self._check_size(flats, keyword)
         return flats
+
+    def _branches(self, s: dict, base):
+        """(keyword, schemas whose union the instance must be in) for `not`, `if` and the
+        dependencies. Written once per schema and kept: flats hold their nodes by identity."""
+        found = self._written.get(id(s))
+        if found is None:
+            found = self._written[id(s)] = list(self._write_branches(s, base))
+        return found
+
+    def _write_branches(self, s: dict, base):
+        def resolve(ref):
+            return self.resolve(ref, base)[0]
+
+        if "not" in s:
+            yield "not", negate(_subschema(s["not"], "not"), resolve)
+        if "if" in s:
+            then, else_ = s.get("then", True), s.get("else", True)
+            yield "if", [{"allOf": [s["if"], then]}] + [{"allOf": [n, else_]} for n in negate(s["if"], resolve, "if")]
+        for keyword in ("dependencies", "dependentRequired", "dependentSchemas"):
+            deps = s.get(keyword, {})
+            if not isinstance(deps, dict):
+                raise _bad(keyword, "an object")
+            for name, dep in deps.items():
+                then = {"required": dep} if isinstance(dep, list) else _subschema(dep, keyword)
+                yield keyword, [{FORBID: [name]}, {"required": [name], "allOf": [then]}]
 
     def _check_size(self, flats, keyword):
         if len(flats) > self.max_disjuncts:
@@ -225,6 +256,8 @@ class Normalizer:
         return False
 
     def _objects_disjoint(self, a: Flat, b: Flat) -> bool:
+        if set(a.required) & set(b.forbidden) or set(b.required) & set(a.forbidden):
+            return True
         names = set(a.props) | set(a.required)
         closed = a.additional is None or a.additional == [] or _is_false(a.additional)
         if closed and any(q not in names for q in b.required):
@@ -261,6 +294,8 @@ class Normalizer:
         t = json_type(v)
         if not (t in b.types or (t == "integer" and "number" in b.types)):
             return True
+        if any(json_equal(v, x) for x in b.excluded):
+            return True
         if b.enum is not None and not any(json_equal(v, e) for e in b.enum):
             return True
         if t in ("integer", "number"):
@@ -278,7 +313,7 @@ class Normalizer:
                     return True
             return False
         if t == "object":
-            if any(q not in v for q in b.required) or len(v) < b.min_props:
+            if any(q not in v for q in b.required) or len(v) < b.min_props or any(q in v for q in b.forbidden):
                 return True
             if b.max_props is not None and len(v) > b.max_props:
                 return True

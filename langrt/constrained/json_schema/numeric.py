@@ -56,7 +56,7 @@ def _dec(v: int | None) -> Decimal | None:
 def _float_bound(bound, direction: int) -> Decimal | None:
     """A decimal bound for literals with a fraction part, which parse as floats: a literal x
     with x >= b (decimal) parses to float(x) >= float(b), rounding being monotonic; an
-    exclusive bound moves to the next float. b is the bound's shortest repr, which parses back
+    exclusive bound moves past the bound. b is the bound's shortest repr, which parses back
     to exactly the schema's float."""
     if bound is None:
         return None
@@ -66,6 +66,12 @@ def _float_bound(bound, direction: int) -> Decimal | None:
         keyword = ("exclusiveMinimum" if exclusive else "minimum") if direction > 0 else ("exclusiveMaximum" if exclusive else "maximum")
         raise UnsupportedSchema(f"a number bound of {value} is not exactly representable as a float", param=keyword)
     if exclusive:
+        # A few digits past the bound (the literals between are left out, which is sound): the
+        # next float itself can have hundreds of digits (after 0: 5e-324), a regex nested as deep.
+        for k in (6, 9, 12):
+            d = value + direction * Decimal(10) ** -k
+            if (float(d) - f) * direction > 0:
+                return d
         f = math.nextafter(f, math.inf * direction)
     if math.isinf(f):
         return Decimal(f)

@@ -1,0 +1,95 @@
+"""Which bytes may come next where a rule calls another or ends, whatever the stack: the
+classic FIRST and FOLLOW sets, over the rules' DFAs, as 256-bit ints.
+
+The masks (masks.py) use them to keep the candidates walked past a rule's boundary to tokens
+whose next byte could be read there: after `":" ws` in an object, where `value` is called, a
+token ` hello` cannot go on (`h` starts no value), so it is never walked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from langrt.constrained.byte_dfa import ByteDFA
+
+Calls = dict[int, list[tuple[int, int]]]
+
+
+class Lookahead:
+    def __init__(self, rules: list[ByteDFA], calls: list[Calls]):
+        self.rules, self.calls = rules, calls
+        self._live = [_live_bytes(r) for r in rules]
+        self.nullable = self._fix(lambda r: self._ends(r, rules[r].initial, set()), False)
+        self.first = self._fix(lambda r: self._starts(r, rules[r].initial, set()), 0)
+        self.follow = self._follows()
+
+    def _fix(self, compute, start):
+        """Iterate `compute` over every rule until nothing changes."""
+        self._values = values = [start] * len(self.rules)
+        changed = True
+        while changed:
+            changed = False
+            for r in range(len(self.rules)):
+                value = compute(r)
+                if value != values[r]:
+                    values[r], changed = value, True
+        return values
+
+    def _ends(self, r: int, s: int, seen: set) -> bool:
+        """Rule r may end from state s reading nothing (through nullable calls)."""
+        if self.rules[r].accepting[s]:
+            return True
+        if s in seen:
+            return False
+        seen.add(s)
+        return any(self._values[c] and self._ends(r, t, seen) for c, t in self.calls[r].get(s, ()))
+
+    def _starts(self, r: int, s: int, seen: set) -> int:
+        """The bytes readable next in rule r from state s before it returns (FIRST of the calls
+        there, and past the nullable ones)."""
+        if s in seen:
+            return 0
+        seen.add(s)
+        found = self._live[r][s]
+        for c, t in self.calls[r].get(s, ()):
+            found |= self._values[c]
+            if self.nullable[c]:
+                found |= self._starts(r, t, seen)
+        return found
+
+    def starts(self, r: int, s: int) -> int:
+        self._values = self.first
+        return self._starts(r, s, set())
+
+    def ends(self, r: int, s: int) -> bool:
+        self._values = self.nullable
+        return self._ends(r, s, set())
+
+    def _follows(self) -> list[int]:
+        """FOLLOW per rule: the bytes after its end, at any of its call sites."""
+        sites = [(p, t, c) for p in range(len(self.rules)) for edges in self.calls[p].values() for c, t in edges]
+        follow = [0] * len(self.rules)
+        changed = True
+        while changed:
+            changed = False
+            for p, t, c in sites:
+                value = follow[c] | self.starts(p, t) | (follow[p] if self.ends(p, t) else 0)
+                if value != follow[c]:
+                    follow[c], changed = value, True
+        return follow
+
+    def after_boundary(self, r: int, s: int) -> np.ndarray:
+        """256 bools: the bytes that may be read at state s of rule r by leaving it (calling a
+        rule there, or returning from r)."""
+        found = 0
+        for c, t in self.calls[r].get(s, ()):
+            found |= self.first[c] | (self.starts(r, t) if self.nullable[c] else 0)
+        if self.ends(r, s):
+            found |= self.follow[r]
+        return np.array([(found >> b) & 1 for b in range(256)], dtype=bool)
+
+
+def _live_bytes(dfa: ByteDFA) -> list[int]:
+    """Per state, the bytes leading on, as a 256-bit int."""
+    bits = np.packbits(dfa.table != dfa.dead, axis=1, bitorder="little")
+    return [int.from_bytes(row.tobytes(), "little") for row in bits]

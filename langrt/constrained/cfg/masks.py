@@ -1,0 +1,160 @@
+"""Token masks of a pushdown automaton's configurations (pda.py), memoized per configuration.
+
+A token allowed in a configuration begins in the top rule of one of its stacks (the
+configuration holds every stack calls and returns reach). From a top (rule r, state s) it either
+
+- stays inside r to its last byte: r's own DFA decides it, with the per-state masks of a regex
+  (masks.TokenMasks over r's DFA, computed once per (r, s) and shared by every stack whose top
+  it is), or
+- reaches, after at least one byte, a state of r that calls a rule or where r may end, and
+  goes on beyond r: a *candidate*, walked byte by byte through the automaton itself.
+
+Candidates come from a second DFA per rule, r's own with every byte that may leave it at a
+boundary state (FIRST of the rule called there, FOLLOW of r where it may end: lookahead.py)
+leading on to a state that takes any byte: its mask from s less the inner mask. Grammars keep rule ends
+at delimiters (a closing quote, a bracket), so candidates are few; and a configuration's mask is
+memoized whole, so most steps are a lookup.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from langrt.constrained.byte_dfa import ByteDFA
+from langrt.constrained.cfg.lookahead import Lookahead
+from langrt.constrained.cfg.pda import PushdownAutomaton
+from langrt.constrained.masks import TokenMasks, _ranges, listed_ids
+from langrt.constrained.vocab import TokenVocabulary
+
+# Why 4,096: a configuration's mask is ~6 KB for a 49k vocabulary; 4k of them bound a grammar's
+# masks to ~25 MB (recursive grammars have unboundedly many configurations).
+MAX_MASKS = 4_096
+
+
+class PushdownMasks:
+    def __init__(self, pda: PushdownAutomaton, vocab: TokenVocabulary):
+        self.pda, self.vocab = pda, vocab
+        self._lookahead = Lookahead(pda.rules, pda.calls)
+        # per rule, made on first use (a generation visits few of a big schema's rules)
+        self._inner: dict[int, TokenMasks] = {}
+        self._open: dict[int, TokenMasks] = {}
+        self._escapes: dict[int, np.ndarray] = {}
+        self._packed: OrderedDict[int, torch.Tensor] = OrderedDict()
+        self._ids: dict[int, torch.Tensor | None] = {}
+        self._lock = threading.Lock()
+        self.candidates_walked = 0
+
+    @property
+    def states_computed(self) -> int:
+        return len(self._packed)
+
+    def packed(self, config: int) -> torch.Tensor:
+        """int32 [num_words] bitmask of the tokens allowed in `config` (EOS where it may end)."""
+        with self._lock:
+            mask = self._packed.get(config)
+            if mask is not None:
+                self._packed.move_to_end(config)
+                return mask
+        mask = self._compute(config)
+        with self._lock:
+            self._packed[config] = mask
+            if len(self._packed) > MAX_MASKS:
+                dropped, _ = self._packed.popitem(last=False)
+                self._ids.pop(dropped, None)
+        return mask
+
+    def allowed_ids(self, config: int) -> torch.Tensor | None:
+        if config not in self._ids:
+            self._ids[config] = listed_ids(self.packed(config), self.vocab)
+        return self._ids[config]
+
+    def _compute(self, config: int) -> torch.Tensor:
+        pda, v = self.pda, self.vocab
+        tops = sorted(set(pda.tops(config)))
+        words = np.zeros(v.num_words, dtype=np.int32)
+        candidates = np.zeros(v.num_words, dtype=np.int32)
+        for rule, state in tops:
+            if rule not in self._inner:
+                self._prepare(rule)
+            inner = self._inner[rule].packed(state).numpy()
+            words |= inner
+            if self._escapes[rule][state]:
+                candidates |= self._open[rule].packed(pda.rules[rule].num_states + state).numpy() & ~inner
+        candidates &= ~words
+        if candidates.any():
+            self._walk_candidates(config, candidates, words)
+        if pda.accepts(config):
+            for eos in v.eos_token_ids:
+                _set_bit(words, eos)
+        return torch.from_numpy(words)
+
+    def _prepare(self, rule: int) -> None:
+        dfa = self.pda.rules[rule]
+        escapes = _escape_bytes(dfa, rule, self._lookahead)
+        with self._lock:
+            self._open[rule] = TokenMasks(_opened_dfa(dfa, escapes), self.vocab)
+            self._escapes[rule] = _may_escape(dfa, escapes)
+            self._inner[rule] = TokenMasks(_never_ending(dfa), self.vocab)
+
+    def _walk_candidates(self, config: int, candidates: np.ndarray, words: np.ndarray) -> None:
+        bits = np.unpackbits(candidates.view(np.uint8), bitorder="little")
+        token_bytes, walk = self.vocab.token_bytes, self.pda.walk
+        ids = np.flatnonzero(bits[: len(token_bytes)]).tolist()
+        self.candidates_walked += len(ids)
+        for token in ids:
+            if walk(config, token_bytes[token]):
+                _set_bit(words, token)
+
+
+def _set_bit(words: np.ndarray, token: int) -> None:
+    words.view(np.uint32)[token >> 5] |= np.uint32(1 << (token & 31))
+
+
+def _never_ending(dfa: ByteDFA) -> ByteDFA:
+    """The rule's DFA with no accepting state: its token masks never add EOS."""
+    return ByteDFA(dfa.table, np.zeros_like(dfa.accepting), dfa.initial)
+
+
+def _may_escape(dfa: ByteDFA, escapes: np.ndarray) -> np.ndarray:
+    """Per state: a state where some byte leaves the rule is reachable in one byte or more.
+    Found backwards from those states, level by level over the byte edges reversed."""
+    n, dead = dfa.num_states, dfa.dead
+    src = np.repeat(np.arange(n, dtype=np.int64), 256)
+    dst = dfa.table[:n].ravel().astype(np.int64)
+    live = dst != dead
+    pairs = np.unique(dst[live] * n + src[live])  # (target, source), sorted by target
+    targets, sources = pairs // n, pairs % n
+    bounds = np.searchsorted(targets, np.arange(n + 1))
+    reach = np.zeros(n + 1, dtype=bool)
+    frontier = np.flatnonzero(escapes.any(axis=1))
+    while frontier.size:
+        lo, hi = bounds[frontier], bounds[frontier + 1]
+        preds = sources[_ranges(lo, hi - lo)]
+        frontier = np.unique(preds[~reach[preds]])
+        reach[frontier] = True
+    return reach
+
+
+def _opened_dfa(dfa: ByteDFA, escapes: np.ndarray) -> ByteDFA:
+    """Rows 0..n-1: the rule after at least one byte, where a byte may leave it (escapes[s, b])
+    leading to an absorbing state (escaped); rows n..2n-1: the same states before any byte (no
+    escape at the start: there the configuration's other stacks hold the calls and returns).
+    Then the absorbing row and the dead row."""
+    n, dead = dfa.num_states, dfa.dead
+    escaped, new_dead = 2 * n, 2 * n + 1
+    moved = np.where(dfa.table[:n] == dead, new_dead, dfa.table[:n]).astype(np.int32)
+    after = np.where(escapes, escaped, moved).astype(np.int32)
+    table = np.concatenate([after, moved, np.full((1, 256), escaped, np.int32), np.full((1, 256), new_dead, np.int32)])
+    return ByteDFA(table, np.zeros(2 * n + 2, dtype=bool), n + dfa.initial)
+
+
+def _escape_bytes(dfa: ByteDFA, rule: int, lookahead: Lookahead) -> np.ndarray:
+    """[n, 256] bools: at state s, byte b may be read by leaving the rule (a call or a return)."""
+    escapes = np.zeros((dfa.num_states, 256), dtype=bool)
+    for s in set(lookahead.calls[rule]) | set(np.flatnonzero(dfa.accepting[: dfa.num_states]).tolist()):
+        escapes[s] = lookahead.after_boundary(rule, s)
+    return escapes

@@ -1,0 +1,166 @@
+"""Objects for the JSON-schema compiler (a mixin of compiler._Compiler): listed properties in
+the schema's order, then the keys `patternProperties` and an explicit `additionalProperties`
+allow, under the property counts.
+
+A key's value must satisfy every schema that applies to it: its `properties` entry and each
+pattern it matches (jsonschema's re.search on the name), else `additionalProperties`. A key
+generated for one pattern may match others, or be a listed name written another way, so its
+value also satisfies the schemas of every pattern that may overlap (only patterns anchored at
+distinct literal prefixes are taken as disjoint) and of every listed name the pattern matches:
+stricter than the schema where they do not overlap, never looser.
+"""
+
+from __future__ import annotations
+
+import re
+
+from langrt.constrained.json_schema import regex as rx
+from langrt.constrained.json_schema.flat import Flat, check_pending
+from langrt.constrained.json_schema.keys import key_not_in
+from langrt.constrained.json_schema.pattern import emit, translate, with_length
+from langrt.errors import UnsupportedSchema
+
+
+# Why 30,000: with no required property, members are written once per property that may come
+# first (quadratic); past this the values become rule calls, so each copy is a key and a call.
+QUADRATIC_MAX_CHARS = 30_000
+
+
+def _all_optional_size(members: list) -> int:
+    n = len(members)
+    return sum(len(m) for m, _ in members) * (n + 1) // 2
+
+
+class ObjectMixin:
+    def object(self, f: Flat) -> str | None:
+        check_pending(f, "object")
+        if not f.object_keywords:  # no properties/required/additionalProperties: any object
+            return self._any_object(f)
+        names = [n for n in list(f.props) + [r for r in f.required if r not in f.props] if n not in f.forbidden]
+        if any(r in f.forbidden for r in f.required):
+            return None
+        members = self._listed_members(f, names, calls=False)
+        if members is None:
+            return None
+        if self.book is not None and not any(req for _, req in members) and _all_optional_size(members) > QUADRATIC_MAX_CHARS:
+            members = self._listed_members(f, names, calls=True)
+        n_required = sum(req for _, req in members)
+        if f.max_props is not None and n_required > f.max_props:
+            return None
+        if f.max_props is not None and len(members) > f.max_props:
+            raise UnsupportedSchema(
+                f"'maxProperties': {f.max_props} is less than the {len(members)} properties the schema allows",
+                param="maxProperties",
+            )
+        extra = self._extra_members(f, names, len(members))
+        if extra is not None:
+            members.append((extra, False))
+        if f.min_props > max(n_required, 1 if members else 0) or (f.min_props > n_required and n_required):
+            raise UnsupportedSchema(
+                f"'minProperties': {f.min_props} is more than the {n_required} required properties", param="minProperties"
+            )
+        body, optional = self._members(members)
+        return self.container("\\{", "\\}", body, optional and f.min_props == 0)
+
+    def _listed_members(self, f: Flat, names: list[str], calls: bool) -> list | None:
+        """(regex, required) of each listed property that can have a value; None if a required
+        one cannot. calls: each value a rule call (short members, for the all-optional form)."""
+        members = []
+        for name in names:
+            nodes = self._member_nodes(f, name)
+            v = (self.value_call if calls else self.value)(nodes, f.refs) if nodes is not None else self.any_value()
+            member = rx.seq(rx.string_literal(name), self.colon, v)
+            if member is None:
+                if name in f.required:
+                    return None
+                continue
+            members.append((member, name in f.required))
+        return members
+
+    def _member_nodes(self, f: Flat, name: str):
+        """The schemas a property's value must satisfy (None: any value)."""
+        matched = [n for pattern, nodes in f.pattern_props if _search(pattern, name) for n in nodes]
+        if name in f.props:
+            return f.props[name] + matched
+        return matched or f.additional
+
+    def _any_object(self, f: Flat) -> str | None:
+        if f.min_props > 1:
+            # Duplicate keys would count twice in the text and once in the parsed object.
+            raise UnsupportedSchema("'minProperties' above 1 is supported only with required properties", param="minProperties")
+        key = key_not_in(f.forbidden) if f.forbidden else rx.JSON_STRING
+        kv = key + self.colon + self.any_value()
+        more = None if f.max_props is None else f.max_props - 1
+        body = None if f.max_props == 0 else kv + rx.repeat(self.comma + kv, 0, more)
+        return self.container("\\{", "\\}", body, optional=f.min_props == 0)
+
+    def _extra_members(self, f: Flat, names: list[str], listed: int) -> str | None:
+        """Properties beyond the listed ones: keys of each pattern, and others only with an
+        explicit additionalProperties (values that also satisfy every pattern's schema)."""
+        room = None if f.max_props is None else f.max_props - listed
+        if room == 0:
+            return None
+        kvs = [self._pattern_member(f, i, names) for i in range(len(f.pattern_props))]
+        if f.additional is not None:
+            every_pattern = [n for _, nodes in f.pattern_props for n in nodes]
+            v = self.value(f.additional + every_pattern, f.refs)
+            kvs.append(rx.seq(key_not_in(names + f.forbidden), self.colon, v))
+        kv = rx.alt(kvs)
+        if kv is None:
+            return None
+        return kv + rx.repeat(self.comma + kv, 0, None if room is None else room - 1)
+
+    def _pattern_member(self, f: Flat, i: int, names: list[str]) -> str | None:
+        pattern, nodes = f.pattern_props[i]
+        if any(_search(pattern, name) for name in f.forbidden):
+            return None  # its keys could spell a forbidden name
+        others = [n for j, (p, ns) in enumerate(f.pattern_props) if j != i and _may_overlap(pattern, p) for n in ns]
+        listed = [n for name in names if name in f.props and _search(pattern, name) for n in f.props[name]]
+        key = rx.seq('"', rx.alt(emit(a) for a in with_length(translate(pattern, "patternProperties"), 0, None)), '"')
+        return rx.seq(key, self.colon, self.value(nodes + others + listed, f.refs))
+
+    def _members(self, members: list[tuple[str, bool]]) -> tuple[str | None, bool]:
+        """Members in order, separated by commas; (regex, whether it may be empty)."""
+        if not members:
+            return None, True
+        first_required = next((i for i, (_, req) in enumerate(members) if req), None)
+        if first_required is not None:
+            # Optional members before the first required one carry their comma after them.
+            body = "".join(rx.opt(m + self.comma) for m, _ in members[:first_required]) + members[first_required][0]
+            for m, req in members[first_required + 1 :]:
+                body += self.comma + m if req else rx.opt(self.comma + m)
+            return body, False
+        # All optional: whichever member comes first has no comma before it. Quadratic in the
+        # number of members, which the regex length limit bounds.
+        tails = [""]
+        for m, _ in reversed(members[1:]):
+            tails.append(rx.opt(self.comma + m) + tails[-1])
+        tails.reverse()
+        return rx.alt(m + tails[i] for i, (m, _) in enumerate(members)), True
+
+
+def _search(pattern: str, name: str) -> bool:
+    """What jsonschema runs for patternProperties."""
+    try:
+        return re.search(pattern, name) is not None
+    except re.error as e:
+        raise UnsupportedSchema(f"patternProperties {pattern!r}: {e}", param="patternProperties") from None
+
+
+_LITERAL_PREFIX = re.compile(r"\^([A-Za-z0-9_\-@:/ ]*)(.?)")
+
+
+def _literal_prefix(pattern: str) -> str | None:
+    """The literal text every match starts with, for a pattern anchored with ^ (None if not)."""
+    m = _LITERAL_PREFIX.match(pattern)
+    if m is None or "|" in pattern:
+        return None
+    prefix, after = m.groups()
+    return prefix[:-1] if after and after in "?*{" else prefix
+
+
+def _may_overlap(p: str, q: str) -> bool:
+    """False only when both patterns start with ^ and literal prefixes neither of which
+    begins the other (no name matches both)."""
+    x, y = _literal_prefix(p), _literal_prefix(q)
+    return x is None or y is None or x.startswith(y) or y.startswith(x)

@@ -1,0 +1,181 @@
+"""JSON schemas as grammar rules (json_schema/rules.py over cfg/pda.py): unbounded recursion,
+schemas past one regex's size limit, values left free nesting to any depth, the keywords the
+grammar adds; and the JSON Schema Test Suite through the runtime's compiler, never accepting an
+invalid instance."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+
+from langrt.constrained import allocate_token_bitmask
+from langrt.constrained.cfg.build import full_match, local_automaton
+from langrt.constrained.cfg.rules import RuleSet
+from langrt.constrained.json_schema import schema_to_grammar, schema_to_regex
+from langrt.errors import UnsupportedSchema
+
+SUITE = Path(__file__).resolve().parents[1] / "data" / "json-schema-test-suite" / "draft2020-12"
+MAX_STATES = 200_000
+
+
+def matcher(schema):
+    source = schema_to_grammar(schema)
+    if isinstance(source, str):
+        return lambda text: re.fullmatch(source, text) is not None
+    automaton = local_automaton(source, MAX_STATES)
+    return lambda text: full_match(automaton, text)
+
+
+def check(schema, valid=(), invalid=()):
+    """Each valid value (really valid: jsonschema agrees) accepted, each invalid one rejected."""
+    accepts = matcher(schema)
+    for v in valid:
+        jsonschema.validate(v, schema)
+        assert accepts(json.dumps(v)), f"valid rejected: {json.dumps(v)}"
+    for v in invalid:
+        assert not jsonschema.Draft202012Validator(schema).is_valid(v)
+        assert not accepts(json.dumps(v)), f"invalid accepted: {json.dumps(v)}"
+
+
+def nested_tree(depth: int, name="n"):
+    node = {"name": name, "children": []}
+    for i in range(depth):
+        node = {"name": f"{name}{i}", "children": [node, {"name": "leaf", "children": []}]}
+    return node
+
+
+TREE = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}},
+    "required": ["name", "children"],
+    "additionalProperties": False,
+}
+
+
+def test_recursion_is_unbounded_not_unrolled():
+    assert isinstance(schema_to_grammar(TREE), RuleSet)
+    deep = nested_tree(12)
+    broken = nested_tree(12)
+    inner = broken
+    for _ in range(10):
+        inner = inner["children"][0]
+    del inner["name"]  # a required property missing ten levels down
+    check(TREE, valid=[deep, nested_tree(0)], invalid=[broken, {"name": 1, "children": []}])
+    # round 1's regex stops at max_ref_depth=3
+    assert re.fullmatch(schema_to_regex(TREE), json.dumps(deep)) is None
+
+
+def test_values_left_free_nest_to_any_depth():
+    deep = [[[[[[[{"a": [1, {"b": None}]}]]]]]]]
+    check({"type": "object", "properties": {"x": {}}, "required": ["x"], "additionalProperties": False},
+          valid=[{"x": deep}], invalid=[{"y": 1}, {"x": deep, "y": 1}])
+
+
+def test_a_schema_past_one_regexs_size_limit_compiles_as_rules():
+    # 40 definitions, each an object of twelve enums, used by two anyOfs: one regex would copy
+    # every definition into each use
+    defs = {f"d{i}": {"type": "object", "properties": {f"p{j}": {"enum": [f"v{i}_{j}_{k}" for k in range(8)]} for j in range(12)},
+                      "required": [f"p{j}" for j in range(12)], "additionalProperties": False} for i in range(40)}
+    schema = {"$defs": defs, "type": "object", "properties": {
+        "a": {"anyOf": [{"$ref": f"#/$defs/d{i}"} for i in range(40)]},
+        "b": {"type": "array", "items": {"anyOf": [{"$ref": f"#/$defs/d{i}"} for i in range(40)]}}},
+        "required": ["a", "b"], "additionalProperties": False}  # fmt: skip
+    with pytest.raises(UnsupportedSchema):
+        schema_to_regex(schema)
+    item = {f"p{j}": f"v7_{j}_3" for j in range(12)}
+    check(schema, valid=[{"a": item, "b": [item, {f"p{j}": f"v39_{j}_0" for j in range(12)}]}],
+          invalid=[{"a": item, "b": [{**item, "p4": "v6_4_3"}]}, {"a": item}])  # fmt: skip
+
+
+def test_suite_through_the_runtimes_compiler_never_accepts_invalid():
+    compiled = valid = valid_accepted = 0
+    for path in sorted(SUITE.glob("*.json")) + sorted(SUITE.glob("optional/format/*.json")):
+        for group in json.loads(path.read_text()):
+            try:
+                accepts = matcher(group["schema"])
+            except UnsupportedSchema as e:
+                assert e.param, f"{path.name} / {group['description']}: refusal names no keyword"
+                continue
+            compiled += 1
+            for test in group["tests"]:
+                matched = accepts(json.dumps(test["data"]))
+                if test["valid"]:
+                    valid, valid_accepted = valid + 1, valid_accepted + matched
+                else:
+                    assert not matched, f"{path.name} / {group['description']} / {test['description']}"
+    assert compiled >= 176 and valid_accepted / valid >= 0.90
+
+
+def allowed(matcher, vocab_size: int) -> set[int]:
+    bitmask = allocate_token_bitmask(1, vocab_size)
+    matcher.fill_bitmask(bitmask, 0)
+    bits = bitmask[0].view(torch.uint8).numpy()
+    return {i for i in range(vocab_size) if bits[i >> 3] >> (i & 7) & 1}
+
+
+def test_token_masks_of_a_recursive_schema_are_what_accept_token_takes(compiler, tokenizer, vocab):
+    grammar = compiler.compile_json_schema(TREE)
+    text = json.dumps(nested_tree(3))
+    matcher = grammar.matcher()
+    for step, token in enumerate(tokenizer.encode(text)):
+        mask = allowed(matcher, 49152)
+        assert token in mask, tokenizer.decode([token])
+        if step % 7 == 0:
+            assert mask == {t for t in range(len(vocab.token_bytes)) if matcher.copy().accept_token(t)}
+        assert matcher.accept_token(token)
+    assert matcher.can_end and matcher.accept_token(2) and matcher.is_terminated()
+
+
+# -- the keywords the grammar compiler adds ---------------------------------------------------
+
+# Values every keyword test below runs through its matcher: whatever is accepted must be valid.
+POOL = [None, True, False, 0, -3, 2.5, 7, "", "a", "x-y", "US", "CA", [], [1], [1, 1], ["a", "b"], {},
+        {"a": 1}, {"a": "s"}, {"b": 1}, {"a": 1, "b": 2}, {"a": 1, "b": "2"}, {"x-a": 1}, {"x-a": "s"},
+        {"x-a": 1, "y-b": "s"}, {"country": "US", "zip": "12345"}, {"country": "CA", "zip": "12345"},
+        {"country": "CA", "postal": "K1A"}, {"country": "US", "postal": "K1A"}, {"name": "n"}, {"name": "n", "a": 1}]  # fmt: skip
+
+KEYWORD_CASES = [
+    ({"not": {"type": "string"}}, [None, 1, {"a": 1}], ["a"]),
+    ({"not": {"enum": ["US", "CA"]}, "type": "string"}, ["a", "x-y"], ["US", "CA"]),
+    ({"not": {"const": True}}, [False, None], [True]),
+    ({"type": "object", "not": {"required": ["a"]}}, [{}, {"b": 1}], [{"a": 1}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, "not": {"required": ["a", "b"]}},
+     [{"a": 1}, {"b": 1}, {}], [{"a": 1, "b": 2}]),
+    ({"type": "object", "properties": {"country": {"enum": ["US", "CA"]}, "zip": {"type": "string"},
+                                       "postal": {"type": "string"}}, "required": ["country"],
+      "if": {"properties": {"country": {"const": "US"}}}, "then": {"required": ["zip"]},
+      "else": {"required": ["postal"]}},
+     [{"country": "US", "zip": "12345"}, {"country": "CA", "postal": "K1A"}],
+     [{"country": "US", "postal": "K1A"}, {"country": "CA", "zip": "12345"}]),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+     [{"a": 1, "b": 2}, {"b": 1}, {}], [{"a": 1}]),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "dependencies": {"a": {"properties": {"b": {"type": "string"}}, "required": ["b"]}}},
+     [{"a": 1, "b": "2"}, {"b": 1}], [{"a": 1, "b": 2}, {"a": 1}]),
+    ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}, "^y-": {"type": "string"}}, "additionalProperties": False},
+     [{"x-a": 1}, {"x-a": 1, "y-b": "s"}, {}], [{"x-a": "s"}, {"a": 1}]),
+    ({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+      "patternProperties": {"^[a-z]$": {"type": "integer"}}, "additionalProperties": False},
+     [{"name": "n"}, {"name": "n", "a": 1}], [{"name": "n", "a": "s"}, {"a": 1}]),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1}, [{"a": 1}, {"b": 1}], [{}]),
+    ({"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
+     [[1, "a"], [1], []], [[1, 2], [1, "a", 3]]),
+]
+
+
+@pytest.mark.parametrize("schema, valid, invalid", KEYWORD_CASES)
+def test_keywords_the_grammar_compiler_adds(schema, valid, invalid):
+    validator = jsonschema.Draft7Validator(schema) if "dependencies" in schema or "additionalItems" in schema \
+        else jsonschema.Draft202012Validator(schema)  # fmt: skip
+    accepts = matcher(schema)
+    for v in valid:
+        assert validator.is_valid(v) and accepts(json.dumps(v)), f"valid rejected: {json.dumps(v)}"
+    for v in invalid:
+        assert not validator.is_valid(v) and not accepts(json.dumps(v)), f"invalid accepted: {json.dumps(v)}"
+    for v in POOL:
+        if accepts(json.dumps(v)):
+            assert validator.is_valid(v), f"invalid accepted: {json.dumps(v)}"
