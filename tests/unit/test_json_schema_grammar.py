@@ -18,6 +18,7 @@ from langrt.constrained.cfg.build import full_match, local_automaton
 from langrt.constrained.cfg.rules import RuleSet
 from langrt.constrained.json_schema import schema_to_grammar, schema_to_regex
 from langrt.errors import UnsupportedSchema
+from test_json_schema import NARROW_FORMAT_FILES
 
 SUITE = Path(__file__).resolve().parents[1] / "data" / "json-schema-test-suite" / "draft2020-12"
 MAX_STATES = 200_000
@@ -104,11 +105,11 @@ def test_suite_through_the_runtimes_compiler_never_accepts_invalid():
             compiled += 1
             for test in group["tests"]:
                 matched = accepts(json.dumps(test["data"]))
-                if test["valid"]:
+                if test["valid"] and path.name not in NARROW_FORMAT_FILES:
                     valid, valid_accepted = valid + 1, valid_accepted + matched
-                else:
+                elif not test["valid"]:
                     assert not matched, f"{path.name} / {group['description']} / {test['description']}"
-    assert compiled >= 176 and valid_accepted / valid >= 0.90
+    assert compiled >= 241 and valid_accepted / valid >= 0.90
 
 
 def allowed(matcher, vocab_size: int) -> set[int]:
@@ -162,6 +163,11 @@ KEYWORD_CASES = [
       "patternProperties": {"^[a-z]$": {"type": "integer"}}, "additionalProperties": False},
      [{"name": "n"}, {"name": "n", "a": 1}], [{"name": "n", "a": "s"}, {"a": 1}]),
     ({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1}, [{"a": 1}, {"b": 1}], [{}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {}},
+      "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, [{"a": 1}, {"b": 1}], [{"a": 1, "b": 2}, {}]),
+    ({"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]}, [-3, 11], [5, 0, 10]),
+    ({"type": "string", "format": "path"}, ["a", "x-y"], [1]),
+    ({"type": "string", "format": "duration"}, ["P1D", "PT1H30M", "P2W"], [1]),  # bad durations: the suite's duration.json
     ({"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
      [[1, "a"], [1], []], [[1, 2], [1, "a", 3]]),
 ]

@@ -11,7 +11,7 @@ from langrt.constrained.byte_dfa import call_marker
 from langrt.constrained.json_schema import regex as rx
 from langrt.constrained.json_schema.flat import Flat, Node, check_pending, json_equal, json_type
 from langrt.constrained.json_schema.keys import key_not_in
-from langrt.constrained.json_schema.formats import format_pattern
+from langrt.constrained.json_schema.formats import FORMATS, format_pattern
 from langrt.constrained.json_schema.normalize import Normalizer
 from langrt.constrained.json_schema.numeric import number_regex
 from langrt.constrained.json_schema.pattern import emit, translate, with_length
@@ -249,7 +249,8 @@ class _Compiler(ObjectMixin):
         return number_regex(f)
 
     def string(self, f: Flat) -> str | None:
-        specs = [("pattern", p) for p in dict.fromkeys(f.patterns)] + [("format", x) for x in dict.fromkeys(f.formats)]
+        formats = [x for x in dict.fromkeys(f.formats) if x in FORMATS]  # others are annotations
+        specs = [("pattern", p) for p in dict.fromkeys(f.patterns)] + [("format", x) for x in formats]
         if len(specs) > 1:
             keyword = specs[1][0]
             raise UnsupportedSchema(

@@ -51,6 +51,18 @@ _URI = (  # RFC 3986 URI (IP-literal hosts: IPv6 only, no IPvFuture)
     rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
 )
 
+_QUERY = f"(?:\\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+_NC_PCHAR = f"(?:[A-Za-z0-9._~!$&'()*+,;=@-]|{_PCT})"  # a pchar but ':'
+_RELATIVE_REF = (  # RFC 3986 relative-ref: network-path, absolute path, or a first segment without ':'
+    rf"(?://(?:[A-Za-z0-9._~!$&'()*+,;=-]|{_PCT})*(?:/{_PCHAR}*)*"
+    rf"|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_NC_PCHAR}+(?:/{_PCHAR}*)*)?{_QUERY}"
+)
+_VARSPEC = "[A-Za-z0-9_]+(?:[.][A-Za-z0-9_]+)*(?::[1-9][0-9]{0,3}|[*])?"  # RFC 6570 varname, prefix or explode
+_DURATION = (  # ISO 8601 as JSON Schema's appendix: at least one component, weeks alone
+    "P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)(?:T{t})?|T{t})|P[0-9]+W"
+).format(t="(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
+)
+
 FORMATS = {
     "date": _DATE,
     "time": _TIME,
@@ -62,12 +74,28 @@ FORMATS = {
     # Dot-atom local part of at most 63 characters (no quoted local parts, no address literals).
     "email": f"{_ATOM}(?:\\.?{_ATOM}){{0,31}}@{_HOSTNAME}",
     "uri": _URI,
+    "uri-reference": f"(?:{_URI}|{_RELATIVE_REF})",
+    "uri-template": f"(?:[A-Za-z0-9._~!$&'()*+,;=:/?#@%-]|\\{{[+#./;?&]?{_VARSPEC}(?:,{_VARSPEC})*\\}})*",
+    "json-pointer": "(?:/(?:[A-Za-z0-9 ._!@$%&()*+,;=:?-]|~[01])*)*",
+    "relative-json-pointer": "(?:0|[1-9][0-9]*)(?:#|(?:/(?:[A-Za-z0-9 ._!@$%&()*+,;=:?-]|~[01])*)*)",
+    "duration": f"(?:{_DURATION})",
+    # ASCII subsets of the internationalized forms (valid instances of them)
+    "iri": _URI,
+    "iri-reference": f"(?:{_URI}|{_RELATIVE_REF})",
+    "idn-hostname": _HOSTNAME,
+    "idn-email": f"{_ATOM}(?:\\.?{_ATOM}){{0,31}}@{_HOSTNAME}",
+    "regex": "[A-Za-z0-9 _-]*",  # plain text: a regex matching itself
+    # OpenAPI's base64 string
+    "byte": "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?",
 }
+# Every format JSON Schema 2020-12 defines is above (and OpenAPI's "byte"): where a schema asserts
+# one its meaning is known, so langrt enforces it. Any other name (OpenAPI's "int32", a
+# project's "path") is an annotation no validator can check, and constrains nothing.
 
 
-def format_pattern(name: str) -> Translated:
+def format_pattern(name: str) -> Translated | None:
+    """The pattern of a format; None for a name that is no format JSON Schema defines (an
+    annotation)."""
     if name not in FORMATS:
-        raise UnsupportedSchema(
-            f"format {name!r} is not supported (supported: {', '.join(sorted(FORMATS))})", param="format"
-        )
+        return None
     return translate(f"^(?:{FORMATS[name]})$", "format")

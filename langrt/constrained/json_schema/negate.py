@@ -35,7 +35,10 @@ _MAX_DEPTH = 3
 
 
 def negate(s, resolve, keyword: str = "not", depth: int = 0) -> list:
-    """Schemas whose union is the complement of `s`. `resolve(ref)` gives a $ref's target."""
+    """Schemas whose union is the complement of `s`, or a part of it: every instance they admit
+    is rejected by `s` (callers use a complement only positively, as `not`, `if`'s else branch
+    and oneOf's exclusions, so a narrower one only narrows what is generated). Exact but for
+    one case: not integer leaves out non-integral numbers. `resolve(ref)` gives a $ref's target."""
     if s is True or s == {}:
         return []
     if s is False:
@@ -53,10 +56,10 @@ def negate(s, resolve, keyword: str = "not", depth: int = 0) -> list:
 def _negate_keyword(s: dict, key, value, resolve, keyword: str, depth: int) -> list:
     others = [t for t in TYPES if t not in _typed(key)]
     if key == "type":
+        # Not an integer: other types, and numbers with a fraction, which langrt does not write
+        # (left out: a complement may be narrower than exact, never wider; see negate()).
         names = {value} if isinstance(value, str) else set(value)
-        if "integer" in names and "number" not in names:
-            raise _refuse(keyword, "of 'type': 'integer' needs non-integral numbers, which langrt does not write")
-        rest = [t for t in TYPES if t not in names and not (t == "integer" and "number" in names)]
+        rest = [t for t in TYPES if t not in names and not (t in _NUMERIC and names & set(_NUMERIC))]
         return [{"type": rest}] if rest else []
     if key in ("const", "enum"):
         return [{EXCLUDE: {"values": [value] if key == "const" else list(value), "keyword": keyword}}]

@@ -124,7 +124,9 @@ class Normalizer:
         if "oneOf" in s:
             branches = [self.conjoin([f.clone() for f in flats], Node(_subschema(sub, "oneOf"), base)) for sub in _list(s, "oneOf")]
             branches = [[f for f in b if _satisfiable(f)] for b in branches]
-            self._check_disjoint(branches)
+            overlap = self._overlap(branches)
+            if overlap is not None:
+                branches = [self.conjoin([f.clone() for f in flats], Node(x, base)) for x in self._exclusive(s, base, overlap)]
             flats = [g for b in branches for g in b]
             self._check_size(flats, "oneOf")
         for keyword, branches in self._branches(s, base):
@@ -207,16 +209,31 @@ class Normalizer:
                 target_base = target
         return _subschema(target, "$ref"), target_base
 
-    def _check_disjoint(self, branches: list[list[Flat]]) -> None:
+    def _overlap(self, branches: list[list[Flat]]) -> tuple[int, int] | None:
+        """Two oneOf branches not proved disjoint, or None."""
         for i, bi in enumerate(branches):
             for j, bj in enumerate(branches):
                 if i != j and not all(self.excludes(a, b) for a in bi for b in bj):
-                    raise UnsupportedSchema(
-                        f"oneOf branches {i} and {j} may both match one instance; langrt accepts oneOf only when "
-                        "its branches are provably disjoint (different types, distinct const/enum values, or a "
-                        "required property with distinct const values), use anyOf if overlap is fine",
-                        param="oneOf",
-                    )
+                    return i, j
+        return None
+
+    def _exclusive(self, s: dict, base, overlap: tuple[int, int]) -> list:
+        """oneOf's branches made exclusive: branch i and the complement of every other one (exact
+        where negate.py can write the complements; refused naming oneOf where not)."""
+        key = ("oneOf", id(s))
+        if key not in self._written:
+            subs = _list(s, "oneOf")
+            try:
+                nots = [{"anyOf": negate(sub, lambda ref: self.resolve(ref, base)[0], "oneOf") or [False]} for sub in subs]
+            except UnsupportedSchema as e:
+                i, j = overlap
+                raise UnsupportedSchema(
+                    f"oneOf branches {i} and {j} may both match one instance, and their complements cannot be written "
+                    f"to keep them apart ({e.message}); use anyOf if overlap is fine",
+                    param="oneOf",
+                ) from None
+            self._written[key] = [{"allOf": [sub] + nots[:i] + nots[i + 1 :]} for i, sub in enumerate(subs)]
+        return self._written[key]
 
     # -- proofs ----------------------------------------------------------------------------
 
