@@ -1,7 +1,8 @@
 """One adapter per grammar engine, all over the same tokenizer (the built-in model's, SmolLM2).
 
 Settings, following MaskBench's runner (maskbench/maskbench/*_engine.py) where it has one:
-langrt with its default (compact) whitespace; xgrammar as MaskBench's "XGrammar" (strict_mode,
+langrt with its default (compact) whitespace and, as `langrt-open`, with open_objects (properties a
+schema does not list allowed where it does not say additionalProperties); xgrammar as MaskBench's "XGrammar" (strict_mode,
 json.dumps's fixed whitespace) and, opt-in, `xgrammar-compliant` as its "XGrammar (compliant)"
 (any whitespace, no strict_mode); llguidance and outlines-core with their JSON-schema defaults.
 One thread each: xgrammar's compiler is given max_threads=1, and the worker process sets the
@@ -22,8 +23,9 @@ MODULES = {
     "llguidance": "llguidance",
     "outlines-core": "outlines_core",
     "xgrammar-compliant": "xgrammar",
+    "langrt-open": "langrt",
 }
-DEFAULT_ENGINES = ("langrt", "xgrammar", "llguidance", "outlines-core")
+DEFAULT_ENGINES = ("langrt", "langrt-open", "xgrammar", "llguidance", "outlines-core")
 DISTRIBUTIONS = {"langrt": "langrt", "xgrammar": "xgrammar", "llguidance": "llguidance", "outlines_core": "outlines-core"}
 
 
@@ -45,7 +47,7 @@ class MaskEngine(Protocol):
 
 
 class LangrtEngine:
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, open_objects: bool = False):
         import torch
 
         from langrt.builtin import builtin_model_path
@@ -55,9 +57,10 @@ class LangrtEngine:
         self.compiler = GrammarCompiler.from_pretrained(builtin_model_path())
         self.bitmask = allocate_token_bitmask(1, self.compiler.vocab_size)
         self.mask = self.bitmask[0].numpy()
+        self.open_objects = open_objects
 
     def compile(self, schema):
-        self.grammar = self.compiler.compile_json_schema(schema)
+        self.grammar = self.compiler.compile_json_schema(schema, open_objects=self.open_objects)
 
     def start(self):
         self.matcher = self.grammar.matcher()
@@ -156,6 +159,8 @@ class OutlinesEngine:
 def make_engine(name: str, tokenizer) -> MaskEngine:
     if name == "xgrammar-compliant":
         return XgrammarEngine(tokenizer, compliant=True)
+    if name == "langrt-open":
+        return LangrtEngine(tokenizer, open_objects=True)
     makers = {"langrt": LangrtEngine, "xgrammar": XgrammarEngine, "llguidance": LlguidanceEngine, "outlines-core": OutlinesEngine}
     return makers[name](tokenizer)
 

@@ -220,10 +220,12 @@ class GrammarCompiler:
             raise InvalidRequest(f"regex not supported: {e}", param="regex") from None
         return Grammar(dfa, self.vocab, regex)
 
-    def compile_json_schema(self, schema: Any, whitespace: str = "compact") -> Grammar:
+    def compile_json_schema(self, schema: Any, whitespace: str = "compact", open_objects: bool = False) -> Grammar:
+        """open_objects: properties a schema does not list may appear where it does not say
+        additionalProperties (json_schema.schema_to_grammar)."""
         from langrt.constrained.json_schema import schema_to_grammar
 
-        source = schema_to_grammar(schema, whitespace=whitespace)
+        source = schema_to_grammar(schema, whitespace=whitespace, open_objects=open_objects)
         if isinstance(source, str):
             return self.compile_regex(source)
         return self._grammar(source, json.dumps(schema) if not isinstance(schema, str) else schema, "json_schema")

@@ -216,7 +216,7 @@ def test_every_text_the_regex_admits_is_valid(index, whitespace):
         ({"if": {"type": "string", "pattern": "^a"}, "then": {"minLength": 2}}, "if"),
         ({"type": "string", "pattern": "^a", "format": "email"}, "format"),
         ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
-        ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
+        ({"type": "array", "contains": {"type": "integer"}}, "contains"),
         ({"type": "object", "patternProperties": {"(?<=a)b": {}}}, "patternProperties"),
         ({"$ref": "https://example.com/schema.json"}, "$ref"),
         ({"$ref": "#/$defs/missing"}, "$ref"),

@@ -168,6 +168,9 @@ KEYWORD_CASES = [
     ({"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]}, [-3, 11], [5, 0, 10]),
     ({"type": "string", "format": "path"}, ["a", "x-y"], [1]),
     ({"type": "string", "format": "duration"}, ["P1D", "PT1H30M", "P2W"], [1]),  # bad durations: the suite's duration.json
+    ({"type": "object", "propertyNames": {"maxLength": 1}}, [{}, {"a": 1}, {"b": [2], "a": None}], [{"ab": 1}]),
+    ({"type": "object", "properties": {"a": {}, "long": {}}, "propertyNames": {"enum": ["a", "b"]}},
+     [{"a": 1}, {}], [{"long": 1}]),
     ({"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
      [[1, "a"], [1], []], [[1, 2], [1, "a", 3]]),
 ]
@@ -185,3 +188,36 @@ def test_keywords_the_grammar_compiler_adds(schema, valid, invalid):
     for v in POOL:
         if accepts(json.dumps(v)):
             assert validator.is_valid(v), f"invalid accepted: {json.dumps(v)}"
+
+
+def test_open_objects_take_unlisted_properties_anywhere_and_nothing_invalid():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"],
+              "patternProperties": {"^x-": {"type": "boolean"}}}  # fmt: skip
+    source = schema_to_grammar(schema, open_objects=True)
+    accepts = (lambda text: re.fullmatch(source, text) is not None) if isinstance(source, str) else None
+    if accepts is None:
+        automaton = local_automaton(source, MAX_STATES)
+        accepts = lambda text: full_match(automaton, text)  # noqa: E731
+    validator = jsonschema.Draft202012Validator(schema)
+    valid = [{"$schema": "s", "a": 1}, {"a": 1, "z": [1, {"q": None}], "b": "x", "w": 2}, {"x-on": True, "a": 2, "x-off": False}]
+    invalid = [{"b": "x"}, {"a": "1"}, {"a": 1, "x-on": 1}, {"$schema": "s", "b": 2, "a": 1}]
+    for v in valid:
+        assert validator.is_valid(v) and accepts(json.dumps(v)), v
+    for v in invalid + POOL:
+        if accepts(json.dumps(v)):
+            assert validator.is_valid(v), v
+    for v in invalid:
+        assert not accepts(json.dumps(v)), v
+    closed = matcher(schema)
+    assert not closed(json.dumps(valid[0])) and closed(json.dumps({"a": 1, "b": "x"}))
+
+
+def test_open_objects_keep_oneof_branches_apart():
+    """Round 1 proved oneOf branches disjoint by a required key the other branch's objects never
+    hold; with open objects they may hold it as an unlisted key, so the proof must not count."""
+    schema = {"type": "object", "oneOf": [{"properties": {"a": {}}, "required": ["a"]},
+                                          {"properties": {"b": {}}, "required": ["b"]}]}  # fmt: skip
+    automaton = local_automaton(schema_to_grammar(schema, open_objects=True), MAX_STATES)
+    assert full_match(automaton, json.dumps({"a": 1, "z": 2})) and full_match(automaton, json.dumps({"b": 1}))
+    assert not full_match(automaton, json.dumps({"a": 1, "b": 2}))
+    assert not full_match(automaton, json.dumps({"b": 1, "a": 2}))

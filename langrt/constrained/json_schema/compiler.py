@@ -58,13 +58,22 @@ def schema_to_regex(
     return compiler.root_value()
 
 
-def schema_to_grammar(schema: dict | bool | str, whitespace: str = "compact", max_regex_length: int = DEFAULT_MAX_REGEX_LENGTH):
+def schema_to_grammar(
+    schema: dict | bool | str,
+    whitespace: str = "compact",
+    max_regex_length: int = DEFAULT_MAX_REGEX_LENGTH,
+    open_objects: bool = False,
+):
     """What schema_to_regex gives, as grammar rules (a cfg.rules.RuleSet) where the schema
     recurses or is big: recursion is unbounded and values left free nest to any depth; a
-    schema that needs neither stays one regex (a str)."""
+    schema that needs neither stays one regex (a str). open_objects: where a schema does not
+    say additionalProperties, other properties (any value) may come before, between and after
+    the listed ones, as JSON Schema allows (default: only the listed ones, as xgrammar's strict
+    mode and SGLang do)."""
     schema = _checked(schema, whitespace)
     book = RuleBook()
     compiler = _Compiler(schema, whitespace, DEFAULT_MAX_REF_DEPTH, max_regex_length, book)
+    compiler.open_objects = compiler.norm.open_objects = open_objects
     return book.rule_set(compiler.root_value())
 
 
@@ -86,6 +95,7 @@ def _checked(schema, whitespace: str):
 class _Compiler(ObjectMixin):
     def __init__(self, root, whitespace: str, max_ref_depth: int, max_regex_length: int, book: RuleBook | None = None):
         self.root, self.whitespace, self.book = root, whitespace, book
+        self.open_objects = False
         self.max_ref_depth, self.max_len = max_ref_depth, max_regex_length
         self.norm = Normalizer(root, max_ref_depth, MAX_DISJUNCTS)
         compact = whitespace == "compact"
@@ -203,10 +213,7 @@ class _Compiler(ObjectMixin):
         blank.types = set(rest.types)
         check = None
         if rest != blank:
-            if self._checker is None:
-                self._checker = _Compiler(self.root, "compact", self.max_ref_depth, self.max_len)
-                self._checker.norm = self.norm
-            check = self._checker.flat(rest)
+            check = self.checker().flat(rest)
             if check is None:
                 return None
         kept = []
@@ -216,6 +223,19 @@ class _Compiler(ObjectMixin):
             if check is None or any(re.fullmatch(check, text) for text in _compact_texts(v)):
                 kept.append(self.literal(v))
         return rx.alt(kept)
+
+    def checker(self) -> "_Compiler":
+        """A one-regex compiler (compact whitespace, no rules) whose regexes Python's re runs:
+        literals in the schema are checked against them (a match is valid)."""
+        if self._checker is None:
+            self._checker = _Compiler(self.root, "compact", self.max_ref_depth, self.max_len)
+            self._checker.norm = self.norm
+        return self._checker
+
+    def fits(self, nodes, refs: tuple, v) -> bool:
+        """`v` is proved valid against every schema of `nodes` (False: not proved)."""
+        check = self.checker().value(nodes, refs)
+        return check is not None and any(re.fullmatch(check, text) for text in _compact_texts(v))
 
     def literal(self, v) -> str | None:
         if v is None:

@@ -28,7 +28,7 @@ REFUSED = {
 # ...and ones refused only when a value of their type could be generated. A value listed is
 # the keyword's no-op form, accepted.
 PENDING = {
-    "object": {"propertyNames": True, "unevaluatedProperties": True},
+    "object": {"unevaluatedProperties": True},
     "array": {"contains": None, "minContains": None, "maxContains": None, "unevaluatedItems": True},
 }  # fmt: skip
 _PENDING_TYPE = {k: t for t, ks in PENDING.items() for k in ks}
@@ -71,6 +71,7 @@ class Flat:
     max_props: int | None = None
     object_keywords: bool = False  # properties / required / additionalProperties seen
     pattern_props: list = field(default_factory=list)  # (pattern, list[Node])
+    property_names: list = field(default_factory=list)  # list[Node]: schemas every key satisfies
     forbidden: list = field(default_factory=list)  # property names an object must not have
     excluded: list = field(default_factory=list)  # values the instance must not be
     excluded_by: str = ""  # the keyword that excluded them (`not`, `if`)
@@ -84,6 +85,7 @@ class Flat:
         new.prefix = [list(p) for p in self.prefix]
         new.props = {k: list(v) for k, v in self.props.items()}
         new.pattern_props = [(p, list(v)) for p, v in self.pattern_props]
+        new.property_names = list(self.property_names)
         new.pending = dict(self.pending)
         return new
 
@@ -290,6 +292,9 @@ def _apply_properties(f: Flat, s: dict, base) -> None:
     if not isinstance(patterns, dict):
         raise _bad("patternProperties", "an object of schemas")
     f.pattern_props += [(p, [Node(_subschema(sub, "patternProperties"), base)]) for p, sub in patterns.items()]
+    if s.get("propertyNames", True) is not True:
+        f.property_names.append(Node(_subschema(s["propertyNames"], "propertyNames"), base))
+        f.object_keywords = True
     if "properties" in s or extra is not None or patterns:
         f.object_keywords = True
     for name, sub in props.items():

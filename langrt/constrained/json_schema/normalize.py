@@ -88,6 +88,7 @@ class Normalizer:
         self.depth_hit = False  # some $ref recursion was cut at max_ref_depth
         self.proving = 0  # > 0 while proving oneOf disjointness (depth cut-offs prove nothing)
         self.resources = _Resources(root)
+        self.open_objects = False  # set by the compiler: objects may hold keys the schema does not list
         self._written: dict[int, list] = {}  # id(schema) -> _branches (the schema outlives the compile)
 
     # -- flattening ------------------------------------------------------------------------
@@ -276,7 +277,9 @@ class Normalizer:
         if set(a.required) & set(b.forbidden) or set(b.required) & set(a.forbidden):
             return True
         names = set(a.props) | set(a.required)
-        closed = a.additional is None or a.additional == [] or _is_false(a.additional)
+        # `a`'s objects hold no other key: additionalProperties false, or absent where the
+        # compiler writes only listed keys (not with open objects)
+        closed = (a.additional is None and not self.open_objects) or a.additional == [] or _is_false(a.additional or [])
         if closed and any(q not in names for q in b.required):
             return True
         if b.max_props is not None and len(set(a.required)) > b.max_props:

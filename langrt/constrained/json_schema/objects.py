@@ -1,6 +1,7 @@
 """Objects for the JSON-schema compiler (a mixin of compiler._Compiler): listed properties in
-the schema's order, then the keys `patternProperties` and an explicit `additionalProperties`
-allow, under the property counts.
+the schema's order, with the keys `patternProperties` and an explicit `additionalProperties`
+allow before, between and after them, under the property counts. With `propertyNames`, only
+the listed names it is proved to accept (no other keys: narrower, never wrong).
 
 A key's value must satisfy every schema that applies to it: its `properties` entry and each
 pattern it matches (jsonschema's re.search on the name), else `additionalProperties`. A key
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 
 from langrt.constrained.json_schema import regex as rx
-from langrt.constrained.json_schema.flat import Flat, check_pending
+from langrt.constrained.json_schema.flat import Flat, Node, check_pending
 from langrt.constrained.json_schema.keys import key_not_in
 from langrt.constrained.json_schema.pattern import emit, translate, with_length
 from langrt.errors import UnsupportedSchema
@@ -31,13 +32,19 @@ def _all_optional_size(members: list) -> int:
     return sum(len(m) for m, _ in members) * (n + 1) // 2
 
 
+_STRING_SCHEMA = {"type": "string"}
+_STRING = Node(_STRING_SCHEMA, _STRING_SCHEMA)
+
+
 class ObjectMixin:
     def object(self, f: Flat) -> str | None:
         check_pending(f, "object")
         if not f.object_keywords:  # no properties/required/additionalProperties: any object
             return self._any_object(f)
         names = [n for n in list(f.props) + [r for r in f.required if r not in f.props] if n not in f.forbidden]
-        if any(r in f.forbidden for r in f.required):
+        if f.property_names:  # propertyNames: listed names proved to satisfy it, no other keys
+            names = [n for n in names if self.fits(f.property_names, f.refs, n)]
+        if any(r in f.forbidden or r not in names for r in f.required):
             return None
         members = self._listed_members(f, names, calls=False)
         if members is None:
@@ -52,14 +59,20 @@ class ObjectMixin:
                 f"'maxProperties': {f.max_props} is less than the {len(members)} properties the schema allows",
                 param="maxProperties",
             )
-        extra = self._extra_members(f, names, len(members))
-        if extra is not None:
-            members.append((extra, False))
-        if f.min_props > max(n_required, 1 if members else 0) or (f.min_props > n_required and n_required):
+        kv = self._extra_kv(f, names) if not f.property_names else self._named_kv(f, names)
+        if kv is not None and (f.max_props is not None or self.book is None):
+            # counted (or one regex, which copies would swell): after the listed ones
+            room = None if f.max_props is None else f.max_props - len(members)
+            if room is None or room > 0:
+                members.append((kv + rx.repeat(self.comma + kv, 0, None if room is None else room - 1), False))
+            kv = None
+        elif kv is not None:
+            kv = self.book.rule_for(kv)  # written at every gap: one rule, called
+        if f.min_props > max(n_required, 1 if members or kv else 0) or (f.min_props > n_required and n_required):
             raise UnsupportedSchema(
                 f"'minProperties': {f.min_props} is more than the {n_required} required properties", param="minProperties"
             )
-        body, optional = self._members(members)
+        body, optional = self._members(members, kv)
         return self.container("\\{", "\\}", body, optional and f.min_props == 0)
 
     def _listed_members(self, f: Flat, names: list[str], calls: bool) -> list | None:
@@ -94,21 +107,30 @@ class ObjectMixin:
         body = None if f.max_props == 0 else kv + rx.repeat(self.comma + kv, 0, more)
         return self.container("\\{", "\\}", body, optional=f.min_props == 0)
 
-    def _extra_members(self, f: Flat, names: list[str], listed: int) -> str | None:
-        """Properties beyond the listed ones: keys of each pattern, and others only with an
-        explicit additionalProperties (values that also satisfy every pattern's schema)."""
-        room = None if f.max_props is None else f.max_props - listed
-        if room == 0:
-            return None
+    def _extra_kv(self, f: Flat, names: list[str]) -> str | None:
+        """One property beyond the listed ones: a key of each pattern; any other key only with
+        an explicit additionalProperties, or absent with open objects (values that satisfy
+        every pattern's schema too)."""
         kvs = [self._pattern_member(f, i, names) for i in range(len(f.pattern_props))]
-        if f.additional is not None:
-            every_pattern = [n for _, nodes in f.pattern_props for n in nodes]
-            v = self.value(f.additional + every_pattern, f.refs)
-            kvs.append(rx.seq(key_not_in(names + f.forbidden), self.colon, v))
-        kv = rx.alt(kvs)
-        if kv is None:
+        additional = f.additional if f.additional is not None or not self.open_objects else []
+        if additional is not None:
+            # keys no pattern can match: not starting with an anchored pattern's literal prefix;
+            # other patterns may match, so their schemas apply too
+            prefixes = [_literal_prefix(p) for p, _ in f.pattern_props]
+            nodes = additional + [n for (_, ns), x in zip(f.pattern_props, prefixes) if x is None for n in ns]
+            v = self.value(nodes, f.refs) if nodes else self.any_value()
+            key = key_not_in(names + f.forbidden, [x for x in prefixes if x is not None])
+            kvs.append(rx.seq(key, self.colon, v))
+        return rx.alt(kvs)
+
+    def _named_kv(self, f: Flat, names: list[str]) -> str | None:
+        """With propertyNames: other keys only where nothing else names keys (no properties,
+        required or patterns), written as strings its schema accepts."""
+        if f.props or f.required or f.pattern_props or names:
             return None
-        return kv + rx.repeat(self.comma + kv, 0, None if room is None else room - 1)
+        key = self.value(f.property_names + [_STRING], f.refs)
+        v = self.value(f.additional, f.refs) if f.additional else self.any_value()
+        return rx.seq(key, self.colon, v)
 
     def _pattern_member(self, f: Flat, i: int, names: list[str]) -> str | None:
         pattern, nodes = f.pattern_props[i]
@@ -119,25 +141,32 @@ class ObjectMixin:
         key = rx.seq('"', rx.alt(emit(a) for a in with_length(translate(pattern, "patternProperties"), 0, None)), '"')
         return rx.seq(key, self.colon, self.value(nodes + others + listed, f.refs))
 
-    def _members(self, members: list[tuple[str, bool]]) -> tuple[str | None, bool]:
-        """Members in order, separated by commas; (regex, whether it may be empty)."""
-        if not members:
+    def _members(self, members: list[tuple[str, bool]], extra: str | None) -> tuple[str | None, bool]:
+        """Members in order, separated by commas, with `extra` (one more property, or None)
+        allowed any number of times before, between and after them; (regex, may be empty)."""
+        if not members and extra is None:
             return None, True
+        c = self.comma
         first_required = next((i for i, (_, req) in enumerate(members) if req), None)
-        if first_required is not None:
+        if first_required is not None and extra is None:
             # Optional members before the first required one carry their comma after them.
-            body = "".join(rx.opt(m + self.comma) for m, _ in members[:first_required]) + members[first_required][0]
+            body = "".join(rx.opt(m + c) for m, _ in members[:first_required]) + members[first_required][0]
             for m, req in members[first_required + 1 :]:
-                body += self.comma + m if req else rx.opt(self.comma + m)
+                body += c + m if req else rx.opt(c + m)
             return body, False
-        # All optional: whichever member comes first has no comma before it. Quadratic in the
-        # number of members, which the regex length limit bounds.
-        tails = [""]
-        for m, _ in reversed(members[1:]):
-            tails.append(rx.opt(self.comma + m) + tails[-1])
+        # Whichever property comes first has no comma before it: one alternative for each that
+        # may (quadratic in the members before the first required one, which the regex length
+        # limit bounds). tails[i]: what may follow once something is written, from member i.
+        gap = rx.repeat(c + extra, 0, None) if extra is not None else ""
+        tails = [gap]
+        for m, req in reversed(members):
+            tails.append(gap + (c + m if req else rx.opt(c + m)) + tails[-1])
         tails.reverse()
-        return rx.alt(m + tails[i] for i, (m, _) in enumerate(members)), True
-
+        last = len(members) if first_required is None else first_required + 1
+        firsts = [m + tails[i + 1] for i, (m, _) in enumerate(members[:last])]
+        if extra is not None:
+            firsts.append(extra + tails[0])
+        return rx.alt(firsts), first_required is None
 
 def _search(pattern: str, name: str) -> bool:
     """What jsonschema runs for patternProperties."""

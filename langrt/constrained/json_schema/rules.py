@@ -43,6 +43,13 @@ class RuleBook:
         self.bodies[self.ids[key]] = NOTHING if regex is None else regex
         return marker
 
+    def rule_for(self, regex: str) -> str:
+        """A call to a rule whose body is `regex` (one rule per distinct text)."""
+        key = ("text", regex)
+        marker = self.call(key)
+        self.bodies[self.ids[key]] = regex
+        return marker
+
     def rule_set(self, root: str):
         """The rules, root first (cfg.rules.RuleSet), or the root regex alone when it calls none."""
         if not self.ids:
