@@ -6,12 +6,16 @@ invalid instance."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import re
 from pathlib import Path
 
 import jsonschema
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from langrt.constrained import allocate_token_bitmask
 from langrt.constrained.cfg.build import full_match, local_automaton
@@ -221,3 +225,75 @@ def test_open_objects_keep_oneof_branches_apart():
     assert full_match(automaton, json.dumps({"a": 1, "z": 2})) and full_match(automaton, json.dumps({"b": 1}))
     assert not full_match(automaton, json.dumps({"a": 1, "b": 2}))
     assert not full_match(automaton, json.dumps({"b": 1, "a": 2}))
+
+
+# -- property test: random schemas, their instances and mutants ----------------------------------
+
+
+def random_schema(rng, depth=0):
+    kind = "object" if depth == 0 and rng.random() < 0.6 else rng.choice(["string", "integer", "enum", "boolean", "array", "object", "object"] if depth < 2 else ["string", "integer", "enum", "boolean"])
+    if kind == "string":
+        return {"type": "string", "maxLength": rng.randint(0, 4)} if rng.random() < 0.5 else {"type": "string"}
+    if kind == "integer":
+        return {"type": "integer", "minimum": rng.randint(-5, 5)}
+    if kind == "enum":
+        return {"enum": rng.sample(["a", "b", 1, 2, None, True], rng.randint(1, 3))}
+    if kind == "boolean":
+        return {"type": "boolean"}
+    if kind == "array":
+        return {"type": "array", "items": random_schema(rng, depth + 1), "maxItems": rng.randint(0, 3)}
+    names = rng.sample(["p", "q", "r", "s"], rng.randint(1, 4))
+    schema = {"type": "object", "properties": {n: random_schema(rng, depth + 1) for n in names},
+              "required": [n for n in names if rng.random() < 0.5], "additionalProperties": False}  # fmt: skip
+    if depth == 0 and rng.random() < 0.5:  # recursion: the schema becomes grammar rules
+        schema["properties"]["kids"] = {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}
+    extra = rng.random()
+    if extra < 0.15:
+        schema["not"] = {"required": [rng.choice(names)]}
+    elif extra < 0.3:
+        schema["dependentRequired"] = {names[0]: names[1:2]}
+    elif extra < 0.45:
+        schema["if"] = {"properties": {names[0]: {"const": "a"}}, "required": [names[0]]}
+        schema["then"] = {"required": names[-1:]}
+    return schema
+
+
+def random_value(rng, schema, depth=0, root=None):
+    """A value following the schema's shape (often valid, sometimes not), keys in schema order."""
+    root = root or schema
+    if "$ref" in schema:
+        return random_value(rng, root, depth + 1, root) if depth < 4 else {}
+    if "enum" in schema:
+        return rng.choice(schema["enum"] + ["zz"])
+    t = schema.get("type")
+    if t == "string":
+        return "".join(rng.choice("ab\"é ") for _ in range(rng.randint(0, 5)))
+    if t == "integer":
+        return rng.randint(-7, 7)
+    if t == "boolean":
+        return rng.random() < 0.5
+    if t == "array":
+        return [random_value(rng, schema["items"], depth + 1, root) for _ in range(rng.randint(0, 4))]
+    return {n: random_value(rng, sub, depth + 1, root) for n, sub in schema["properties"].items() if rng.random() < 0.7}
+
+
+@settings(max_examples=int(os.environ.get("LANGRT_RANDOM_SCHEMAS", 150)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_random_schemas_accept_valid_instances_and_never_an_invalid_one(seed):
+    rng = random.Random(seed)
+    schema = random_schema(rng)
+    validator = jsonschema.Draft202012Validator(schema)
+    try:
+        accepts = matcher(schema)
+    except UnsupportedSchema as e:  # refused naming a keyword of the schema; "no value" only if so
+        assert e.param in json.dumps(schema) or e.param == "json_schema", (e.param, schema)
+        if "admits no value" in e.message:
+            assert not any(validator.is_valid(random_value(rng, schema)) for _ in range(25)), schema
+        return
+    for _ in range(25):
+        v = random_value(rng, schema)
+        text = json.dumps(v, ensure_ascii=False)
+        if validator.is_valid(v):
+            assert accepts(text), (schema, text)  # keys come in schema order, as the compiler writes them
+        else:
+            assert not accepts(text), (schema, text)

@@ -199,7 +199,12 @@ class _Compiler(ObjectMixin):
     def _string_not_in(self, f: Flat, strings: list) -> str:
         if f.patterns or f.formats or f.min_length or f.max_length is not None:
             raise UnsupportedSchema(f"'{f.excluded_by}' excludes strings of a string with pattern, format or lengths", param=f.excluded_by)
-        return key_not_in(strings)
+        # Raw strings other than the excluded ones, or strings with an escape of a character no
+        # excluded one holds (so they cannot decode to one of them).
+        held = set("".join(s for s in strings if isinstance(s, str)))
+        escapes = rx.alt(e for e, c in _SIMPLE_ESCAPES if c not in held)
+        escaped = None if escapes is None else f'"{rx.JSON_CHAR}*{escapes}{rx.JSON_CHAR}*"'
+        return rx.alt([key_not_in(strings), escaped])
 
     # -- literals (const, enum) -------------------------------------------------------------
 
@@ -357,6 +362,10 @@ class _Compiler(ObjectMixin):
             head = elems[i] if i == 0 else self.comma + elems[i]
             rest = head + (rest if i + 1 < lo else rx.opt(rest))
         return self.container("\\[", "\\]", rest, optional=lo == 0)
+
+
+# (JSON escape as regex, the character it stands for)
+_SIMPLE_ESCAPES = [(r'\\"', '"'), (r"\\\\", "\\"), (r"\\/", "/"), (r"\\b", "\b"), (r"\\f", "\f"), (r"\\n", "\n"), (r"\\r", "\r"), (r"\\t", "\t")]
 
 
 def _compact_texts(v) -> list[str]:
