@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from langrt.constrained.byte_dfa import ByteDFA
+from langrt.constrained.native.token_walk import vocab_trie
 from langrt.constrained.vocab import TokenVocabulary
 
 
@@ -40,6 +41,7 @@ class TokenMasks:
         self.dfa = dfa
         self.vocab = vocab
         self._flat_table: np.ndarray | None = None
+        self._table32: np.ndarray | None = None
         self._packed: dict[int, torch.Tensor] = {}
         self._ids: dict[int, torch.Tensor | None] = {}
         self._chains: dict[int, tuple[np.ndarray, int | None] | None] = {}
@@ -84,6 +86,23 @@ class TokenMasks:
         return len(self._packed)
 
     def _compute(self, state: int) -> torch.Tensor:
+        native = vocab_trie(self.vocab)
+        if native is not None:
+            return self._compute_native(state, *native)
+        return self._compute_numpy(state)
+
+    def _compute_native(self, state: int, function, trie) -> torch.Tensor:
+        """The C++ trie walk (native/token_walk.py)."""
+        if self._table32 is None:
+            self._table32 = np.ascontiguousarray(self.dfa.table, dtype=np.int32)
+        words = np.zeros(self.vocab.num_words, dtype=np.int32)
+        trie.walk(function, self._table32, self.dfa.dead, state, words)
+        if self.dfa.accepting[state]:
+            for eos in self.vocab.eos_token_ids:
+                words.view(np.uint32)[eos >> 5] |= np.uint32(1 << (eos & 31))
+        return torch.from_numpy(words)
+
+    def _compute_numpy(self, state: int) -> torch.Tensor:
         v, dead, table = self.vocab, self.dfa.dead, self.dfa.table
         chain = self._chain(state, _MAX_CHAIN_DEPTH)
         if chain is None:

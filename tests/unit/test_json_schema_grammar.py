@@ -171,6 +171,7 @@ KEYWORD_CASES = [
       "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, [{"a": 1}, {"b": 1}], [{"a": 1, "b": 2}, {}]),
     ({"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]}, [-3, 11], [5, 0, 10]),
     ({"type": "string", "format": "path"}, ["a", "x-y"], [1]),
+    ({"type": "string", "pattern": "(^$)|(^a[0-9]$)"}, ["", "a1"], ["a", "xa1", "a12"]),
     ({"type": "string", "format": "duration"}, ["P1D", "PT1H30M", "P2W"], [1]),  # bad durations: the suite's duration.json
     ({"type": "object", "propertyNames": {"maxLength": 1}}, [{}, {"a": 1}, {"b": [2], "a": None}], [{"ab": 1}]),
     ({"type": "object", "properties": {"a": {}, "long": {}}, "propertyNames": {"enum": ["a", "b"]}},

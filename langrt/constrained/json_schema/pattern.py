@@ -68,7 +68,7 @@ def _refuse(param: str, source: str, why: str) -> UnsupportedSchema:
 
 @lru_cache(maxsize=256)
 def translate(pattern: str, param: str = "pattern") -> Translated:
-    alts = _Parser(pattern, param).parse()
+    alts = _spliced(_Parser(pattern, param).parse())
     out = []
     for terms in alts:
         start = bool(terms) and terms[0] == ("bol",)
@@ -80,6 +80,18 @@ def translate(pattern: str, param: str = "pattern") -> Translated:
         anything = ("rep", ("any",), 0, None)
         out.append(("seq", ([] if start else [anything]) + list(terms) + ([] if end else [anything])))
     return Translated(out, pattern, param)
+
+
+def _spliced(alts: list[list]) -> list[list]:
+    """An alternative that is one group, `(^a$)|(^b$)`, is its group's alternatives: anchors in
+    them then stand at the pattern's own start and end."""
+    out = []
+    for terms in alts:
+        if len(terms) == 1 and terms[0][0] == "alt":
+            out += _spliced([seq[1] for seq in terms[0][1]])
+        else:
+            out.append(terms)
+    return out
 
 
 def _has_anchor(node) -> bool:

@@ -1,0 +1,141 @@
+"""Token masks by a walk of the vocabulary's trie in C++ (token_walk.cpp): from one automaton
+state, every token whose bytes the automaton reads without dying, each shared prefix read once
+and a dead prefix's whole subtree skipped. masks.TokenMasks uses it where it loads; elsewhere
+(no C++ compiler, LANGRT_CPU_KERNELS=0) its numpy walk gives the same masks.
+
+The library is plain C++ (no vector instructions: the trie walk is a chain of table lookups),
+built with the system's g++ on first use (~1 s) and cached under $LANGRT_CACHE_DIR (default
+~/.cache/langrt), keyed by the source's hash.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+SOURCE = Path(__file__).with_name("token_walk.cpp")
+DISABLE_ENV = "LANGRT_CPU_KERNELS"
+logger = logging.getLogger("langrt.constrained")
+
+_lock = threading.Lock()
+_function = None
+_tried = False
+
+
+def _walk_function():
+    """The C function, built and loaded on first use; None where it cannot be (said once)."""
+    global _function, _tried
+    with _lock:
+        if not _tried:
+            _tried = True
+            try:
+                _function = _load()
+            except Exception as exc:  # noqa: BLE001 - no compiler, a failed build: numpy masks, said once
+                logger.warning("token masks in numpy (the C++ trie walk is not used: %s)", str(exc).strip()[:300])
+    return _function
+
+
+def reset() -> None:
+    """Forget the library (tests that change LANGRT_CPU_KERNELS)."""
+    global _function, _tried
+    with _lock:
+        _function, _tried = None, False
+
+
+def _load():
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        raise RuntimeError(f"{DISABLE_ENV}=0")
+    code = SOURCE.read_bytes()
+    cache = Path(os.environ.get("LANGRT_CACHE_DIR") or Path.home() / ".cache" / "langrt")
+    path = cache / f"token_walk-{hashlib.sha1(code).hexdigest()[:12]}.so"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:  # built aside, then renamed: processes may race
+            built = Path(tmp) / "token_walk.so"
+            compiler = os.environ.get("CXX", "g++")
+            done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(built), str(SOURCE)],
+                                  capture_output=True, text=True, timeout=120)  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-300:]}")
+            os.replace(built, path)
+    function = ctypes.CDLL(str(path)).langrt_token_walk
+    function.restype = ctypes.c_int64
+    pointer = ctypes.c_void_p
+    function.argtypes = [pointer, ctypes.c_int32, ctypes.c_int32] + [pointer] * 5 + [ctypes.c_int64, pointer, pointer]
+    return function
+
+
+class VocabTrie:
+    """A vocabulary's tokens as a trie in preorder arrays (what token_walk.cpp reads)."""
+
+    def __init__(self, token_bytes: list):
+        spelled: dict[bytes, list[int]] = {}
+        for token, spelling in enumerate(token_bytes):
+            if spelling:
+                spelled.setdefault(bytes(spelling), []).append(token)
+        node_byte, depth, counts, ids, previous = [], [], [], [], b""
+        for word in sorted(spelled):  # sorted: a word's new nodes follow its shared prefix (preorder)
+            shared = _common_prefix(previous, word)
+            for d in range(shared, len(word)):
+                node_byte.append(word[d])
+                depth.append(d + 1)
+                counts.append(0)
+            counts[-1] = len(spelled[word])
+            ids += spelled[word]
+            previous = word
+        self.node_byte = np.array(node_byte, dtype=np.uint8)
+        self.depth = np.array(depth, dtype=np.int32)
+        self.skip = _subtree_ends(depth)
+        self.node_tokens = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        self.token_ids = np.array(ids, dtype=np.int32)
+        self.max_depth = int(self.depth.max(initial=0))
+
+    def walk(self, function, table: np.ndarray, dead: int, state: int, words: np.ndarray) -> int:
+        """OR into `words` the tokens readable from `state` of `table` (int32, C order); the
+        number of trie nodes visited."""
+        states = np.empty(self.max_depth + 1, dtype=np.int32)
+        return function(table.ctypes.data, dead, state, self.node_byte.ctypes.data, self.depth.ctypes.data,
+                        self.skip.ctypes.data, self.node_tokens.ctypes.data, self.token_ids.ctypes.data,
+                        self.node_byte.size, states.ctypes.data, words.ctypes.data)  # fmt: skip
+
+
+_tries: dict[int, tuple[object, VocabTrie]] = {}
+
+
+def vocab_trie(vocab) -> tuple[object, VocabTrie] | None:
+    """(the C function, the vocabulary's trie), or None where the library cannot be used."""
+    function = _walk_function()
+    if function is None:
+        return None
+    with _lock:
+        found = _tries.get(id(vocab))
+        if found is None or found[0] is not vocab:
+            found = _tries[id(vocab)] = (vocab, VocabTrie(vocab.token_bytes))
+    return function, found[1]
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _subtree_ends(depth: list[int]) -> np.ndarray:
+    """Per node (preorder), the index of the first node after its subtree."""
+    ends = np.full(len(depth), len(depth), dtype=np.int32)
+    open_nodes: list[int] = []
+    for i, d in enumerate(depth):
+        while open_nodes and depth[open_nodes[-1]] >= d:
+            ends[open_nodes.pop()] = i
+        open_nodes.append(i)
+    return ends
