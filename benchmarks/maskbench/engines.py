@@ -60,7 +60,8 @@ class LangrtEngine:
         self.open_objects = open_objects
 
     def compile(self, schema):
-        self.grammar = self.compiler.compile_json_schema(schema, open_objects=self.open_objects)
+        options = {"open_objects": True} if self.open_objects else {}  # (round 1's compiler has no such option)
+        self.grammar = self.compiler.compile_json_schema(schema, **options)
 
     def start(self):
         self.matcher = self.grammar.matcher()
