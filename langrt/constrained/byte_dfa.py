@@ -26,6 +26,7 @@ one match is ever in progress, so the unanchored automaton is no bigger than the
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +38,7 @@ _END_MARKER = "\\x{10FFFF}"
 _END_BYTES = "\U0010FFFF".encode("utf-8")
 
 
-class ByteAutomaton:
+class ByteAutomaton(ABC):
     """What matchers, masks and jump-forward ask of an automaton over bytes, whatever builds it:
     a regex's DFA (ByteDFA, below) or a grammar's pushdown automaton (cfg/pda.py). States are
     ints; `dead` is the state nothing leads on from. Subclasses give `dead`, `initial`,
@@ -51,16 +52,17 @@ class ByteAutomaton:
         self._space_choice: dict[int, bool] = {}
         self._forced: dict[tuple[int, int, bool | None], bytes] = {}
 
+    @abstractmethod
     def row(self, state: int) -> list[int]:
-        raise NotImplementedError
+        """The state after each of the 256 bytes (`dead` where none)."""
 
+    @abstractmethod
     def accepts(self, state: int) -> bool:
         """The automaton may end in `state` (the text so far is complete)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def has_exit(self, state: int) -> bool:
         """Some byte leads on from `state`."""
-        raise NotImplementedError
 
     def step(self, state: int, byte: int) -> int:
         return self.row(state)[byte]

@@ -99,7 +99,7 @@ class TokenMasks:
         trie.walk(function, self._table32, self.dfa.dead, state, words)
         if self.dfa.accepting[state]:
             for eos in self.vocab.eos_token_ids:
-                words.view(np.uint32)[eos >> 5] |= np.uint32(1 << (eos & 31))
+                set_bit(words, eos)
         return torch.from_numpy(words)
 
     def _compute_numpy(self, state: int) -> torch.Tensor:
@@ -272,6 +272,11 @@ _MIN_CHAIN_BYTES = 16
 _MAX_CHAIN_DEPTH = 24
 # The byte tried first as the chain's: a letter.
 _PROBE_BYTE = ord("a")
+def set_bit(words: np.ndarray, token: int) -> None:
+    """Allow `token` in a mask of int32 words."""
+    words.view(np.uint32)[token >> 5] |= np.uint32(1 << (token & 31))
+
+
 def listed_ids(packed: torch.Tensor, vocab: TokenVocabulary) -> torch.Tensor | None:
     """The int32 ids set in a packed mask, ascending; None when more than MAX_LISTED_IDS."""
     bits = np.unpackbits(packed.numpy().view(np.uint8), bitorder="little")

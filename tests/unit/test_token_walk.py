@@ -4,6 +4,9 @@ strings, numbers, formats, grammar rules' opened DFAs); LANGRT_CPU_KERNELS=0 tur
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import numpy as np
 import pytest
 
@@ -18,6 +21,11 @@ SCHEMAS = [
     {"type": "string", "format": "email"},
     {"enum": ["é", "ü ñ", "日本", 7, None]},
 ]  # fmt: skip
+
+
+# Where there is no C++ compiler langrt runs the numpy walk (tested everywhere else); the two
+# walks can only be compared where the library builds.
+pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="no C++ compiler to build the walk")
 
 
 def test_the_library_loads_here():

@@ -27,7 +27,7 @@ import torch
 from langrt.constrained.byte_dfa import ByteDFA
 from langrt.constrained.cfg.lookahead import Lookahead
 from langrt.constrained.cfg.pda import PushdownAutomaton
-from langrt.constrained.masks import TokenMasks, _ranges, listed_ids
+from langrt.constrained.masks import TokenMasks, _ranges, listed_ids, set_bit
 from langrt.constrained.vocab import TokenVocabulary
 
 # Why 4,096: a configuration's mask is ~6 KB for a 49k vocabulary; 4k of them bound a grammar's
@@ -89,7 +89,7 @@ class PushdownMasks:
             self._walk_candidates(config, candidates, words)
         if pda.accepts(config):
             for eos in v.eos_token_ids:
-                _set_bit(words, eos)
+                set_bit(words, eos)
         return torch.from_numpy(words)
 
     def _prepare(self, rule: int) -> None:
@@ -107,11 +107,7 @@ class PushdownMasks:
         self.candidates_walked += len(ids)
         for token in ids:
             if walk(config, token_bytes[token]):
-                _set_bit(words, token)
-
-
-def _set_bit(words: np.ndarray, token: int) -> None:
-    words.view(np.uint32)[token >> 5] |= np.uint32(1 << (token & 31))
+                set_bit(words, token)
 
 
 def _never_ending(dfa: ByteDFA) -> ByteDFA:
