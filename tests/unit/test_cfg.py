@@ -122,6 +122,21 @@ def test_recursion_is_unbounded_and_balanced(compiler):
     assert matcher.can_end
 
 
+def test_a_call_that_ends_its_rule_pushes_no_frame(compiler):
+    """Tail calls: a rule ending in a call to the next (how any-order objects chain their
+    states) runs in constant stack depth, so the automaton's configurations stop growing."""
+    with mock.patch.object(cfg_rules, "INLINE_MAX_CHARS", 0):
+        grammar = compiler.compile_ebnf('root ::= "x" a\na ::= "a" b | ""\nb ::= "b" a')
+    matcher = grammar.matcher()
+    assert matcher.accept_bytes(b"x" + b"ab" * 50) and matcher.can_end
+    seen = grammar.dfa.num_configurations
+    assert matcher.accept_bytes(b"ab" * 500) and matcher.can_end
+    assert grammar.dfa.num_configurations == seen  # the same few configurations, over and over
+    assert not matcher.accept_bytes(b"b")
+    bound = grammar.matcher()
+    assert bound.accept_bytes(b"xa") and not bound.can_end and bound.accept_bytes(b"b") and bound.can_end
+
+
 def test_forced_text_across_rules_feeds_jump_forward(compiler, tokenizer):
     grammar = compiler.compile_ebnf('root ::= "{\\"answer\\": " ans "}"\nans ::= "yes" | "no"')
     matcher = grammar.matcher()

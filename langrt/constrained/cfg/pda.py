@@ -37,6 +37,7 @@ class PushdownAutomaton(ByteAutomaton):
         self.rules, self.calls, self.names = rules, calls, names
         self._tables = [r.table for r in rules]
         self._live = [(r.table != r.dead).any(axis=1) for r in rules]
+        self._tails = [self._tail_states(i) for i in range(len(rules))]
         self._frames: list[tuple[int, int, int]] = [(-1, -1, -1)]  # frame 0: _END
         self._frame_ids: dict[tuple[int, int, int], int] = {}
         self._configs: list[frozenset[int]] = [frozenset()]
@@ -45,6 +46,15 @@ class PushdownAutomaton(ByteAutomaton):
         self._rows: dict[int, list[int]] = {0: [0] * 256}
         self._init_memos()
         self.initial = self._closure([self._frame(0, rules[0].initial, _END)])
+
+    def _tail_states(self, rule: int) -> np.ndarray:
+        """States of `rule` where it can only end (accepting, no byte or call leaves them): a
+        call leading there is a tail call, which pushes no frame for the caller (it would only
+        pop), so rules that end in a call to the next one run in constant stack depth."""
+        tails = self.rules[rule].accepting & ~self._live[rule]
+        for state in self.calls[rule]:
+            tails[state] = False
+        return tails
 
     @property
     def num_configurations(self) -> int:
@@ -72,7 +82,8 @@ class PushdownAutomaton(ByteAutomaton):
                 continue
             rule, state, parent = frames[k]
             for callee, after in calls[rule].get(state, ()):
-                todo.append(self._frame(callee, rules[callee].initial, self._frame(rule, after, parent)))
+                back = parent if self._tails[rule][after] else self._frame(rule, after, parent)
+                todo.append(self._frame(callee, rules[callee].initial, back))
             if rules[rule].accepting[state]:
                 todo.append(parent)
             if len(seen) > MAX_STACKS:
