@@ -1,8 +1,9 @@
 """One adapter per grammar engine, all over the same tokenizer (the built-in model's, SmolLM2).
 
 Settings, following MaskBench's runner (maskbench/maskbench/*_engine.py) where it has one:
-langrt with its default (compact) whitespace and, as `langrt-open`, with open_objects (properties a
-schema does not list allowed where it does not say additionalProperties); xgrammar as MaskBench's "XGrammar" (strict_mode,
+langrt with its default (compact) whitespace; as `langrt-open`, with open_objects (properties a
+schema does not list allowed where it does not say additionalProperties); as `langrt-any`, with
+open_objects and any_order (properties in any order too: what JSON Schema itself allows); xgrammar as MaskBench's "XGrammar" (strict_mode,
 json.dumps's fixed whitespace) and, opt-in, `xgrammar-compliant` as its "XGrammar (compliant)"
 (any whitespace, no strict_mode); llguidance and outlines-core with their JSON-schema defaults.
 One thread each: xgrammar's compiler is given max_threads=1, and the worker process sets the
@@ -24,8 +25,9 @@ MODULES = {
     "outlines-core": "outlines_core",
     "xgrammar-compliant": "xgrammar",
     "langrt-open": "langrt",
+    "langrt-any": "langrt",
 }
-DEFAULT_ENGINES = ("langrt", "langrt-open", "xgrammar", "llguidance", "outlines-core")
+DEFAULT_ENGINES = ("langrt", "langrt-open", "langrt-any", "xgrammar", "llguidance", "outlines-core")
 DISTRIBUTIONS = {"langrt": "langrt", "xgrammar": "xgrammar", "llguidance": "llguidance", "outlines_core": "outlines-core"}
 
 
@@ -47,7 +49,7 @@ class MaskEngine(Protocol):
 
 
 class LangrtEngine:
-    def __init__(self, tokenizer, open_objects: bool = False):
+    def __init__(self, tokenizer, **options):
         import torch
 
         from langrt.builtin import builtin_model_path
@@ -57,11 +59,10 @@ class LangrtEngine:
         self.compiler = GrammarCompiler.from_pretrained(builtin_model_path())
         self.bitmask = allocate_token_bitmask(1, self.compiler.vocab_size)
         self.mask = self.bitmask[0].numpy()
-        self.open_objects = open_objects
+        self.options = options  # none by default: round 1's compiler has no such options
 
     def compile(self, schema):
-        options = {"open_objects": True} if self.open_objects else {}  # (round 1's compiler has no such option)
-        self.grammar = self.compiler.compile_json_schema(schema, **options)
+        self.grammar = self.compiler.compile_json_schema(schema, **self.options)
 
     def start(self):
         self.matcher = self.grammar.matcher()
@@ -162,6 +163,8 @@ def make_engine(name: str, tokenizer) -> MaskEngine:
         return XgrammarEngine(tokenizer, compliant=True)
     if name == "langrt-open":
         return LangrtEngine(tokenizer, open_objects=True)
+    if name == "langrt-any":
+        return LangrtEngine(tokenizer, open_objects=True, any_order=True)
     makers = {"langrt": LangrtEngine, "xgrammar": XgrammarEngine, "llguidance": LlguidanceEngine, "outlines-core": OutlinesEngine}
     return makers[name](tokenizer)
 

@@ -5,6 +5,7 @@ invalid instance."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -28,8 +29,8 @@ SUITE = Path(__file__).resolve().parents[1] / "data" / "json-schema-test-suite" 
 MAX_STATES = 200_000
 
 
-def matcher(schema):
-    source = schema_to_grammar(schema)
+def matcher(schema, **options):
+    source = schema_to_grammar(schema, **options)
     if isinstance(source, str):
         return lambda text: re.fullmatch(source, text) is not None
     automaton = local_automaton(source, MAX_STATES)
@@ -217,6 +218,26 @@ def test_open_objects_take_unlisted_properties_anywhere_and_nothing_invalid():
     assert not closed(json.dumps(valid[0])) and closed(json.dumps({"a": 1, "b": "x"}))
 
 
+def test_any_order_takes_every_order_of_the_properties_and_nothing_invalid():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"},
+              "d": {"type": "null"}, "e": {"type": "array", "items": {"$ref": "#"}}}, "required": ["a", "c", "e"],
+              "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False}  # fmt: skip
+    validator = jsonschema.Draft202012Validator(schema)
+    accepts = matcher(schema, any_order=True)
+    leaf = {"a": 1, "c": True, "e": []}
+    full = {"a": 1, "b": "s", "c": False, "d": None, "e": [leaf], "x-1": 3}
+    for names in itertools.permutations(full):
+        v = {n: full[n] for n in names}
+        assert accepts(json.dumps(v)), v
+        for drop in ("a", "c", "e", "b"):  # leaving out a required property is invalid
+            w = {n: v[n] for n in names if n != drop}
+            assert accepts(json.dumps(w)) == validator.is_valid(w), w
+    for v in [{"c": True, "e": [], "a": "1"}, {"e": [{"c": True, "a": 1}], "c": True, "a": 1}, {"a": 1, "c": True, "e": [], "z": 1},
+              {"x-1": 1.5, "a": 1, "c": True, "e": []}, {}]:  # fmt: skip
+        assert not validator.is_valid(v) and not accepts(json.dumps(v)), v
+    assert not matcher(schema)(json.dumps({"c": True, "a": 1, "e": []}))  # the default keeps the schema's order
+
+
 def test_open_objects_keep_oneof_branches_apart():
     """Round 1 proved oneOf branches disjoint by a required key the other branch's objects never
     hold; with open objects they may hold it as an unlisted key, so the proof must not count."""
@@ -259,11 +280,12 @@ def random_schema(rng, depth=0):
     return schema
 
 
-def random_value(rng, schema, depth=0, root=None):
-    """A value following the schema's shape (often valid, sometimes not), keys in schema order."""
+def random_value(rng, schema, depth=0, root=None, shuffle=False):
+    """A value following the schema's shape (often valid, sometimes not), keys in schema order
+    (shuffle: in any order)."""
     root = root or schema
     if "$ref" in schema:
-        return random_value(rng, root, depth + 1, root) if depth < 4 else {}
+        return random_value(rng, root, depth + 1, root, shuffle) if depth < 4 else {}
     if "enum" in schema:
         return rng.choice(schema["enum"] + ["zz"])
     t = schema.get("type")
@@ -274,27 +296,31 @@ def random_value(rng, schema, depth=0, root=None):
     if t == "boolean":
         return rng.random() < 0.5
     if t == "array":
-        return [random_value(rng, schema["items"], depth + 1, root) for _ in range(rng.randint(0, 4))]
-    return {n: random_value(rng, sub, depth + 1, root) for n, sub in schema["properties"].items() if rng.random() < 0.7}
+        return [random_value(rng, schema["items"], depth + 1, root, shuffle) for _ in range(rng.randint(0, 4))]
+    names = [n for n in schema["properties"] if rng.random() < 0.7]
+    if shuffle:
+        rng.shuffle(names)
+    return {n: random_value(rng, schema["properties"][n], depth + 1, root, shuffle) for n in names}
 
 
 @settings(max_examples=int(os.environ.get("LANGRT_RANDOM_SCHEMAS", 150)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1))
-def test_random_schemas_accept_valid_instances_and_never_an_invalid_one(seed):
+@given(seed=st.integers(0, 2**32 - 1), any_order=st.booleans())
+def test_random_schemas_accept_valid_instances_and_never_an_invalid_one(seed, any_order):
+    """any_order: properties are compiled, and instances written, in any order."""
     rng = random.Random(seed)
     schema = random_schema(rng)
     validator = jsonschema.Draft202012Validator(schema)
     try:
-        accepts = matcher(schema)
+        accepts = matcher(schema, any_order=any_order)
     except UnsupportedSchema as e:  # refused naming a keyword of the schema; "no value" only if so
         assert e.param in json.dumps(schema) or e.param == "json_schema", (e.param, schema)
         if "admits no value" in e.message:
             assert not any(validator.is_valid(random_value(rng, schema)) for _ in range(25)), schema
         return
     for _ in range(25):
-        v = random_value(rng, schema)
+        v = random_value(rng, schema, shuffle=any_order)
         text = json.dumps(v, ensure_ascii=False)
         if validator.is_valid(v):
-            assert accepts(text), (schema, text)  # keys come in schema order, as the compiler writes them
+            assert accepts(text), (schema, text)  # keys come in schema order unless any_order
         else:
             assert not accepts(text), (schema, text)

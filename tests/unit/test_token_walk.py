@@ -40,14 +40,35 @@ def test_native_masks_equal_the_numpy_walk_in_every_state(compiler, schema):
         assert np.array_equal(native._compute(state).numpy(), numpy_walk._compute_numpy(state).numpy()), state
 
 
-def test_grammar_rule_masks_equal_too(compiler):
-    grammar = compiler.compile_ebnf('root ::= "[" (item ("," item)*)? "]"\nitem ::= "\\"" [a-z ]* "\\"" | root')
-    masks = grammar.masks
-    for rule in range(len(grammar.dfa.rules)):
-        masks._prepare(rule)
-        for inner in (masks._inner[rule], masks._open[rule]):
-            for state in range(inner.dfa.num_states):
-                assert np.array_equal(inner._compute(state).numpy(), inner._compute_numpy(state).numpy())
+RULE_GRAMMARS = [
+    ("ebnf", 'root ::= "[" (item ("," item)*)? "]"\nitem ::= "\\"" [a-z ]* "\\"" | root'),
+    ("json_schema", {"type": "object", "properties": {"k": {"type": "string"}, "n": {"type": "integer"},
+                     "kids": {"type": "array", "items": {"$ref": "#"}}}, "required": ["k"]}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind,source", RULE_GRAMMARS)
+def test_grammar_rule_masks_equal_too(compiler, monkeypatch, kind, source):
+    """Per top (rule, state): the tokens read inside the rule and those leaving it, from the one
+    C++ pass and from numpy's two DFAs (the rule's, and the rule's opened at its boundaries)."""
+    from langrt.constrained.cfg import masks as cfg_masks
+
+    grammar = compiler.compile_ebnf(source) if kind == "ebnf" else compiler.compile_json_schema(source, any_order=True)
+    native = cfg_masks.PushdownMasks(grammar.dfa, compiler.vocab)
+    tops = [(r, s) for r, rule in enumerate(grammar.dfa.rules) for s in range(rule.num_states)]
+    found = {top: native._top_masks(*top) for top in tops}
+    monkeypatch.setattr(cfg_masks, "vocab_trie", lambda vocab: None)
+    numpy_walk = cfg_masks.PushdownMasks(grammar.dfa, compiler.vocab)
+    none = np.zeros(compiler.vocab.num_words, np.int32)
+    opened = 0
+    for top in tops:
+        (inner, open_), (inner2, open2) = found[top], numpy_walk._top_masks(*top)
+        assert np.array_equal(inner, inner2), top
+        # the candidates walked beyond the rule (numpy's opened DFA also takes the inner ones)
+        leaving, leaving2 = (none if o is None else o & ~inner for o in (open_, open2))
+        assert np.array_equal(leaving, leaving2), top
+        opened += bool(leaving.any())
+    assert opened  # some tops do leave their rule
 
 
 def test_kernels_off_means_numpy(monkeypatch):

@@ -9,9 +9,11 @@ configuration holds every stack calls and returns reach). From a top (rule r, st
 - reaches, after at least one byte, a state of r that calls a rule or where r may end, and
   goes on beyond r: a *candidate*, walked byte by byte through the automaton itself.
 
-Candidates come from a second DFA per rule, r's own with every byte that may leave it at a
-boundary state (FIRST of the rule called there, FOLLOW of r where it may end: lookahead.py)
-leading on to a state that takes any byte: its mask from s less the inner mask. Grammars keep rule ends
+Candidates are the tokens that, after at least one byte, reach a byte that may leave r at a
+boundary state (FIRST of the rule called there, FOLLOW of r where it may end: lookahead.py),
+less the inner mask. The C++ trie walk (native/token_walk.py) finds both sets in one pass over
+r's own DFA; without it, numpy walks r's DFA and a second one with every such byte leading on to
+a state that takes any byte. Grammars keep rule ends
 at delimiters (a closing quote, a bracket), so candidates are few; and a configuration's mask is
 memoized whole, so most steps are a lookup.
 """
@@ -28,6 +30,7 @@ from langrt.constrained.byte_dfa import ByteDFA
 from langrt.constrained.cfg.lookahead import Lookahead
 from langrt.constrained.cfg.pda import PushdownAutomaton
 from langrt.constrained.masks import TokenMasks, _ranges, listed_ids, set_bit
+from langrt.constrained.native.token_walk import EscapeBits, vocab_trie
 from langrt.constrained.vocab import TokenVocabulary
 
 # Why 4,096: a configuration's mask is ~6 KB for a 49k vocabulary; 4k of them bound a grammar's
@@ -43,6 +46,8 @@ class PushdownMasks:
         self._inner: dict[int, TokenMasks] = {}
         self._open: dict[int, TokenMasks] = {}
         self._escapes: dict[int, np.ndarray] = {}
+        self._native: dict[int, EscapeBits] = {}
+        self._top_memo: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] = {}
         self._packed: OrderedDict[int, torch.Tensor] = OrderedDict()
         self._ids: dict[int, torch.Tensor | None] = {}
         self._lock = threading.Lock()
@@ -78,12 +83,10 @@ class PushdownMasks:
         words = np.zeros(v.num_words, dtype=np.int32)
         candidates = np.zeros(v.num_words, dtype=np.int32)
         for rule, state in tops:
-            if rule not in self._inner:
-                self._prepare(rule)
-            inner = self._inner[rule].packed(state).numpy()
+            inner, open_ = self._top_masks(rule, state)
             words |= inner
-            if self._escapes[rule][state]:
-                candidates |= self._open[rule].packed(pda.rules[rule].num_states + state).numpy() & ~inner
+            if open_ is not None:
+                candidates |= open_ & ~inner
         candidates &= ~words
         if candidates.any():
             self._walk_candidates(config, candidates, words)
@@ -92,9 +95,43 @@ class PushdownMasks:
                 set_bit(words, eos)
         return torch.from_numpy(words)
 
+    def _top_masks(self, rule: int, state: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(inner, open) of a top: the tokens read inside the rule, and those leaving it after
+        a byte or more (None: none can; numpy's `open` holds inner ones too, which callers
+        take out)."""
+        found = self._top_memo.get((rule, state))
+        if found is not None:
+            return found
+        native = vocab_trie(self.vocab)
+        if native is not None:
+            if rule not in self._native:
+                self._native[rule] = EscapeBits(self.pda.rules[rule].num_states, self._escape_rows(rule))
+            dfa, library, trie = self.pda.rules[rule], *native
+            inner, open_ = np.zeros(self.vocab.num_words, np.int32), np.zeros(self.vocab.num_words, np.int32)
+            trie.walk_rule(library, np.ascontiguousarray(dfa.table, np.int32), dfa.dead, state, self._native[rule], inner, open_)
+            found = (inner, open_ if open_.any() else None)
+        else:
+            if rule not in self._inner:
+                self._prepare(rule)
+            inner = self._inner[rule].packed(state).numpy()
+            opens = self._escapes[rule][state]
+            found = (inner, self._open[rule].packed(self.pda.rules[rule].num_states + state).numpy() if opens else None)
+        with self._lock:
+            self._top_memo[(rule, state)] = found
+        return found
+
+    def _escape_rows(self, rule: int) -> dict[int, np.ndarray]:
+        """Per boundary state of `rule` (a call or an end), the bytes that may leave it there."""
+        dfa, lookahead = self.pda.rules[rule], self._lookahead
+        states = set(lookahead.calls[rule]) | set(np.flatnonzero(dfa.accepting[: dfa.num_states]).tolist())
+        return {s: lookahead.after_boundary(rule, s) for s in states}
+
     def _prepare(self, rule: int) -> None:
+        """The numpy path's DFAs of `rule` (no C++ walk)."""
         dfa = self.pda.rules[rule]
-        escapes = _escape_bytes(dfa, rule, self._lookahead)
+        escapes = np.zeros((dfa.num_states, 256), dtype=bool)
+        for s, row in self._escape_rows(rule).items():
+            escapes[s] = row
         with self._lock:
             self._open[rule] = TokenMasks(_opened_dfa(dfa, escapes), self.vocab)
             self._escapes[rule] = _may_escape(dfa, escapes)
@@ -146,11 +183,3 @@ def _opened_dfa(dfa: ByteDFA, escapes: np.ndarray) -> ByteDFA:
     after = np.where(escapes, escaped, moved).astype(np.int32)
     table = np.concatenate([after, moved, np.full((1, 256), escaped, np.int32), np.full((1, 256), new_dead, np.int32)])
     return ByteDFA(table, np.zeros(2 * n + 2, dtype=bool), n + dfa.initial)
-
-
-def _escape_bytes(dfa: ByteDFA, rule: int, lookahead: Lookahead) -> np.ndarray:
-    """[n, 256] bools: at state s, byte b may be read by leaving the rule (a call or a return)."""
-    escapes = np.zeros((dfa.num_states, 256), dtype=bool)
-    for s in set(lookahead.calls[rule]) | set(np.flatnonzero(dfa.accepting[: dfa.num_states]).tolist()):
-        escapes[s] = lookahead.after_boundary(rule, s)
-    return escapes

@@ -63,17 +63,20 @@ def schema_to_grammar(
     whitespace: str = "compact",
     max_regex_length: int = DEFAULT_MAX_REGEX_LENGTH,
     open_objects: bool = False,
+    any_order: bool = False,
 ):
     """What schema_to_regex gives, as grammar rules (a cfg.rules.RuleSet) where the schema
     recurses or is big: recursion is unbounded and values left free nest to any depth; a
     schema that needs neither stays one regex (a str). open_objects: where a schema does not
     say additionalProperties, other properties (any value) may come before, between and after
     the listed ones, as JSON Schema allows (default: only the listed ones, as xgrammar's strict
-    mode and SGLang do)."""
+    mode and SGLang do). any_order: an object's properties may come in any order (default: the
+    schema's order, as xgrammar and SGLang write them); see objects.py."""
     schema = _checked(schema, whitespace)
     book = RuleBook()
     compiler = _Compiler(schema, whitespace, DEFAULT_MAX_REF_DEPTH, max_regex_length, book)
     compiler.open_objects = compiler.norm.open_objects = open_objects
+    compiler.any_order = any_order
     return book.rule_set(compiler.root_value())
 
 
@@ -95,7 +98,7 @@ def _checked(schema, whitespace: str):
 class _Compiler(ObjectMixin):
     def __init__(self, root, whitespace: str, max_ref_depth: int, max_regex_length: int, book: RuleBook | None = None):
         self.root, self.whitespace, self.book = root, whitespace, book
-        self.open_objects = False
+        self.open_objects = self.any_order = False
         self.max_ref_depth, self.max_len = max_ref_depth, max_regex_length
         self.norm = Normalizer(root, max_ref_depth, MAX_DISJUNCTS)
         compact = whitespace == "compact"

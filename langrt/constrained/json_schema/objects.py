@@ -32,6 +32,12 @@ def _all_optional_size(members: list) -> int:
     return sum(len(m) for m, _ in members) * (n + 1) // 2
 
 
+# Why 6: any order tracks which required properties are written, one rule per subset (2**6 = 64
+# rules); with more, the required ones keep the schema's order and the others go anywhere.
+ANY_ORDER_MAX_REQUIRED = 6
+# Why 30,000: the members are copied into every subset's rule; past this each value is a call.
+ANY_ORDER_MAX_CHARS = 30_000
+
 _STRING_SCHEMA = {"type": "string"}
 _STRING = Node(_STRING_SCHEMA, _STRING_SCHEMA)
 
@@ -72,8 +78,35 @@ class ObjectMixin:
             raise UnsupportedSchema(
                 f"'minProperties': {f.min_props} is more than the {n_required} required properties", param="minProperties"
             )
+        if self.any_order and self.book is not None and f.max_props is None and (len(members) > 1 or kv):
+            body = self._any_order(f, names, members, kv)
+            if body is not None:
+                return self.container("\\{", "\\}", body, not n_required and f.min_props == 0)
         body, optional = self._members(members, kv)
         return self.container("\\{", "\\}", body, optional and f.min_props == 0)
+
+    def _any_order(self, f: Flat, names: list[str], members: list, extra: str | None) -> str | None:
+        """Members in any order: each required one once, the others (and `extra`) any number of
+        times (a repeated key's values each satisfy its schema, and the parsed object keeps the
+        last, so it stays valid). One rule per set of required members written, each ending in
+        a tail call to the next set's. None past ANY_ORDER_MAX_REQUIRED required members."""
+        required = [m for m, req in members if req]
+        if len(required) > ANY_ORDER_MAX_REQUIRED:
+            return None
+        if sum(len(m) for m, _ in members) << len(required) > ANY_ORDER_MAX_CHARS:
+            members = self._listed_members(f, names, calls=True)
+            required = [m for m, req in members if req]
+        optional = rx.alt([m for m, req in members if not req] + [extra])
+        if optional is not None and len(optional) << len(required) > ANY_ORDER_MAX_CHARS:
+            optional = self.book.rule_for(optional)  # else copied into every set's rule
+        c, full, after = self.comma, (1 << len(required)) - 1, {}
+        more = rx.repeat(None if optional is None else c + optional, 0, None)
+        for written in sorted(range(full + 1), key=lambda s: -s.bit_count()):
+            nexts = [c + m + after[written | 1 << i] for i, m in enumerate(required) if not written >> i & 1]
+            text = more + rx.alt(nexts + ([""] if written == full else []))
+            after[written] = self.book.rule_for(text) if text else ""
+        firsts = [rx.seq(optional, after[0])] + [m + after[1 << i] for i, m in enumerate(required)]
+        return rx.alt(firsts)
 
     def _listed_members(self, f: Flat, names: list[str], calls: bool) -> list | None:
         """(regex, required) of each listed property that can have a value; None if a required

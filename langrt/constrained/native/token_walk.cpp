@@ -34,3 +34,51 @@ extern "C" int64_t langrt_token_walk(
     }
     return visited;
 }
+
+// The same walk over one grammar rule's DFA (cfg/masks.py), filling two masks at once: `inner`,
+// the tokens read wholly inside the rule, and `open`, the tokens that after at least one byte
+// reach a byte that may leave the rule (a call or the rule's end: escape bits of the state),
+// whatever follows; the pushdown automaton then walks those beyond the rule.
+extern "C" int64_t langrt_token_walk_rule(
+    const int32_t* table,
+    int32_t dead,
+    int32_t start,
+    const int32_t* escape_row,     // per state: its row of escape_bits, or -1 where no byte leaves
+    const uint32_t* escape_bits,   // [rows, 8]: bit b of row r set when byte b may leave the rule
+    const uint8_t* node_byte,
+    const int32_t* node_depth,
+    const int32_t* node_skip,
+    const int32_t* node_tokens,
+    const int32_t* token_ids,
+    int64_t num_nodes,
+    int32_t* states,
+    uint32_t* inner,
+    uint32_t* open) {
+    states[0] = start;
+    int64_t visited = 0;
+    for (int64_t i = 0; i < num_nodes;) {
+        const int32_t depth = node_depth[i];
+        const int32_t state = states[depth - 1];
+        const uint8_t byte = node_byte[i];
+        ++visited;
+        const int32_t row = depth >= 2 ? escape_row[state] : -1;
+        if (row >= 0 && (escape_bits[row * 8 + (byte >> 5)] >> (byte & 31)) & 1u) {
+            for (int32_t k = node_tokens[i]; k < node_tokens[node_skip[i]]; ++k) {
+                const int32_t t = token_ids[k];
+                open[t >> 5] |= 1u << (t & 31);
+            }
+        }
+        const int32_t next = table[static_cast<int64_t>(state) * 256 + byte];
+        if (next == dead) {
+            i = node_skip[i];
+            continue;
+        }
+        states[depth] = next;
+        for (int32_t k = node_tokens[i]; k < node_tokens[i + 1]; ++k) {
+            const int32_t t = token_ids[k];
+            inner[t >> 5] |= 1u << (t & 31);
+        }
+        ++i;
+    }
+    return visited;
+}

@@ -31,7 +31,8 @@ _tried = False
 
 
 def _walk_function():
-    """The C function, built and loaded on first use; None where it cannot be (said once)."""
+    """The library (its langrt_token_walk and langrt_token_walk_rule), built and loaded on first
+    use; None where it cannot be (said once)."""
     global _function, _tried
     with _lock:
         if not _tried:
@@ -66,11 +67,13 @@ def _load():
             if done.returncode != 0:
                 raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-300:]}")
             os.replace(built, path)
-    function = ctypes.CDLL(str(path)).langrt_token_walk
-    function.restype = ctypes.c_int64
-    pointer = ctypes.c_void_p
-    function.argtypes = [pointer, ctypes.c_int32, ctypes.c_int32] + [pointer] * 5 + [ctypes.c_int64, pointer, pointer]
-    return function
+    library = ctypes.CDLL(str(path))
+    pointer, head = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32]
+    library.langrt_token_walk.argtypes = head + [pointer] * 5 + [ctypes.c_int64, pointer, pointer]
+    library.langrt_token_walk_rule.argtypes = head + [pointer] * 7 + [ctypes.c_int64] + [pointer] * 3
+    for function in (library.langrt_token_walk, library.langrt_token_walk_rule):
+        function.restype = ctypes.c_int64
+    return library
 
 
 class VocabTrie:
@@ -98,13 +101,32 @@ class VocabTrie:
         self.token_ids = np.array(ids, dtype=np.int32)
         self.max_depth = int(self.depth.max(initial=0))
 
-    def walk(self, function, table: np.ndarray, dead: int, state: int, words: np.ndarray) -> int:
+    def _trie(self) -> tuple:
+        return (self.node_byte.ctypes.data, self.depth.ctypes.data, self.skip.ctypes.data, self.node_tokens.ctypes.data,
+                self.token_ids.ctypes.data, self.node_byte.size, np.empty(self.max_depth + 1, dtype=np.int32).ctypes.data)  # fmt: skip
+
+    def walk(self, library, table: np.ndarray, dead: int, state: int, words: np.ndarray) -> int:
         """OR into `words` the tokens readable from `state` of `table` (int32, C order); the
         number of trie nodes visited."""
-        states = np.empty(self.max_depth + 1, dtype=np.int32)
-        return function(table.ctypes.data, dead, state, self.node_byte.ctypes.data, self.depth.ctypes.data,
-                        self.skip.ctypes.data, self.node_tokens.ctypes.data, self.token_ids.ctypes.data,
-                        self.node_byte.size, states.ctypes.data, words.ctypes.data)  # fmt: skip
+        return library.langrt_token_walk(table.ctypes.data, dead, state, *self._trie(), words.ctypes.data)
+
+    def walk_rule(self, library, table: np.ndarray, dead: int, state: int, escapes: "EscapeBits", inner: np.ndarray, open_: np.ndarray) -> int:
+        """OR into `inner` the tokens readable from `state` without leaving the rule, and into
+        `open_` those that after one byte or more reach a byte `escapes` marks (any bytes after)."""
+        return library.langrt_token_walk_rule(table.ctypes.data, dead, state, escapes.row.ctypes.data, escapes.bits.ctypes.data,
+                                              *self._trie(), inner.ctypes.data, open_.ctypes.data)  # fmt: skip
+
+
+class EscapeBits:
+    """Per state of a rule's DFA, the bytes that may leave the rule there, packed: `row[s]` is
+    -1 or the index of s's 256 bits (8 uint32 words) in `bits`."""
+
+    def __init__(self, num_states: int, escapes: dict[int, np.ndarray]):
+        self.row = np.full(num_states + 1, -1, dtype=np.int32)
+        states = sorted(escapes)
+        self.row[states] = np.arange(len(states), dtype=np.int32)
+        flags = np.array([escapes[s] for s in states], dtype=bool).reshape(len(states), 256)
+        self.bits = np.ascontiguousarray(np.packbits(flags, axis=1, bitorder="little").view(np.uint32))
 
 
 _tries: dict[int, tuple[object, VocabTrie]] = {}
