@@ -36,6 +36,7 @@ import torch
 
 from langrt.constrained import jump_forward
 from langrt.constrained.byte_dfa import ByteAutomaton, ByteDFA, build_byte_dfa, build_rule_dfa
+from langrt.constrained.cfg.build import RuleCache
 from langrt.constrained.masks import TokenMasks
 from langrt.constrained.native.token_walk import vocab_trie
 from langrt.constrained.spec import check_regex, choices_regex
@@ -177,6 +178,7 @@ class GrammarCompiler:
             vocab = vocabulary_from_tokenizer(tokenizer, vocab_size, eos_token_ids)
         self.vocab = vocab
         self.max_states = max_states
+        self._rules = RuleCache()
         vocab_trie(vocab)  # built now (~0.1 s), not inside the first request's first mask
 
     @classmethod
@@ -216,6 +218,11 @@ class GrammarCompiler:
 
     def compile_regex(self, regex: str) -> Grammar:
         check_regex(regex)
+        return self._regex_grammar(regex)
+
+    def _regex_grammar(self, regex: str) -> Grammar:
+        """A regex already checked, or written by langrt (no second parse by Python's re: for a
+        schema's regex that parse cost a fifth of the compile)."""
         try:
             dfa = build_byte_dfa(regex, self.max_states)
         except ValueError as e:
@@ -232,7 +239,7 @@ class GrammarCompiler:
 
         source = schema_to_grammar(schema, whitespace=whitespace, open_objects=open_objects, any_order=any_order)
         if isinstance(source, str):
-            return self.compile_regex(source)
+            return self._regex_grammar(source)
         return self._grammar(source, json.dumps(schema) if not isinstance(schema, str) else schema, "json_schema")
 
     def compile_choices(self, choices: list[str]) -> Grammar:
@@ -257,7 +264,7 @@ class GrammarCompiler:
         from langrt.constrained.cfg.build import build_automaton
 
         try:
-            pda = build_automaton(rules, lambda body: build_rule_dfa(body, self.max_states), self.max_states)
+            pda = build_automaton(rules, self._rules.wrap(lambda body: build_rule_dfa(body, self.max_states)), self.max_states)
         except ValueError as e:
             raise InvalidRequest(f"{param} not supported: {e}", param=param) from None
         return Grammar(pda, self.vocab, source)

@@ -20,6 +20,7 @@ from concurrent.futures import Future
 
 from langrt import pickle_pipe
 from langrt.constrained.byte_dfa import ByteDFA
+from langrt.constrained.cfg.build import RuleCache
 from langrt.constrained.grammar import MAX_DFA_STATES, Grammar
 from langrt.constrained.spec import GrammarSpec
 from langrt.constrained.vocab import TokenVocabulary
@@ -75,6 +76,7 @@ class GrammarService:
         self._lock = threading.Lock()  # the cache is touched by the scheduler and the compile thread
         self._jobs: queue.Queue = queue.Queue()
         self._worker: _Worker | None = None
+        self._rules = RuleCache()  # touched by the compile thread only
         self._thread = threading.Thread(target=self._run, name="grammar-compiler", daemon=True)
         self._thread.start()
 
@@ -116,7 +118,8 @@ class GrammarService:
 
         deadline = time.monotonic() + self.timeout_s
         try:
-            pda = build_automaton(source, lambda body: self._build(body, True, spec.kind, deadline), MAX_DFA_STATES)
+            build = self._rules.wrap(lambda body: self._build(body, True, spec.kind, deadline))
+            pda = build_automaton(source, build, MAX_DFA_STATES)
         except ValueError as e:
             raise InvalidRequest(f"{spec.kind} not supported: {e}", param=spec.kind) from None
         return Grammar(pda, self.vocab, spec.text)

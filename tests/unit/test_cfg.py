@@ -304,3 +304,35 @@ def test_random_grammars_accept_their_sentences_reject_mutants_and_mask_equals_a
             takes = {t for t in range(vocab.vocab_size) if matcher.copy().accept_token(t)}
             assert mask == takes, (text, rules)
             matcher.accept_bytes(ch.encode())
+
+
+def test_rules_the_same_text_are_built_once_and_the_cache_stays_bounded(compiler):
+    """Schemas share rules (any value, strings): a compiler builds each body once, and two
+    grammars with one rule text run the same DFA, each with its own stack and masks."""
+    from langrt.constrained.cfg.build import RuleCache
+
+    free = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}, "extra": {}}}
+    a = compiler.compile_json_schema(free)
+    b = compiler.compile_json_schema({"type": "array", "items": {"$ref": "#/$defs/v"}, "$defs": {"v": free}})
+    shared = {id(d) for d in a.dfa.rules} & {id(d) for d in b.dfa.rules}
+    assert shared  # the same rule DFA object in both
+    for grammar, text in ((a, '{"kids": [{}], "extra": [1, {"x": null}]}'), (b, '[{"kids": [], "extra": "s"}]')):
+        matcher = grammar.matcher()
+        assert matcher.accept_bytes(text.encode()) and matcher.can_end
+    built = []
+    cache = RuleCache(max_states=100)
+    build = cache.wrap(lambda body: (built.append(body), _rule_dfa(body))[1])
+    for body in ["a", "b", "a", "[0-9]{1,30}"]:  # the last: too big to keep (over a quarter)
+        build(body)
+    assert built == ["a", "b", "[0-9]{1,30}"] and cache.states == sum(_rule_dfa(t)[0].num_states for t in "ab")
+    for i in range(12):  # small rules push the least recently used out
+        build("x" * (i + 1))
+    assert 0 < cache.states <= 100
+    build("a")
+    assert built.count("a") == 2
+
+
+def _rule_dfa(body):
+    from langrt.constrained.byte_dfa import build_rule_dfa
+
+    return build_rule_dfa(body, 1000)

@@ -4,6 +4,8 @@ grammar worker)."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Callable
 
 from langrt.constrained.byte_dfa import ByteDFA
@@ -11,6 +13,47 @@ from langrt.constrained.cfg.ebnf import EbnfError, parse_ebnf
 from langrt.constrained.cfg.rules import RuleSet, compile_rules
 
 BuildRule = Callable[[str], tuple[ByteDFA, dict]]
+
+# Why 50,000: a cached DFA row is 1 KB (256 int32), so the cache holds at most ~50 MB; the rules
+# schemas share (any value, strings, small enums) are a few hundred states each.
+RULE_CACHE_MAX_STATES = 50_000
+
+
+class RuleCache:
+    """Rule DFAs by body text, shared by the grammars one compiler builds: schemas repeat the
+    same rules (any JSON value, strings, numbers, enums), and the same text is the same DFA
+    with the same calls. Least recently used first out, bounded by the states kept."""
+
+    def __init__(self, max_states: int = RULE_CACHE_MAX_STATES):
+        self.max_states, self.states = max_states, 0
+        self._found: OrderedDict[str, tuple[ByteDFA, dict]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def wrap(self, build_rule: BuildRule) -> BuildRule:
+        def cached(body: str) -> tuple[ByteDFA, dict]:
+            with self._lock:
+                found = self._found.get(body)
+                if found is not None:
+                    self._found.move_to_end(body)
+                    return found
+            found = build_rule(body)
+            self._keep(body, found)
+            return found
+
+        return cached
+
+    def _keep(self, body: str, found: tuple[ByteDFA, dict]) -> None:
+        size = found[0].num_states
+        if size > self.max_states // 4:
+            return  # a big rule is rarely shared; it would push out many small ones
+        with self._lock:
+            if body in self._found:
+                return
+            self._found[body] = found
+            self.states += size
+            while self.states > self.max_states:
+                _, (dfa, _) = self._found.popitem(last=False)
+                self.states -= dfa.num_states
 
 
 def ebnf_rules(text: str) -> RuleSet:

@@ -10,7 +10,7 @@ def key_not_in(names: list[str], prefixes: list[str] = ()) -> str | None:
     none of `prefixes` (None if there is no such name)."""
     if not names and not prefixes:
         return rx.JSON_STRING
-    raw = [(0x20, 0x21), (0x23, 0x5B), (0x5D, rx.MAX_CP)]
+    raw = rx.normalize([(0x20, 0x21), (0x23, 0x5B), (0x5D, rx.MAX_CP)])
     end, below = object(), object()
     trie: dict = {}
     for text, mark in [(n, end) for n in names] + [(p, below) for p in prefixes]:
@@ -26,7 +26,7 @@ def key_not_in(names: list[str], prefixes: list[str] = ()) -> str | None:
             return None  # every name from here starts with a prefix
         chars = [c for c in node if c is not end]
         parts = [] if end in node else [""]
-        others = rx.intersect(raw, rx.complement([(ord(c), ord(c)) for c in chars]))
+        others = rx.without(raw, [ord(c) for c in chars])
         parts.append(rx.seq(rx.char_class(others), any_raw))
         parts += [rx.seq(rx.escape(c), not_in(node[c])) for c in chars]
         return rx.alt(parts)

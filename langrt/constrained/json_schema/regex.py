@@ -11,6 +11,7 @@ escaped). No `\\d \\w \\s` (Unicode-aware, different per engine), no lookaround.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import math
@@ -46,9 +47,14 @@ NUMBER = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 # Combinators
 
 
+# Why 256: finding whether a regex is already one group scans it in Python; past this length
+# wrapping it once more (4 characters, no state) is cheaper than the scan.
+_GROUP_SCAN_MAX = 256
+
+
 def group(r: str) -> str:
     """`r` as one unit a quantifier can follow."""
-    if len(r) == 1 or (len(r) == 2 and r[0] == "\\") or _is_group(r):
+    if len(r) == 1 or (len(r) == 2 and r[0] == "\\") or (len(r) <= _GROUP_SCAN_MAX and _is_group(r)):
         return r
     return f"(?:{r})"
 
@@ -197,6 +203,19 @@ def complement(ranges) -> list[tuple[int, int]]:
     if nxt <= MAX_CP:
         out.append((nxt, MAX_CP))
     return normalize(out)
+
+
+def without(ranges, points) -> list[tuple[int, int]]:
+    """Normalized `ranges` less the code points `points` (one pass, no complements)."""
+    out, cut = [], sorted(set(points))
+    for a, b in ranges:
+        for p in cut[bisect.bisect_left(cut, a) : bisect.bisect_right(cut, b)]:
+            if p > a:
+                out.append((a, p - 1))
+            a = p + 1
+        if a <= b:
+            out.append((a, b))
+    return out
 
 
 def intersect(a, b) -> list[tuple[int, int]]:
