@@ -47,28 +47,36 @@ RULE_GRAMMARS = [
 ]  # fmt: skip
 
 
+RULE_TEXTS = {"ebnf": ['["ab",["","c d"],[]]'], "json_schema": ['{"n": 3, "k": "x", "kids": [{"k": "", "kids": []}]}', '{"k": "q"}']}
+
+
 @pytest.mark.parametrize("kind,source", RULE_GRAMMARS)
 def test_grammar_rule_masks_equal_too(compiler, monkeypatch, kind, source):
-    """Per top (rule, state): the tokens read inside the rule and those leaving it, from the one
-    C++ pass and from numpy's two DFAs (the rule's, and the rule's opened at its boundaries)."""
+    """Per top (rule, state), the tokens read inside the rule; per configuration along texts,
+    the whole mask: from the C++ pass (escape nodes, their subtrees walked in the trie) and from
+    numpy's two DFAs (the rule's, and the rule's opened at its boundaries)."""
     from langrt.constrained.cfg import masks as cfg_masks
 
     grammar = compiler.compile_ebnf(source) if kind == "ebnf" else compiler.compile_json_schema(source, any_order=True)
-    native = cfg_masks.PushdownMasks(grammar.dfa, compiler.vocab)
-    tops = [(r, s) for r, rule in enumerate(grammar.dfa.rules) for s in range(rule.num_states)]
-    found = {top: native._top_masks(*top) for top in tops}
+    pda = grammar.dfa
+    configs = [pda.initial]
+    for text in RULE_TEXTS[kind]:
+        config = pda.initial
+        for byte in text.encode():
+            config = pda.step(config, byte)
+            assert config, text
+            configs.append(config)
+    native = cfg_masks.PushdownMasks(pda, compiler.vocab)
+    tops = [(r, s) for r, rule in enumerate(pda.rules) for s in range(rule.num_states)]
+    inners = {top: native._top_masks(*top)[0] for top in tops}
+    masks = [native.packed(c).numpy() for c in configs]
+    assert sum(len(native._top_masks(*top)[2]) for top in tops)  # some tokens leave their rule
     monkeypatch.setattr(cfg_masks, "vocab_trie", lambda vocab: None)
-    numpy_walk = cfg_masks.PushdownMasks(grammar.dfa, compiler.vocab)
-    none = np.zeros(compiler.vocab.num_words, np.int32)
-    opened = 0
+    numpy_walk = cfg_masks.PushdownMasks(pda, compiler.vocab)
     for top in tops:
-        (inner, open_), (inner2, open2) = found[top], numpy_walk._top_masks(*top)
-        assert np.array_equal(inner, inner2), top
-        # the candidates walked beyond the rule (numpy's opened DFA also takes the inner ones)
-        leaving, leaving2 = (none if o is None else o & ~inner for o in (open_, open2))
-        assert np.array_equal(leaving, leaving2), top
-        opened += bool(leaving.any())
-    assert opened  # some tops do leave their rule
+        assert np.array_equal(inners[top], numpy_walk._top_masks(*top)[0]), top
+    for config, mask in zip(configs, masks):
+        assert np.array_equal(mask, numpy_walk.packed(config).numpy()), config
 
 
 def test_kernels_off_means_numpy(monkeypatch):

@@ -78,15 +78,20 @@ class Lookahead:
                     follow[c], changed = value, True
         return follow
 
-    def after_boundary(self, r: int, s: int) -> np.ndarray:
-        """256 bools: the bytes that may be read at state s of rule r by leaving it (calling a
-        rule there, or returning from r)."""
+    def after_boundary_bits(self, r: int, s: int) -> int:
+        """The bytes that may be read at state s of rule r by leaving it (calling a rule there,
+        or returning from r), as a 256-bit int."""
         found = 0
         for c, t in self.calls[r].get(s, ()):
             found |= self.first[c] | (self.starts(r, t) if self.nullable[c] else 0)
         if self.ends(r, s):
             found |= self.follow[r]
-        return np.array([(found >> b) & 1 for b in range(256)], dtype=bool)
+        return found
+
+    def after_boundary(self, r: int, s: int) -> np.ndarray:
+        """after_boundary_bits as 256 bools."""
+        packed = np.frombuffer(self.after_boundary_bits(r, s).to_bytes(32, "little"), dtype=np.uint8)
+        return np.unpackbits(packed, bitorder="little").astype(bool)
 
 
 def _live_bytes(dfa: ByteDFA) -> list[int]:

@@ -52,6 +52,10 @@ class PushdownMasks:
         self._ids: dict[int, torch.Tensor | None] = {}
         self._lock = threading.Lock()
         self.candidates_walked = 0
+        sorted_spellings(vocab)  # built with the grammar (once per vocabulary), not in a mask
+        native = vocab_trie(vocab)
+        if native is not None:
+            native[1].lists()
 
     @property
     def states_computed(self) -> int:
@@ -82,11 +86,15 @@ class PushdownMasks:
         tops = sorted(set(pda.tops(config)))
         words = np.zeros(v.num_words, dtype=np.int32)
         candidates = np.zeros(v.num_words, dtype=np.int32)
+        nodes: set[int] = set()
         for rule, state in tops:
-            inner, open_ = self._top_masks(rule, state)
+            inner, open_, escape_nodes = self._top_masks(rule, state)
             words |= inner
             if open_ is not None:
                 candidates |= open_ & ~inner
+            nodes.update(escape_nodes)
+        if nodes:
+            self._walk_subtrees(config, sorted(nodes), words)
         candidates &= ~words
         if candidates.any():
             self._walk_candidates(config, candidates, words)
@@ -95,36 +103,40 @@ class PushdownMasks:
                 set_bit(words, eos)
         return torch.from_numpy(words)
 
-    def _top_masks(self, rule: int, state: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """(inner, open) of a top: the tokens read inside the rule, and those leaving it after
-        a byte or more (None: none can; numpy's `open` holds inner ones too, which callers
-        take out)."""
+    def _top_masks(self, rule: int, state: int) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+        """(inner, open, escape nodes) of a top: the tokens read inside the rule, and those
+        leaving it after a byte or more: listed one by one (`open`; None: none; numpy's holds
+        inner ones too, which callers take out), or (C++ walk) as trie nodes whose subtrees
+        leave it."""
         found = self._top_memo.get((rule, state))
         if found is not None:
             return found
         native = vocab_trie(self.vocab)
         if native is not None:
             if rule not in self._native:
-                self._native[rule] = EscapeBits(self.pda.rules[rule].num_states, self._escape_rows(rule))
+                self._native[rule] = EscapeBits(self.pda.rules[rule].num_states, self._escape_rows(rule, bits=True))
             dfa, library, trie = self.pda.rules[rule], *native
             inner, open_ = np.zeros(self.vocab.num_words, np.int32), np.zeros(self.vocab.num_words, np.int32)
-            trie.walk_rule(library, np.ascontiguousarray(dfa.table, np.int32), dfa.dead, state, self._native[rule], inner, open_)
-            found = (inner, open_ if open_.any() else None)
+            table = np.ascontiguousarray(dfa.table, np.int32)
+            nodes = trie.walk_rule(library, table, dfa.dead, state, self._native[rule], inner, open_)
+            found = (inner, open_ if open_.any() else None, nodes.tolist())
         else:
             if rule not in self._inner:
                 self._prepare(rule)
             inner = self._inner[rule].packed(state).numpy()
             opens = self._escapes[rule][state]
-            found = (inner, self._open[rule].packed(self.pda.rules[rule].num_states + state).numpy() if opens else None)
+            found = (inner, self._open[rule].packed(self.pda.rules[rule].num_states + state).numpy() if opens else None, [])
         with self._lock:
             self._top_memo[(rule, state)] = found
         return found
 
-    def _escape_rows(self, rule: int) -> dict[int, np.ndarray]:
-        """Per boundary state of `rule` (a call or an end), the bytes that may leave it there."""
+    def _escape_rows(self, rule: int, bits: bool = False) -> dict:
+        """Per boundary state of `rule` (a call or an end), the bytes that may leave it there
+        (256 bools, or a 256-bit int with `bits`)."""
         dfa, lookahead = self.pda.rules[rule], self._lookahead
         states = set(lookahead.calls[rule]) | set(np.flatnonzero(dfa.accepting[: dfa.num_states]).tolist())
-        return {s: lookahead.after_boundary(rule, s) for s in states}
+        get = lookahead.after_boundary_bits if bits else lookahead.after_boundary
+        return {s: get(rule, s) for s in states}
 
     def _prepare(self, rule: int) -> None:
         """The numpy path's DFAs of `rule` (no C++ walk)."""
@@ -137,14 +149,94 @@ class PushdownMasks:
             self._escapes[rule] = _may_escape(dfa, escapes)
             self._inner[rule] = TokenMasks(_never_ending(dfa), self.vocab)
 
+    def _walk_subtrees(self, config: int, nodes: list[int], words: np.ndarray) -> None:
+        """The tokens under each trie node in `nodes` (ascending) the automaton reads from
+        `config`, walked in the trie: a byte that dies skips its whole subtree, so ` t` (where
+        `true` may start) visits ` tr` and ` th` but none of the hundreds of ` th...` tokens."""
+        node_byte, depth, skip, node_tokens, token_ids = vocab_trie(self.vocab)[1].lists()
+        step, walk, token_bytes = self.pda.step, self.pda.walk, self.vocab.token_bytes
+        found, end, states = [], -1, {}
+        for node in nodes:
+            if node < end:
+                continue  # inside a subtree walked already
+            end, top = skip[node], depth[node]
+            states[top - 1] = walk(config, token_bytes[token_ids[node_tokens[node]]][: top - 1])
+            if not states[top - 1]:
+                continue
+            i = node
+            while i < end:
+                d = depth[i]
+                state = states[d] = step(states[d - 1], node_byte[i])
+                if not state:
+                    i = skip[i]
+                    continue
+                found += token_ids[node_tokens[i] : node_tokens[i + 1]]
+                i += 1
+        self.candidates_walked += len(found)
+        if found:
+            ids = np.array(found, dtype=np.int64)
+            np.bitwise_or.at(words.view(np.uint32), ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+
     def _walk_candidates(self, config: int, candidates: np.ndarray, words: np.ndarray) -> None:
+        """Walk the candidate tokens through the automaton in byte order, so a prefix shared by
+        the next one is not stepped again and a dead prefix rules out every token after it
+        that shares it (` the`, ` this`, ... die together at `h` where ` t` starts `true`)."""
+        spellings = sorted_spellings(self.vocab)
         bits = np.unpackbits(candidates.view(np.uint8), bitorder="little")
-        token_bytes, walk = self.vocab.token_bytes, self.pda.walk
-        ids = np.flatnonzero(bits[: len(token_bytes)]).tolist()
-        self.candidates_walked += len(ids)
-        for token in ids:
-            if walk(config, token_bytes[token]):
+        ranks = np.sort(spellings.rank[np.flatnonzero(bits[: len(spellings.rank)])])
+        ranks = ranks[ranks >= 0]
+        self.candidates_walked += len(ranks)
+        if not len(ranks):
+            return
+        shared = np.zeros(len(ranks), dtype=np.int64)  # common prefix with the candidate before
+        if len(ranks) > 1:
+            shared[1:] = np.minimum.reduceat(spellings.lcp[: ranks[-1] + 1], ranks[:-1] + 1)
+        token_bytes, step, ids = self.vocab.token_bytes, self.pda.step, spellings.order[ranks].tolist()
+        path, dead_at = [config], len(token_bytes)
+        for token, common in zip(ids, shared.tolist()):
+            if common > dead_at:
+                continue  # shares the prefix that died
+            del path[common + 1 :]
+            state, data, dead_at = path[common], token_bytes[token], len(token_bytes)
+            for i in range(common, len(data)):
+                state = step(state, data[i])
+                if not state:
+                    dead_at = i
+                    break
+                path.append(state)
+            else:
                 set_bit(words, token)
+
+
+class SortedSpellings:
+    """A vocabulary's non-empty spellings in byte order: `order` (token ids), `rank` per token
+    (-1: no spelling) and `lcp[i]`, the bytes spelling i shares with spelling i - 1."""
+
+    def __init__(self, token_bytes: list):
+        spelled = [(bytes(b), t) for t, b in enumerate(token_bytes) if b]
+        spelled.sort()
+        self.order = np.array([t for _, t in spelled], dtype=np.int64)
+        self.rank = np.full(len(token_bytes), -1, dtype=np.int64)
+        self.rank[self.order] = np.arange(len(spelled))
+        lcp = [0] * len(spelled)
+        for i in range(1, len(spelled)):
+            a, b = spelled[i - 1][0], spelled[i][0]
+            n = min(len(a), len(b))
+            j = 0
+            while j < n and a[j] == b[j]:
+                j += 1
+            lcp[i] = j
+        self.lcp = np.array(lcp, dtype=np.int64)
+
+
+_sorted: dict[int, tuple[TokenVocabulary, SortedSpellings]] = {}
+
+
+def sorted_spellings(vocab: TokenVocabulary) -> SortedSpellings:
+    found = _sorted.get(id(vocab))
+    if found is None or found[0] is not vocab:
+        found = _sorted[id(vocab)] = (vocab, SortedSpellings(vocab.token_bytes))
+    return found[1]
 
 
 def _never_ending(dfa: ByteDFA) -> ByteDFA:

@@ -35,10 +35,11 @@ extern "C" int64_t langrt_token_walk(
     return visited;
 }
 
-// The same walk over one grammar rule's DFA (cfg/masks.py), filling two masks at once: `inner`,
-// the tokens read wholly inside the rule, and `open`, the tokens that after at least one byte
-// reach a byte that may leave the rule (a call or the rule's end: escape bits of the state),
-// whatever follows; the pushdown automaton then walks those beyond the rule.
+// The same walk over one grammar rule's DFA (cfg/masks.py): `inner` gets the tokens read wholly
+// inside the rule; where a token, after at least one byte, reaches a byte that may leave the rule
+// (a call or the rule's end: escape bits of the state), the trie node of that byte is listed in
+// `escapes` (its whole subtree: the pushdown automaton walks it beyond the rule), or past
+// `max_escapes` its subtree's tokens go into `open` (walked one by one).
 extern "C" int64_t langrt_token_walk_rule(
     const int32_t* table,
     int32_t dead,
@@ -53,20 +54,26 @@ extern "C" int64_t langrt_token_walk_rule(
     int64_t num_nodes,
     int32_t* states,
     uint32_t* inner,
-    uint32_t* open) {
+    uint32_t* open,
+    int32_t* escapes,
+    int64_t max_escapes) {         // returns the number of escape nodes listed
     states[0] = start;
-    int64_t visited = 0;
+    int64_t listed = 0, listed_until = 0;
     for (int64_t i = 0; i < num_nodes;) {
         const int32_t depth = node_depth[i];
         const int32_t state = states[depth - 1];
         const uint8_t byte = node_byte[i];
-        ++visited;
-        const int32_t row = depth >= 2 ? escape_row[state] : -1;
+        const int32_t row = depth >= 2 && i >= listed_until ? escape_row[state] : -1;
         if (row >= 0 && (escape_bits[row * 8 + (byte >> 5)] >> (byte & 31)) & 1u) {
-            for (int32_t k = node_tokens[i]; k < node_tokens[node_skip[i]]; ++k) {
-                const int32_t t = token_ids[k];
-                open[t >> 5] |= 1u << (t & 31);
+            if (listed < max_escapes) {
+                escapes[listed++] = static_cast<int32_t>(i);
+            } else {
+                for (int32_t k = node_tokens[i]; k < node_tokens[node_skip[i]]; ++k) {
+                    const int32_t t = token_ids[k];
+                    open[t >> 5] |= 1u << (t & 31);
+                }
             }
+            listed_until = node_skip[i];  // nested escapes are in this subtree already
         }
         const int32_t next = table[static_cast<int64_t>(state) * 256 + byte];
         if (next == dead) {
@@ -80,5 +87,5 @@ extern "C" int64_t langrt_token_walk_rule(
         }
         ++i;
     }
-    return visited;
+    return listed;
 }

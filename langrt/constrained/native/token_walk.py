@@ -70,7 +70,7 @@ def _load():
     library = ctypes.CDLL(str(path))
     pointer, head = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32]
     library.langrt_token_walk.argtypes = head + [pointer] * 5 + [ctypes.c_int64, pointer, pointer]
-    library.langrt_token_walk_rule.argtypes = head + [pointer] * 7 + [ctypes.c_int64] + [pointer] * 3
+    library.langrt_token_walk_rule.argtypes = head + [pointer] * 7 + [ctypes.c_int64] + [pointer] * 4 + [ctypes.c_int64]
     for function in (library.langrt_token_walk, library.langrt_token_walk_rule):
         function.restype = ctypes.c_int64
     return library
@@ -100,6 +100,7 @@ class VocabTrie:
         self.node_tokens = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         self.token_ids = np.array(ids, dtype=np.int32)
         self.max_depth = int(self.depth.max(initial=0))
+        self._lists = None
 
     def _trie(self) -> tuple:
         return (self.node_byte.ctypes.data, self.depth.ctypes.data, self.skip.ctypes.data, self.node_tokens.ctypes.data,
@@ -110,24 +111,39 @@ class VocabTrie:
         number of trie nodes visited."""
         return library.langrt_token_walk(table.ctypes.data, dead, state, *self._trie(), words.ctypes.data)
 
-    def walk_rule(self, library, table: np.ndarray, dead: int, state: int, escapes: "EscapeBits", inner: np.ndarray, open_: np.ndarray) -> int:
-        """OR into `inner` the tokens readable from `state` without leaving the rule, and into
-        `open_` those that after one byte or more reach a byte `escapes` marks (any bytes after)."""
-        return library.langrt_token_walk_rule(table.ctypes.data, dead, state, escapes.row.ctypes.data, escapes.bits.ctypes.data,
-                                              *self._trie(), inner.ctypes.data, open_.ctypes.data)  # fmt: skip
+    def walk_rule(self, library, table: np.ndarray, dead: int, state: int, escapes: "EscapeBits", inner: np.ndarray, open_: np.ndarray) -> np.ndarray:
+        """OR into `inner` the tokens readable from `state` without leaving the rule; return the
+        trie nodes where a token, after one byte or more, reaches a byte `escapes` marks (their
+        subtrees are walked beyond the rule), past MAX_ESCAPE_NODES OR-ing those subtrees'
+        tokens into `open_` instead."""
+        nodes = np.empty(MAX_ESCAPE_NODES, dtype=np.int32)
+        n = library.langrt_token_walk_rule(table.ctypes.data, dead, state, escapes.row.ctypes.data, escapes.bits.ctypes.data,
+                                           *self._trie(), inner.ctypes.data, open_.ctypes.data, nodes.ctypes.data, nodes.size)  # fmt: skip
+        return nodes[:n].copy()
+
+    def lists(self) -> tuple[list, list, list, list, list]:
+        """The trie as Python lists (node byte, depth, skip, token offsets, token ids), for
+        walks in Python (cfg/masks.py); made on first use."""
+        if self._lists is None:
+            self._lists = (self.node_byte.tolist(), self.depth.tolist(), self.skip.tolist(), self.node_tokens.tolist(), self.token_ids.tolist())
+        return self._lists
 
 
 class EscapeBits:
     """Per state of a rule's DFA, the bytes that may leave the rule there, packed: `row[s]` is
-    -1 or the index of s's 256 bits (8 uint32 words) in `bits`."""
+    -1 or the index of s's 256 bits (8 uint32 words) in `bits`. `escapes`: {state: 256-bit int}."""
 
-    def __init__(self, num_states: int, escapes: dict[int, np.ndarray]):
+    def __init__(self, num_states: int, escapes: dict[int, int]):
         self.row = np.full(num_states + 1, -1, dtype=np.int32)
         states = sorted(escapes)
         self.row[states] = np.arange(len(states), dtype=np.int32)
-        flags = np.array([escapes[s] for s in states], dtype=bool).reshape(len(states), 256)
-        self.bits = np.ascontiguousarray(np.packbits(flags, axis=1, bitorder="little").view(np.uint32))
+        packed = b"".join(escapes[s].to_bytes(32, "little") for s in states)
+        self.bits = np.frombuffer(packed, dtype="<u4").reshape(len(states), 8).copy()
 
+
+# Why 256: escape nodes are where a token leaves a rule (a delimiter then a value's first byte);
+# a state has a handful; past this many their tokens are walked one by one instead.
+MAX_ESCAPE_NODES = 256
 
 _tries: dict[int, tuple[object, VocabTrie]] = {}
 
