@@ -3,6 +3,19 @@
 // (no vector instructions), so it builds and runs on any CPU; token_walk.py builds and loads it.
 #include <cstdint>
 
+// The tokens trie node i spells, into `words`: its first token's word and bit (bit 0 where it
+// spells none) are precomputed, so the usual zero or one token costs no branch (a branch taken
+// at random cost more than the rest of a node's work); duplicate spellings loop.
+static inline void mark_tokens(const int32_t* node_word, const uint32_t* node_bit, const int32_t* node_tokens,
+                               const int32_t* token_ids, int64_t i, uint32_t* words) {
+    words[node_word[i]] |= node_bit[i];
+    if (__builtin_expect(node_tokens[i + 1] - node_tokens[i] > 1, 0)) {
+        for (int32_t k = node_tokens[i] + 1; k < node_tokens[i + 1]; ++k) {
+            words[token_ids[k] >> 5] |= 1u << (token_ids[k] & 31);
+        }
+    }
+}
+
 extern "C" int64_t langrt_token_walk(
     const int32_t* table,          // [states, 256] next state; `dead` where the automaton dies
     int32_t dead,
@@ -12,6 +25,8 @@ extern "C" int64_t langrt_token_walk(
     const int32_t* node_skip,      // the node after its subtree
     const int32_t* node_tokens,    // [nodes + 1] CSR offsets into token_ids: the tokens spelled by the node's path
     const int32_t* token_ids,
+    const int32_t* node_word,      // per node: the word of its first token's bit (0 if it spells none)
+    const uint32_t* node_bit,      // per node: that bit (0 if it spells none)
     int64_t num_nodes,
     int32_t* states,               // scratch: [max depth + 1]
     uint32_t* words) {             // the mask, OR-ed into (bit t % 32 of word t / 32)
@@ -21,15 +36,12 @@ extern "C" int64_t langrt_token_walk(
         const int32_t depth = node_depth[i];
         const int32_t next = table[static_cast<int64_t>(states[depth - 1]) * 256 + node_byte[i]];
         ++visited;
-        if (next == dead) {
+        if (__builtin_expect(next == dead, 0)) {
             i = node_skip[i];
             continue;
         }
         states[depth] = next;
-        for (int32_t k = node_tokens[i]; k < node_tokens[i + 1]; ++k) {
-            const int32_t t = token_ids[k];
-            words[t >> 5] |= 1u << (t & 31);
-        }
+        mark_tokens(node_word, node_bit, node_tokens, token_ids, i, words);
         ++i;
     }
     return visited;
@@ -51,6 +63,8 @@ extern "C" int64_t langrt_token_walk_rule(
     const int32_t* node_skip,
     const int32_t* node_tokens,
     const int32_t* token_ids,
+    const int32_t* node_word,
+    const uint32_t* node_bit,
     int64_t num_nodes,
     int32_t* states,
     uint32_t* inner,
@@ -76,15 +90,12 @@ extern "C" int64_t langrt_token_walk_rule(
             listed_until = node_skip[i];  // nested escapes are in this subtree already
         }
         const int32_t next = table[static_cast<int64_t>(state) * 256 + byte];
-        if (next == dead) {
+        if (__builtin_expect(next == dead, 0)) {
             i = node_skip[i];
             continue;
         }
         states[depth] = next;
-        for (int32_t k = node_tokens[i]; k < node_tokens[i + 1]; ++k) {
-            const int32_t t = token_ids[k];
-            inner[t >> 5] |= 1u << (t & 31);
-        }
+        mark_tokens(node_word, node_bit, node_tokens, token_ids, i, inner);
         ++i;
     }
     return listed;

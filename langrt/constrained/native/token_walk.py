@@ -23,6 +23,7 @@ import numpy as np
 
 SOURCE = Path(__file__).with_name("token_walk.cpp")
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
+FLAGS = ("-O3", "-shared", "-fPIC")  # no -march: the library may sit in a home folder several CPUs share
 logger = logging.getLogger("langrt.constrained")
 
 _lock = threading.Lock()
@@ -54,7 +55,7 @@ def reset() -> None:
 def _load():
     if os.environ.get(DISABLE_ENV, "1") == "0":
         raise RuntimeError(f"{DISABLE_ENV}=0")
-    code = SOURCE.read_bytes()
+    code = SOURCE.read_bytes() + " ".join(FLAGS).encode()
     cache = Path(os.environ.get("LANGRT_CACHE_DIR") or Path.home() / ".cache" / "langrt")
     path = cache / f"token_walk-{hashlib.sha1(code).hexdigest()[:12]}.so"
     if not path.exists():
@@ -62,15 +63,15 @@ def _load():
         with tempfile.TemporaryDirectory(dir=cache) as tmp:  # built aside, then renamed: processes may race
             built = Path(tmp) / "token_walk.so"
             compiler = os.environ.get("CXX", "g++")
-            done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(built), str(SOURCE)],
+            done = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)],
                                   capture_output=True, text=True, timeout=120)  # fmt: skip
             if done.returncode != 0:
                 raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-300:]}")
             os.replace(built, path)
     library = ctypes.CDLL(str(path))
     pointer, head = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32]
-    library.langrt_token_walk.argtypes = head + [pointer] * 5 + [ctypes.c_int64, pointer, pointer]
-    library.langrt_token_walk_rule.argtypes = head + [pointer] * 7 + [ctypes.c_int64] + [pointer] * 4 + [ctypes.c_int64]
+    library.langrt_token_walk.argtypes = head + [pointer] * 7 + [ctypes.c_int64, pointer, pointer]
+    library.langrt_token_walk_rule.argtypes = head + [pointer] * 9 + [ctypes.c_int64] + [pointer] * 4 + [ctypes.c_int64]
     for function in (library.langrt_token_walk, library.langrt_token_walk_rule):
         function.restype = ctypes.c_int64
     return library
@@ -101,10 +102,16 @@ class VocabTrie:
         self.token_ids = np.array(ids, dtype=np.int32)
         self.max_depth = int(self.depth.max(initial=0))
         self._lists = None
+        # per node, the word and bit of the first token it spells (0 and 0 where none)
+        has = self.node_tokens[1:] > self.node_tokens[:-1]
+        first = self.token_ids[np.minimum(self.node_tokens[:-1], len(ids) - 1)].astype(np.int64) if ids else np.zeros(0, np.int64)
+        self.node_word = np.where(has, first >> 5, 0).astype(np.int32)
+        self.node_bit = np.where(has, np.int64(1) << (first & 31), 0).astype(np.uint32)
 
     def _trie(self) -> tuple:
         return (self.node_byte.ctypes.data, self.depth.ctypes.data, self.skip.ctypes.data, self.node_tokens.ctypes.data,
-                self.token_ids.ctypes.data, self.node_byte.size, np.empty(self.max_depth + 1, dtype=np.int32).ctypes.data)  # fmt: skip
+                self.token_ids.ctypes.data, self.node_word.ctypes.data, self.node_bit.ctypes.data, self.node_byte.size,
+                np.empty(self.max_depth + 1, dtype=np.int32).ctypes.data)  # fmt: skip
 
     def walk(self, library, table: np.ndarray, dead: int, state: int, words: np.ndarray) -> int:
         """OR into `words` the tokens readable from `state` of `table` (int32, C order); the
