@@ -50,7 +50,12 @@ def run_script(tmp_path, code: str, how: str = "file") -> str:
 def test_every_python_snippet_is_covered():
     """A new snippet needs a test here: each one is matched by its first line."""
     firsts = sorted(s.splitlines()[0] for s in python_snippets())
-    assert firsts == ["import langrt", "import langrt_frontend as sgl", "import openai"]
+    assert firsts == ["from langrt.constrained import GrammarCompiler", "import langrt", "import langrt_frontend as sgl", "import openai"]
+
+
+def test_grammar_snippet(tmp_path):
+    lines = run_script(tmp_path, snippet("from langrt.constrained import GrammarCompiler")).split()
+    assert lines == ["False", "True", "False"]  # schema order by default; any order on request; never invalid
 
 
 @pytest.mark.parametrize("how", ["file", "stdin", "command"])

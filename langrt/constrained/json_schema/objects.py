@@ -37,6 +37,9 @@ def _all_optional_size(members: list) -> int:
 ANY_ORDER_MAX_REQUIRED = 6
 # Why 30,000: the members are copied into every subset's rule; past this each value is a call.
 ANY_ORDER_MAX_CHARS = 30_000
+# Why 500: what may follow a set of written properties is copied into its callers while short
+# (a DFA of a few states, no call: no stack frame, no mask crossing a rule's end); longer, a rule.
+ANY_ORDER_INLINE_CHARS = 500
 
 _STRING_SCHEMA = {"type": "string"}
 _STRING = Node(_STRING_SCHEMA, _STRING_SCHEMA)
@@ -88,8 +91,8 @@ class ObjectMixin:
     def _any_order(self, f: Flat, names: list[str], members: list, extra: str | None) -> str | None:
         """Members in any order: each required one once, the others (and `extra`) any number of
         times (a repeated key's values each satisfy its schema, and the parsed object keeps the
-        last, so it stays valid). One rule per set of required members written, each ending in
-        a tail call to the next set's. None past ANY_ORDER_MAX_REQUIRED required members."""
+        last, so it stays valid). One rule per set of required members written (copied into its
+        callers while short), each ending in a tail call to the next set's. None past ANY_ORDER_MAX_REQUIRED required members."""
         required = [m for m, req in members if req]
         if len(required) > ANY_ORDER_MAX_REQUIRED:
             return None
@@ -104,7 +107,7 @@ class ObjectMixin:
         for written in sorted(range(full + 1), key=lambda s: -s.bit_count()):
             nexts = [c + m + after[written | 1 << i] for i, m in enumerate(required) if not written >> i & 1]
             text = more + rx.alt(nexts + ([""] if written == full else []))
-            after[written] = self.book.rule_for(text) if text else ""
+            after[written] = text if len(text) <= ANY_ORDER_INLINE_CHARS else self.book.rule_for(text)
         firsts = [rx.seq(optional, after[0])] + [m + after[1 << i] for i, m in enumerate(required)]
         return rx.alt(firsts)
 
