@@ -49,10 +49,13 @@ class GrammarSpec:
 
     kind: str  # "regex" | "json_schema" | "ebnf" | "choices"
     text: str  # the regex, the schema's JSON, the grammar, or the choices as a JSON list
+    options: tuple[str, ...] = ()  # a json_schema's options on (sampling_params.JSON_SCHEMA_OPTIONS)
 
     @classmethod
     def from_params(cls, params) -> GrammarSpec | None:
-        for kind in ("regex", "json_schema", "ebnf"):
+        if params.json_schema is not None:
+            return cls("json_schema", params.json_schema, params.json_schema_options or ())
+        for kind in ("regex", "ebnf"):
             if getattr(params, kind) is not None:
                 return cls(kind, getattr(params, kind))
         if params.choices is not None:
@@ -95,7 +98,7 @@ def _translate(spec: GrammarSpec) -> str:
     if spec.kind == "json_schema":
         from langrt.constrained.json_schema import schema_to_grammar
 
-        return schema_to_grammar(json.loads(spec.text))
+        return schema_to_grammar(json.loads(spec.text), **dict.fromkeys(spec.options, True))
     if spec.kind == "ebnf":
         from langrt.constrained.cfg.build import ebnf_rules
 

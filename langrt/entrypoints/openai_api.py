@@ -26,6 +26,7 @@ _SAMPLING = {
     "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty", "regex": "regex",
     "json_schema": "json_schema", "ignore_eos": "ignore_eos", "stop_token_ids": "stop_token_ids",
     "min_tokens": "min_new_tokens", "skip_special_tokens": "skip_special_tokens", "no_stop_trim": "no_stop_trim",
+    "json_schema_options": "json_schema_options",
 }  # fmt: skip
 COMPLETION_FIELDS = _IGNORED | set(_SAMPLING) | {"prompt", "max_tokens", "stream", "logprobs", "echo"}
 CHAT_FIELDS = _IGNORED | set(_SAMPLING) | {

@@ -33,6 +33,9 @@ _BOOL_FIELDS = (
 )
 _GRAMMAR_FIELDS = ("regex", "json_schema", "ebnf")
 _STR_TUPLE_FIELDS = ("stop", "stop_regex")
+# How a JSON schema may be read beyond its default (listed properties only, in the schema's
+# order): json_schema/compiler.py's schema_to_grammar options.
+JSON_SCHEMA_OPTIONS = ("any_order", "open_objects")
 _SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes seeds below 2**64
 # Why: temperatures divide logits in float32, where values below ~1e-45 round to 0 (0/0 = NaN
 # probabilities); this close to 0 sampling is greedy anyway (SGLang's threshold).
@@ -65,6 +68,7 @@ class SamplingParams:
     no_stop_trim: bool = False
     regex: str | None = None
     json_schema: str | None = None
+    json_schema_options: tuple[str, ...] | None = None  # some of JSON_SCHEMA_OPTIONS, sorted
     ebnf: str | None = None
     choices: tuple[str, ...] | None = None  # output is exactly one of these strings
     seed: int | None = None
@@ -132,6 +136,8 @@ class SamplingParams:
             self._set("stop_token_ids", tuple(self.stop_token_ids))
         if isinstance(self.json_schema, (dict, bool)):
             self._set("json_schema", json.dumps(self.json_schema))
+        if self.json_schema_options is not None:
+            self._set("json_schema_options", _schema_options(self.json_schema_options))
         if isinstance(self.choices, list):
             self._set("choices", tuple(self.choices))
 
@@ -215,9 +221,32 @@ class SamplingParams:
             _require_compiles("regex", self.regex)
         if self.json_schema is not None:
             _require_json_schema(self.json_schema)
+        elif self.json_schema_options:
+            raise InvalidRequest("json_schema_options needs a json_schema", param="json_schema_options")
 
 
 _FIELD_NAMES = frozenset(f.name for f in fields(SamplingParams))
+
+
+def _schema_options(value: Any) -> tuple[str, ...]:
+    """{"any_order": true, ...} or ["any_order", ...] as the sorted names of the options on."""
+    if isinstance(value, Mapping):
+        bad = [v for v in value.values() if not isinstance(v, bool)]
+        if bad:
+            raise _type_error("json_schema_options", "an object of booleans", value)
+        names = [k for k, on in value.items() if on]
+        known = list(value)
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        names = known = list(value)
+    else:
+        raise _type_error("json_schema_options", "an object of booleans or a list of option names", value)
+    unknown = [k for k in known if k not in JSON_SCHEMA_OPTIONS]
+    if unknown:
+        raise InvalidRequest(
+            f"json_schema_options: unknown option {unknown[0]!r}; options are {', '.join(JSON_SCHEMA_OPTIONS)}",
+            param="json_schema_options",
+        )
+    return tuple(sorted(set(names)))
 
 
 def _require(ok: bool, name: str, rule: str, value: Any) -> None:

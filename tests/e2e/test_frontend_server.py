@@ -160,6 +160,17 @@ def test_ebnf_over_http_and_a_bad_grammar_is_a_400_naming_the_position(server):
     assert status == 400 and "line 2, column 1" in out["error"]["message"] and "left recursion" in out["error"]["message"]
 
 
+def test_json_schema_options_over_http(server):
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+              "required": ["name", "age"], "additionalProperties": False}  # fmt: skip
+    params = {"json_schema": json.dumps(schema), "json_schema_options": {"any_order": True}, "max_new_tokens": 40, "temperature": 0}
+    status, out = server.post("/generate", {"text": "A person as JSON: ", "sampling_params": params})
+    assert status == 200 and set(json.loads(out["text"])) == {"name", "age"}, out
+    params["json_schema_options"] = {"sorted_keys": True}
+    status, out = server.post("/generate", {"text": "A person as JSON: ", "sampling_params": params}, check=False)
+    assert status == 400 and out["error"]["param"] == "json_schema_options" and "any_order" in out["error"]["message"], out
+
+
 def test_stop_n_and_logprobs(backend):
     @sgl.function
     def f(s):

@@ -69,6 +69,10 @@ REJECTED = [
     ({"stop_token_ids": (5, -1)}, "stop_token_ids"),
     ({"json_schema": "{not json"}, "json_schema"),
     ({"json_schema": "42"}, "json_schema"),
+    ({"json_schema": "{}", "json_schema_options": {"any_order": 1}}, "json_schema_options"),
+    ({"json_schema": "{}", "json_schema_options": ["sorted_keys"]}, "json_schema_options"),
+    ({"json_schema": "{}", "json_schema_options": "any_order"}, "json_schema_options"),
+    ({"regex": "a", "json_schema_options": ["any_order"]}, "json_schema_options"),
     ({"seed": -1}, "seed"),
     ({"seed": 2**64}, "seed"),
     # wrong types: bool is not an int, strings are never numbers
@@ -262,3 +266,23 @@ def test_top_p_accepted_exactly_on_its_range(x):
     else:
         with pytest.raises(InvalidRequest):
             SamplingParams(top_p=x)
+
+
+def test_json_schema_options_reach_the_schema_compiler():
+    """{"any_order": true} or ["any_order"] are one option set; the grammar it names takes the
+    properties in any order, the default only in the schema's."""
+    from langrt.constrained.cfg.build import full_match, local_automaton
+    from langrt.constrained.spec import GrammarSpec
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+    p = SamplingParams(json_schema=schema, json_schema_options={"any_order": True, "open_objects": False})
+    assert p.json_schema_options == ("any_order",) == SamplingParams.from_dict(p.to_dict()).json_schema_options
+    assert SamplingParams(json_schema=schema, json_schema_options=["any_order", "any_order"]) == p
+    spec, plain = GrammarSpec.from_params(p), GrammarSpec.from_params(SamplingParams(json_schema=schema))
+    assert spec != plain and spec.options == ("any_order",)
+
+    def accepts(source, text):
+        return re.fullmatch(source, text) is not None if isinstance(source, str) else full_match(local_automaton(source, 10_000), text)
+
+    assert accepts(spec.translate(), '{"b": 1, "a": 2}') and not accepts(plain.translate(), '{"b": 1, "a": 2}')
+    assert accepts(spec.translate(), '{"a": 1, "b": 2}') and not accepts(spec.translate(), '{"b": 1}')
