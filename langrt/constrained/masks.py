@@ -272,6 +272,8 @@ _MIN_CHAIN_BYTES = 16
 _MAX_CHAIN_DEPTH = 24
 # The byte tried first as the chain's: a letter.
 _PROBE_BYTE = ord("a")
+
+
 def set_bit(words: np.ndarray, token: int) -> None:
     """Allow `token` in a mask of int32 words."""
     words.view(np.uint32)[token >> 5] |= np.uint32(1 << (token & 31))

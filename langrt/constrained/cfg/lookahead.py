@@ -78,7 +78,7 @@ class Lookahead:
                     follow[c], changed = value, True
         return follow
 
-    def after_boundary_bits(self, r: int, s: int) -> int:
+    def after_boundary(self, r: int, s: int) -> int:
         """The bytes that may be read at state s of rule r by leaving it (calling a rule there,
         or returning from r), as a 256-bit int."""
         found = 0
@@ -87,11 +87,6 @@ class Lookahead:
         if self.ends(r, s):
             found |= self.follow[r]
         return found
-
-    def after_boundary(self, r: int, s: int) -> np.ndarray:
-        """after_boundary_bits as 256 bools."""
-        packed = np.frombuffer(self.after_boundary_bits(r, s).to_bytes(32, "little"), dtype=np.uint8)
-        return np.unpackbits(packed, bitorder="little").astype(bool)
 
 
 def _live_bytes(dfa: ByteDFA) -> list[int]:

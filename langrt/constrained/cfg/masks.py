@@ -30,7 +30,7 @@ from langrt.constrained.byte_dfa import ByteDFA
 from langrt.constrained.cfg.lookahead import Lookahead
 from langrt.constrained.cfg.pda import PushdownAutomaton
 from langrt.constrained.masks import TokenMasks, _ranges, listed_ids, set_bit
-from langrt.constrained.native.token_walk import EscapeBits, vocab_trie
+from langrt.constrained.native.token_walk import EscapeBits, common_prefix, vocab_trie
 from langrt.constrained.vocab import TokenVocabulary
 
 # Why 4,096: a configuration's mask is ~6 KB for a 49k vocabulary; 4k of them bound a grammar's
@@ -114,11 +114,11 @@ class PushdownMasks:
         native = vocab_trie(self.vocab)
         if native is not None:
             if rule not in self._native:
-                self._native[rule] = EscapeBits(self.pda.rules[rule].num_states, self._escape_rows(rule, bits=True))
+                self._native[rule] = EscapeBits(self.pda.rules[rule].num_states, self._escape_rows(rule))
             dfa, library, trie = self.pda.rules[rule], *native
             inner, open_ = np.zeros(self.vocab.num_words, np.int32), np.zeros(self.vocab.num_words, np.int32)
             table = np.ascontiguousarray(dfa.table, np.int32)
-            nodes = trie.walk_rule(library, table, dfa.dead, state, self._native[rule], inner, open_)
+            nodes = trie.walk(library, table, dfa.dead, state, inner, self._native[rule], open_)
             found = (inner, open_ if open_.any() else None, nodes.tolist())
         else:
             if rule not in self._inner:
@@ -130,20 +130,19 @@ class PushdownMasks:
             self._top_memo[(rule, state)] = found
         return found
 
-    def _escape_rows(self, rule: int, bits: bool = False) -> dict:
-        """Per boundary state of `rule` (a call or an end), the bytes that may leave it there
-        (256 bools, or a 256-bit int with `bits`)."""
+    def _escape_rows(self, rule: int) -> dict[int, int]:
+        """Per boundary state of `rule` (a call or an end), the bytes that may leave it there,
+        as a 256-bit int."""
         dfa, lookahead = self.pda.rules[rule], self._lookahead
         states = set(lookahead.calls[rule]) | set(np.flatnonzero(dfa.accepting[: dfa.num_states]).tolist())
-        get = lookahead.after_boundary_bits if bits else lookahead.after_boundary
-        return {s: get(rule, s) for s in states}
+        return {s: lookahead.after_boundary(rule, s) for s in states}
 
     def _prepare(self, rule: int) -> None:
         """The numpy path's DFAs of `rule` (no C++ walk)."""
         dfa = self.pda.rules[rule]
         escapes = np.zeros((dfa.num_states, 256), dtype=bool)
         for s, row in self._escape_rows(rule).items():
-            escapes[s] = row
+            escapes[s] = np.unpackbits(np.frombuffer(row.to_bytes(32, "little"), np.uint8), bitorder="little")
         with self._lock:
             self._open[rule] = TokenMasks(_opened_dfa(dfa, escapes), self.vocab)
             self._escapes[rule] = _may_escape(dfa, escapes)
@@ -218,15 +217,8 @@ class SortedSpellings:
         self.order = np.array([t for _, t in spelled], dtype=np.int64)
         self.rank = np.full(len(token_bytes), -1, dtype=np.int64)
         self.rank[self.order] = np.arange(len(spelled))
-        lcp = [0] * len(spelled)
-        for i in range(1, len(spelled)):
-            a, b = spelled[i - 1][0], spelled[i][0]
-            n = min(len(a), len(b))
-            j = 0
-            while j < n and a[j] == b[j]:
-                j += 1
-            lcp[i] = j
-        self.lcp = np.array(lcp, dtype=np.int64)
+        lcp = [0] + [common_prefix(a, b) for (a, _), (b, _) in zip(spelled, spelled[1:])]
+        self.lcp = np.array(lcp[: len(spelled)], dtype=np.int64)
 
 
 _sorted: dict[int, tuple[TokenVocabulary, SortedSpellings]] = {}

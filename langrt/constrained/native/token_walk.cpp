@@ -16,10 +16,17 @@ static inline void mark_tokens(const int32_t* node_word, const uint32_t* node_bi
     }
 }
 
+// The walk over a grammar rule's DFA (cfg/masks.py) also lists where tokens leave the rule: where
+// a token, after at least one byte, reaches a byte that may leave it (a call or the rule's end:
+// escape bits of the state), the trie node of that byte goes into `escapes` (its whole subtree:
+// the pushdown automaton walks it beyond the rule), or past `max_escapes` its subtree's tokens
+// into `open` (walked one by one). A regex's DFA passes no escape rows and lists nothing.
 extern "C" int64_t langrt_token_walk(
     const int32_t* table,          // [states, 256] next state; `dead` where the automaton dies
     int32_t dead,
     int32_t start,
+    const int32_t* escape_row,     // per state: its row of escape_bits, or -1; null: no escapes
+    const uint32_t* escape_bits,   // [rows, 8]: bit b of row r set when byte b may leave the rule
     const uint8_t* node_byte,      // per trie node, in preorder: the byte on its edge
     const int32_t* node_depth,     // 1 for the root's children
     const int32_t* node_skip,      // the node after its subtree
@@ -29,45 +36,7 @@ extern "C" int64_t langrt_token_walk(
     const uint32_t* node_bit,      // per node: that bit (0 if it spells none)
     int64_t num_nodes,
     int32_t* states,               // scratch: [max depth + 1]
-    uint32_t* words) {             // the mask, OR-ed into (bit t % 32 of word t / 32)
-    states[0] = start;
-    int64_t visited = 0;
-    for (int64_t i = 0; i < num_nodes;) {
-        const int32_t depth = node_depth[i];
-        const int32_t next = table[static_cast<int64_t>(states[depth - 1]) * 256 + node_byte[i]];
-        ++visited;
-        if (__builtin_expect(next == dead, 0)) {
-            i = node_skip[i];
-            continue;
-        }
-        states[depth] = next;
-        mark_tokens(node_word, node_bit, node_tokens, token_ids, i, words);
-        ++i;
-    }
-    return visited;
-}
-
-// The same walk over one grammar rule's DFA (cfg/masks.py): `inner` gets the tokens read wholly
-// inside the rule; where a token, after at least one byte, reaches a byte that may leave the rule
-// (a call or the rule's end: escape bits of the state), the trie node of that byte is listed in
-// `escapes` (its whole subtree: the pushdown automaton walks it beyond the rule), or past
-// `max_escapes` its subtree's tokens go into `open` (walked one by one).
-extern "C" int64_t langrt_token_walk_rule(
-    const int32_t* table,
-    int32_t dead,
-    int32_t start,
-    const int32_t* escape_row,     // per state: its row of escape_bits, or -1 where no byte leaves
-    const uint32_t* escape_bits,   // [rows, 8]: bit b of row r set when byte b may leave the rule
-    const uint8_t* node_byte,
-    const int32_t* node_depth,
-    const int32_t* node_skip,
-    const int32_t* node_tokens,
-    const int32_t* token_ids,
-    const int32_t* node_word,
-    const uint32_t* node_bit,
-    int64_t num_nodes,
-    int32_t* states,
-    uint32_t* inner,
+    uint32_t* words,               // the mask, OR-ed into (bit t % 32 of word t / 32)
     uint32_t* open,
     int32_t* escapes,
     int64_t max_escapes) {         // returns the number of escape nodes listed
@@ -77,14 +46,13 @@ extern "C" int64_t langrt_token_walk_rule(
         const int32_t depth = node_depth[i];
         const int32_t state = states[depth - 1];
         const uint8_t byte = node_byte[i];
-        const int32_t row = depth >= 2 && i >= listed_until ? escape_row[state] : -1;
+        const int32_t row = escape_row != nullptr && depth >= 2 && i >= listed_until ? escape_row[state] : -1;
         if (row >= 0 && (escape_bits[row * 8 + (byte >> 5)] >> (byte & 31)) & 1u) {
             if (listed < max_escapes) {
                 escapes[listed++] = static_cast<int32_t>(i);
             } else {
                 for (int32_t k = node_tokens[i]; k < node_tokens[node_skip[i]]; ++k) {
-                    const int32_t t = token_ids[k];
-                    open[t >> 5] |= 1u << (t & 31);
+                    open[token_ids[k] >> 5] |= 1u << (token_ids[k] & 31);
                 }
             }
             listed_until = node_skip[i];  // nested escapes are in this subtree already
@@ -95,7 +63,7 @@ extern "C" int64_t langrt_token_walk_rule(
             continue;
         }
         states[depth] = next;
-        mark_tokens(node_word, node_bit, node_tokens, token_ids, i, inner);
+        mark_tokens(node_word, node_bit, node_tokens, token_ids, i, words);
         ++i;
     }
     return listed;

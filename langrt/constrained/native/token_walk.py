@@ -32,8 +32,8 @@ _tried = False
 
 
 def _walk_function():
-    """The library (its langrt_token_walk and langrt_token_walk_rule), built and loaded on first
-    use; None where it cannot be (said once)."""
+    """The library (its langrt_token_walk), built and loaded on first use; None where it cannot
+    be (said once)."""
     global _function, _tried
     with _lock:
         if not _tried:
@@ -70,10 +70,8 @@ def _load():
             os.replace(built, path)
     library = ctypes.CDLL(str(path))
     pointer, head = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32]
-    library.langrt_token_walk.argtypes = head + [pointer] * 7 + [ctypes.c_int64, pointer, pointer]
-    library.langrt_token_walk_rule.argtypes = head + [pointer] * 9 + [ctypes.c_int64] + [pointer] * 4 + [ctypes.c_int64]
-    for function in (library.langrt_token_walk, library.langrt_token_walk_rule):
-        function.restype = ctypes.c_int64
+    library.langrt_token_walk.argtypes = head + [pointer] * 9 + [ctypes.c_int64] + [pointer] * 4 + [ctypes.c_int64]
+    library.langrt_token_walk.restype = ctypes.c_int64
     return library
 
 
@@ -87,7 +85,7 @@ class VocabTrie:
                 spelled.setdefault(bytes(spelling), []).append(token)
         node_byte, depth, counts, ids, previous = [], [], [], [], b""
         for word in sorted(spelled):  # sorted: a word's new nodes follow its shared prefix (preorder)
-            shared = _common_prefix(previous, word)
+            shared = common_prefix(previous, word)
             for d in range(shared, len(word)):
                 node_byte.append(word[d])
                 depth.append(d + 1)
@@ -108,24 +106,22 @@ class VocabTrie:
         self.node_word = np.where(has, first >> 5, 0).astype(np.int32)
         self.node_bit = np.where(has, np.int64(1) << (first & 31), 0).astype(np.uint32)
 
-    def _trie(self) -> tuple:
-        return (self.node_byte.ctypes.data, self.depth.ctypes.data, self.skip.ctypes.data, self.node_tokens.ctypes.data,
-                self.token_ids.ctypes.data, self.node_word.ctypes.data, self.node_bit.ctypes.data, self.node_byte.size,
-                np.empty(self.max_depth + 1, dtype=np.int32).ctypes.data)  # fmt: skip
-
-    def walk(self, library, table: np.ndarray, dead: int, state: int, words: np.ndarray) -> int:
-        """OR into `words` the tokens readable from `state` of `table` (int32, C order); the
-        number of trie nodes visited."""
-        return library.langrt_token_walk(table.ctypes.data, dead, state, *self._trie(), words.ctypes.data)
-
-    def walk_rule(self, library, table: np.ndarray, dead: int, state: int, escapes: "EscapeBits", inner: np.ndarray, open_: np.ndarray) -> np.ndarray:
-        """OR into `inner` the tokens readable from `state` without leaving the rule; return the
-        trie nodes where a token, after one byte or more, reaches a byte `escapes` marks (their
-        subtrees are walked beyond the rule), past MAX_ESCAPE_NODES OR-ing those subtrees'
-        tokens into `open_` instead."""
-        nodes = np.empty(MAX_ESCAPE_NODES, dtype=np.int32)
-        n = library.langrt_token_walk_rule(table.ctypes.data, dead, state, escapes.row.ctypes.data, escapes.bits.ctypes.data,
-                                           *self._trie(), inner.ctypes.data, open_.ctypes.data, nodes.ctypes.data, nodes.size)  # fmt: skip
+    def walk(self, library, table: np.ndarray, dead: int, state: int, words: np.ndarray,
+             escapes: EscapeBits | None = None, open_: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+        """OR into `words` the tokens readable from `state` of `table` (int32, C order). With
+        a rule's `escapes`: only those read without leaving the rule, and return the trie nodes
+        where a token, after one byte or more, reaches a byte `escapes` marks (their subtrees
+        are walked beyond the rule), past MAX_ESCAPE_NODES OR-ing those subtrees' tokens into
+        `open_` instead."""
+        states = np.empty(self.max_depth + 1, dtype=np.int32)  # scratch, alive through the call
+        nodes = np.empty(MAX_ESCAPE_NODES if escapes is not None else 0, dtype=np.int32)
+        rows, bits = (escapes.row.ctypes.data, escapes.bits.ctypes.data) if escapes is not None else (None, None)
+        n = library.langrt_token_walk(
+            table.ctypes.data, dead, state, rows, bits, self.node_byte.ctypes.data, self.depth.ctypes.data,
+            self.skip.ctypes.data, self.node_tokens.ctypes.data, self.token_ids.ctypes.data, self.node_word.ctypes.data,
+            self.node_bit.ctypes.data, self.node_byte.size, states.ctypes.data, words.ctypes.data,
+            None if open_ is None else open_.ctypes.data, nodes.ctypes.data, nodes.size,
+        )  # fmt: skip
         return nodes[:n].copy()
 
     def lists(self) -> tuple[list, list, list, list, list]:
@@ -167,7 +163,7 @@ def vocab_trie(vocab) -> tuple[object, VocabTrie] | None:
     return function, found[1]
 
 
-def _common_prefix(a: bytes, b: bytes) -> int:
+def common_prefix(a: bytes, b: bytes) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
