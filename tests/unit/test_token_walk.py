@@ -28,6 +28,17 @@ SCHEMAS = [
 pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="no C++ compiler to build the walk")
 
 
+@pytest.fixture(autouse=True)
+def library_on(monkeypatch):
+    """The comparisons run with the library on even where the run turns it off (CI's AVX2
+    pass sets LANGRT_CPU_KERNELS=0), and leave it as the run had it."""
+    monkeypatch.delenv("LANGRT_CPU_KERNELS", raising=False)
+    token_walk.reset()
+    yield
+    monkeypatch.undo()
+    token_walk.reset()
+
+
 def test_the_library_loads_here():
     assert token_walk.vocab_trie is not None and token_walk._walk_function() is not None
 
