@@ -183,7 +183,12 @@ def call_marker(rule: int) -> str:
 
 def build_rule_dfa(regex: str, max_states: int) -> tuple[ByteDFA, dict[int, list[tuple[int, int]]]]:
     """A grammar rule's body (see call_marker) as a byte DFA without its call edges, and those
-    edges: {state: [(callee, state after the call)]}."""
+    edges: {state: [(callee, state after the call)]}. A body from dfa_product.intersection_body
+    is built there (it calls no rule)."""
+    from langrt.constrained import dfa_product
+
+    if regex.startswith(dfa_product.INTERSECTION_PREFIX):
+        return dfa_product.build_intersection(regex, max_states), {}
     table, accepting, initial = _marked_table(regex, max_states)
     dead = table.shape[0] - 1
     calls: dict[int, list[tuple[int, int]]] = {}

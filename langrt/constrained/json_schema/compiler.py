@@ -11,11 +11,10 @@ from langrt.constrained.byte_dfa import call_marker
 from langrt.constrained.json_schema import regex as rx
 from langrt.constrained.json_schema.flat import Flat, Node, check_pending, json_equal, json_type
 from langrt.constrained.json_schema.keys import key_not_in
-from langrt.constrained.json_schema.formats import FORMATS, format_pattern
 from langrt.constrained.json_schema.normalize import Normalizer
 from langrt.constrained.json_schema.numeric import number_regex
-from langrt.constrained.json_schema.pattern import emit, translate, with_length
 from langrt.constrained.json_schema.objects import ObjectMixin
+from langrt.constrained.json_schema.strings import StringMixin
 from langrt.constrained.json_schema.rules import RuleBook
 from langrt.errors import InvalidRequest, UnsupportedSchema
 
@@ -95,7 +94,7 @@ def _checked(schema, whitespace: str):
     return schema
 
 
-class _Compiler(ObjectMixin):
+class _Compiler(ObjectMixin, StringMixin):
     def __init__(self, root, whitespace: str, max_ref_depth: int, max_regex_length: int, book: RuleBook | None = None):
         self.root, self.whitespace, self.book = root, whitespace, book
         self.open_objects = self.any_order = False
@@ -275,23 +274,6 @@ class _Compiler(ObjectMixin):
 
     def number(self, f: Flat) -> str | None:
         return number_regex(f)
-
-    def string(self, f: Flat) -> str | None:
-        formats = [x for x in dict.fromkeys(f.formats) if x in FORMATS]  # others are annotations
-        specs = [("pattern", p) for p in dict.fromkeys(f.patterns)] + [("format", x) for x in formats]
-        if len(specs) > 1:
-            keyword = specs[1][0]
-            raise UnsupportedSchema(
-                f"a string with several patterns/formats ({', '.join(repr(s) for _, s in specs)}): their "
-                f"intersection cannot be expressed",
-                param=keyword,
-            )
-        if specs:
-            kind, source = specs[0]
-            translated = translate(source) if kind == "pattern" else format_pattern(source)
-            alts = with_length(translated, f.min_length, f.max_length)
-            return rx.seq('"', rx.alt(emit(a) for a in alts), '"')
-        return rx.seq('"', rx.repeat(rx.JSON_CHAR, f.min_length, f.max_length), '"')
 
     # -- containers -------------------------------------------------------------------------
 
