@@ -179,6 +179,17 @@ KEYWORD_CASES = [
      [{"a": 1}, {}], [{"long": 1}]),
     ({"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
      [[1, "a"], [1], []], [[1, 2], [1, "a", 3]]),
+    # propertyNames beside patterns and additionalProperties, a string leaving out one value
+    # beside a pattern: the automata of both at once (dfa_product.py)
+    ({"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer"}}, "propertyNames": {"maxLength": 3},
+      "additionalProperties": False}, [{"ab": 1}, {}, {"abc": 2, "x": 3}], [{"abcd": 1}, {"ab": "x"}, {"A": 1}]),
+    ({"type": "object", "properties": {"name": {"type": "string"}}, "additionalProperties": {"type": "integer"},
+      "propertyNames": {"pattern": "^[a-z]+$"}}, [{"name": "x", "ab": 1}, {"ab": 2}], [{"AB": 1}, {"ab": "s"}, {"name": 1}]),
+    ({"type": "string", "pattern": "^[a-z]+$", "not": {"const": "stable"}}, ["beta", "stables", "stabl"], ["stable", "Beta", ""]),
+    # values pinned by enum/const beside keywords no grammar writes: checked by jsonschema
+    ({"allOf": [{"enum": [{"x": 1, "xy": "a"}, {"x": "s"}, {"x": 1}]}, {"not": {"patternProperties": {"^x": {"type": "integer"}}}}]},
+     [{"x": 1, "xy": "a"}, {"x": "s"}], [{"x": 1}, {"x": 2, "xy": "a"}]),
+    ({"type": "object", "const": {"ab": 1}, "not": {"propertyNames": {"maxLength": 1}}}, [{"ab": 1}], [{"a": 1}, {"ab": 2}]),
 ]
 
 
@@ -194,6 +205,11 @@ def test_keywords_the_grammar_compiler_adds(schema, valid, invalid):
     for v in POOL:
         if accepts(json.dumps(v)):
             assert validator.is_valid(v), f"invalid accepted: {json.dumps(v)}"
+
+
+def test_pinned_values_no_keyword_admits_are_refused_as_no_value():
+    with pytest.raises(UnsupportedSchema, match="admits no value"):
+        schema_to_grammar({"type": "object", "const": {"a": 1}, "not": {"propertyNames": {"maxLength": 1}}})
 
 
 def test_open_objects_take_unlisted_properties_anywhere_and_nothing_invalid():

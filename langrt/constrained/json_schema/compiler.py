@@ -11,11 +11,13 @@ from langrt.constrained.byte_dfa import call_marker
 from langrt.constrained.json_schema import regex as rx
 from langrt.constrained.json_schema.flat import Flat, Node, check_pending, json_equal, json_type
 from langrt.constrained.json_schema.keys import key_not_in
+from langrt.constrained.json_schema.literals import pinned_values, valid_values
 from langrt.constrained.json_schema.normalize import Normalizer
 from langrt.constrained.json_schema.numeric import number_regex
 from langrt.constrained.json_schema.objects import ObjectMixin
 from langrt.constrained.json_schema.strings import StringMixin
-from langrt.constrained.json_schema.rules import RuleBook
+from langrt.constrained.json_schema.rules import RuleBook, calls_any
+from langrt.constrained.dfa_product import intersection_body
 from langrt.errors import InvalidRequest, UnsupportedSchema
 
 WHITESPACE_POLICIES = ("compact", "flexible")
@@ -123,8 +125,21 @@ class _Compiler(ObjectMixin, StringMixin):
             return self._rule_value(nodes)
         key = (tuple(n.key for n in nodes), refs)
         if key not in self.memo:
-            self.memo[key] = self._limit(rx.alt(self.flat(f) for f in self.norm.flatten(nodes, refs)))
+            self.memo[key] = self._limit(self._values(nodes, refs))
         return self.memo[key]
+
+    def _values(self, nodes, refs: tuple) -> str | None:
+        """The values of `nodes`, type by type; where the keywords cannot be written or admit
+        nothing here but the schema pins its values, the pinned values jsonschema accepts."""
+        try:
+            regex = rx.alt(self.flat(f) for f in self.norm.flatten(nodes, refs))
+        except UnsupportedSchema:
+            if (values := pinned_values(nodes)) is None:
+                raise
+            return rx.alt(self.literal(v) for v in valid_values(values, nodes))
+        if regex is None and (values := pinned_values(nodes)) is not None:
+            return rx.alt(self.literal(v) for v in valid_values(values, nodes))
+        return regex
 
     def value_call(self, nodes, refs: tuple) -> str | None:
         """value(), as a call to its rule (rules only): for values copied many times."""
@@ -144,7 +159,7 @@ class _Compiler(ObjectMixin, StringMixin):
             return self.book.call(key)
         self.book.active.add(key)
         try:
-            regex = self._limit(rx.alt(self.flat(f) for f in self.norm.flatten(nodes, ())))
+            regex = self._limit(self._values(nodes, ()))
         finally:
             self.book.active.discard(key)
         self.memo[key] = found = self.book.settle(key, regex)
@@ -198,15 +213,21 @@ class _Compiler(ObjectMixin, StringMixin):
                 raise UnsupportedSchema(f"'{f.excluded_by}' excludes the {t} {json.dumps(v)[:40]}: leaving out one {t} is not supported", param=f.excluded_by)
         return g, strings, bools
 
-    def _string_not_in(self, f: Flat, strings: list) -> str:
-        if f.patterns or f.formats or f.min_length or f.max_length is not None:
-            raise UnsupportedSchema(f"'{f.excluded_by}' excludes strings of a string with pattern, format or lengths", param=f.excluded_by)
+    def _string_not_in(self, f: Flat, strings: list) -> str | None:
         # Raw strings other than the excluded ones, or strings with an escape of a character no
         # excluded one holds (so they cannot decode to one of them).
         held = set("".join(s for s in strings if isinstance(s, str)))
         escapes = rx.alt(e for e, c in _SIMPLE_ESCAPES if c not in held)
         escaped = None if escapes is None else f'"{rx.JSON_CHAR}*{escapes}{rx.JSON_CHAR}*"'
-        return rx.alt([key_not_in(strings), escaped])
+        others = rx.alt([key_not_in(strings), escaped])
+        if not (f.patterns or f.formats or f.min_length or f.max_length is not None):
+            return others
+        string = self.string(f)  # with pattern, format or lengths: both automata at once
+        if string is None:
+            return None
+        if self.book is None or calls_any(string):
+            raise UnsupportedSchema(f"'{f.excluded_by}' excludes strings of a string with pattern, format or lengths", param=f.excluded_by)
+        return self.book.rule_for(intersection_body([string, others]))
 
     # -- literals (const, enum) -------------------------------------------------------------
 

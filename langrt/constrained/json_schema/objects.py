@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import re
 
+from langrt.constrained.dfa_product import intersection_body
 from langrt.constrained.json_schema import regex as rx
 from langrt.constrained.json_schema.flat import Flat, Node, check_pending
 from langrt.constrained.json_schema.keys import key_not_in
 from langrt.constrained.json_schema.pattern import emit, translate, with_length
+from langrt.constrained.json_schema.rules import calls_any
 from langrt.errors import UnsupportedSchema
 
 
@@ -68,7 +70,10 @@ class ObjectMixin:
                 f"'maxProperties': {f.max_props} is less than the {len(members)} properties the schema allows",
                 param="maxProperties",
             )
-        kv = self._extra_kv(f, names) if not f.property_names else self._named_kv(f, names)
+        if f.property_names and not (self.book is not None and (f.pattern_props or f.additional is not None)):
+            kv = self._named_kv(f, names)
+        else:
+            kv = self._extra_kv(f, names)
         if kv is not None and (f.max_props is not None or self.book is None):
             # counted (or one regex, which copies would swell): after the listed ones
             room = None if f.max_props is None else f.max_props - len(members)
@@ -156,8 +161,20 @@ class ObjectMixin:
             nodes = additional + [n for (_, ns), x in zip(f.pattern_props, prefixes) if x is None for n in ns]
             v = self.value(nodes, f.refs) if nodes else self.any_value()
             key = key_not_in(names + f.forbidden, [x for x in prefixes if x is not None])
-            kvs.append(rx.seq(key, self.colon, v))
+            kvs.append(rx.seq(self._keys_named(f, key), self.colon, v))
         return rx.alt(kvs)
+
+    def _keys_named(self, f: Flat, key: str | None) -> str | None:
+        """`key` (a key's regex, quotes included) cut to the names `propertyNames` accepts: a
+        rule whose automaton is both at once (dfa_product.py; rules only)."""
+        if not f.property_names or key is None:
+            return key
+        named = self.value(f.property_names + [_STRING], f.refs)
+        if named is None:
+            return None
+        if self.book is None or calls_any(named) or calls_any(key):
+            raise UnsupportedSchema("'propertyNames' beside patternProperties or additionalProperties", param="propertyNames")
+        return self.book.rule_for(intersection_body([key, named]))
 
     def _named_kv(self, f: Flat, names: list[str]) -> str | None:
         """With propertyNames: other keys only where nothing else names keys (no properties,
@@ -175,6 +192,7 @@ class ObjectMixin:
         others = [n for j, (p, ns) in enumerate(f.pattern_props) if j != i and _may_overlap(pattern, p) for n in ns]
         listed = [n for name in names if name in f.props and _search(pattern, name) for n in f.props[name]]
         key = rx.seq('"', rx.alt(emit(a) for a in with_length(translate(pattern, "patternProperties"), 0, None)), '"')
+        key = self._keys_named(f, key)
         return rx.seq(key, self.colon, self.value(nodes + others + listed, f.refs))
 
     def _members(self, members: list[tuple[str, bool]], extra: str | None) -> tuple[str | None, bool]:

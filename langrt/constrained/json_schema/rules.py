@@ -8,6 +8,7 @@ a schema's size is the sum of its parts, not their product.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from langrt.constrained.byte_dfa import call_marker
@@ -18,6 +19,14 @@ from langrt.constrained.byte_dfa import call_marker
 RULE_MIN_CHARS = 2_000
 # A rule that no text matches (a recursive value found unsatisfiable after it was called).
 NOTHING = "[^\\x{0}-\\x{10FFFF}]"
+
+
+_CALL = re.compile(r"\\x\{1[0-9A-F]{5}\}")
+
+
+def calls_any(regex: str) -> bool:
+    """`regex` holds a rule call (byte_dfa.call_marker's text)."""
+    return _CALL.search(regex) is not None
 
 
 @dataclass

@@ -1,0 +1,47 @@
+"""Schemas that pin their values (`const`, `enum`) beside keywords the compiler cannot write (a
+`not` of `patternProperties`, of `propertyNames`, ...): the values are few and known, so each is
+checked against the whole schema by jsonschema, the reference validator, and the valid ones are
+the schema's language. Exact, whatever the other keywords say.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_NONE = object()
+
+
+def pinned_values(nodes) -> list | None:
+    """The values `const`/`enum` allow at these nodes (an `allOf` member's too), or None when
+    none of them pins its values."""
+    found: list | None = None
+    for node in nodes:
+        for schema in _conjuncts(node.schema):
+            values = [schema["const"]] if "const" in schema else schema.get("enum", _NONE)
+            if values is _NONE or not isinstance(values, list):
+                continue
+            found = list(values) if found is None else [v for v in found if any(_same(v, w) for w in values)]
+    return found
+
+
+def valid_values(values: list, nodes) -> list:
+    """The values every node's schema accepts (jsonschema, with its format checks)."""
+    return [v for v in values if all(_validator(node).is_valid(v) for node in nodes)]
+
+
+def _conjuncts(schema: Any):
+    if isinstance(schema, dict):
+        yield schema
+        for sub in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
+            yield from _conjuncts(sub)
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+
+
+def _validator(node):
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(node.base, default=jsonschema.Draft202012Validator)
+    return cls(node.base, format_checker=cls.FORMAT_CHECKER).evolve(schema=node.schema)
