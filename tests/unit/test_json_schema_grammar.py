@@ -186,6 +186,11 @@ KEYWORD_CASES = [
     ({"type": "object", "properties": {"name": {"type": "string"}}, "additionalProperties": {"type": "integer"},
       "propertyNames": {"pattern": "^[a-z]+$"}}, [{"name": "x", "ab": 1}, {"ab": 2}], [{"AB": 1}, {"ab": "s"}, {"name": 1}]),
     ({"type": "string", "pattern": "^[a-z]+$", "not": {"const": "stable"}}, ["beta", "stables", "stabl"], ["stable", "Beta", ""]),
+    # oneOf whose complements cannot be written whole (items, pattern): each branch keeps the
+    # instances proved to fail the other (here: by type), narrower, never wider
+    ({"oneOf": [{"properties": {"e": {"type": "array", "items": {"type": "string", "pattern": "^a"}}}},
+                {"properties": {"e": {"type": "string", "pattern": "^a"}}}]},
+     [{"e": ["ab"]}, {"e": "ab"}, {"e": []}], [{}, {"e": "b"}, {"e": ["b"]}, {"e": 1}, 5]),
     # values pinned by enum/const beside keywords no grammar writes: checked by jsonschema
     ({"allOf": [{"enum": [{"x": 1, "xy": "a"}, {"x": "s"}, {"x": 1}]}, {"not": {"patternProperties": {"^x": {"type": "integer"}}}}]},
      [{"x": 1, "xy": "a"}, {"x": "s"}], [{"x": 1}, {"x": 2, "xy": "a"}]),
@@ -205,6 +210,17 @@ def test_keywords_the_grammar_compiler_adds(schema, valid, invalid):
     for v in POOL:
         if accepts(json.dumps(v)):
             assert validator.is_valid(v), f"invalid accepted: {json.dumps(v)}"
+
+
+def test_alternatives_that_contradict_are_dropped_before_they_count():
+    """2**7 ways to take seven dependencies, each but one requiring and forbidding "q": under
+    the limit of 64 alternatives once those are gone."""
+    deps = {f"p{i}": {"not": {"required": ["q"]}} for i in range(7)}
+    schema = {"type": "object", "properties": {"q": {"type": "integer"}}, "required": ["q"], "dependencies": deps}
+    accepts = matcher(schema)
+    validator = jsonschema.Draft7Validator(schema)
+    for v, ok in [({"q": 1}, True), ({"q": 1, "p0": 1}, False), ({"q": 1, "p6": 2}, False), ({}, False)]:
+        assert validator.is_valid(v) == ok and accepts(json.dumps(v)) == ok, v
 
 
 def test_pinned_values_no_keyword_admits_are_refused_as_no_value():

@@ -158,6 +158,10 @@ def _list(s: dict, key: str) -> list:
 
 
 def _satisfiable(f: Flat) -> bool:
+    """False when no value fits `f`'s own keywords (values of its properties unchecked). An
+    object both requiring and forbidding a name is no object: "object" leaves the types."""
+    if "object" in f.types and (set(f.required) & set(f.forbidden) or f.max_props is not None and f.min_props > f.max_props):
+        f.types.discard("object")
     if not f.types or (f.enum is not None and not f.enum):
         return False
     return True

@@ -34,26 +34,35 @@ _BOUNDS = {"minimum": "exclusiveMaximum", "exclusiveMinimum": "maximum",
 _MAX_DEPTH = 3
 
 
-def negate(s, resolve, keyword: str = "not", depth: int = 0) -> list:
+def negate(s, resolve, keyword: str = "not", depth: int = 0, narrow: bool = False) -> list:
     """Schemas whose union is the complement of `s`, or a part of it: every instance they admit
     is rejected by `s` (callers use a complement only positively, as `not`, `if`'s else branch
     and oneOf's exclusions, so a narrower one only narrows what is generated). Exact but for
-    one case: not integer leaves out non-integral numbers. `resolve(ref)` gives a $ref's target."""
+    one case: not integer leaves out non-integral numbers, and, with `narrow`, the keywords
+    whose complement cannot be written here, whose failures are then left out instead of
+    refused. `resolve(ref)` gives a $ref's target."""
     if s is True or s == {}:
         return []
     if s is False:
         return [True]
     if not isinstance(s, dict) or depth > _MAX_DEPTH:
+        if narrow:
+            return []
         raise _refuse(keyword, "nests too deeply" if isinstance(s, dict) else "is not a schema")
     out = []
     for key, value in s.items():
         if key not in ASSERTIONS and not isinstance(key, tuple):
             continue  # then / else count only under `if`
-        out += _negate_keyword(s, key, value, resolve, keyword, depth)
+        try:
+            out += _negate_keyword(s, key, value, lambda sub: negate(sub, resolve, keyword, depth + 1, narrow), resolve, keyword)
+        except UnsupportedSchema:
+            if not narrow:
+                raise
     return out
 
 
-def _negate_keyword(s: dict, key, value, resolve, keyword: str, depth: int) -> list:
+def _negate_keyword(s: dict, key, value, inner, resolve, keyword: str) -> list:
+    """The complement of one keyword of `s`; `inner(sub)` negates a subschema one level down."""
     others = [t for t in TYPES if t not in _typed(key)]
     if key == "type":
         # Not an integer: other types, and numbers with a fraction, which langrt does not write
@@ -71,7 +80,7 @@ def _negate_keyword(s: dict, key, value, resolve, keyword: str, depth: int) -> l
         return [{"enum": list(value["values"])}]
     if key == "properties":
         return [{"type": "object", "required": [name], "properties": {name: n}}
-                for name, sub in value.items() for n in negate(sub, resolve, keyword, depth + 1)]  # fmt: skip
+                for name, sub in value.items() for n in inner(sub)]  # fmt: skip
     if key in _BOUNDS:
         if isinstance(value, bool):
             raise _refuse(keyword, f"of a draft-4 boolean {key!r}")
@@ -79,18 +88,17 @@ def _negate_keyword(s: dict, key, value, resolve, keyword: str, depth: int) -> l
     if key in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"):
         return _negate_count(key, value, others)
     if key == "$ref":
-        return negate(resolve(value), resolve, keyword, depth + 1)
+        return inner(resolve(value))
     if key == "allOf":
-        return [n for sub in value for n in negate(sub, resolve, keyword, depth + 1)]
+        return [n for sub in value for n in inner(sub)]
     if key == "anyOf":
-        return [{"allOf": [{"anyOf": negate(sub, resolve, keyword, depth + 1) or [False]} for sub in value]}]
+        return [{"allOf": [{"anyOf": inner(sub) or [False]} for sub in value]}]
     if key == "not":
         return [value]
     if key == "if":
         then, else_ = s.get("then", True), s.get("else", True)
-        return [{"allOf": [value, {"anyOf": negate(then, resolve, keyword, depth + 1) or [False]}]},
-                *({"allOf": [n, {"anyOf": negate(else_, resolve, keyword, depth + 1) or [False]}]}
-                  for n in negate(value, resolve, keyword, depth + 1))]  # fmt: skip
+        return [{"allOf": [value, {"anyOf": inner(then) or [False]}]},
+                *({"allOf": [n, {"anyOf": inner(else_) or [False]}]} for n in inner(value))]  # fmt: skip
     raise _refuse(keyword, f"of a schema with {key!r}: its complement cannot be expressed here")
 
 

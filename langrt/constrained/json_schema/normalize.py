@@ -29,55 +29,12 @@ from langrt.constrained.json_schema.flat import (
     json_type,
 )
 from langrt.constrained.json_schema.negate import negate
+from langrt.constrained.json_schema.resources import Resources
 from langrt.errors import UnsupportedSchema
 
 
 class DepthExceeded(Exception):
     """A proof (oneOf disjointness) ran into the $ref depth limit: nothing can be concluded."""
-
-
-# Keywords whose value is a subschema, a list of them, or a name -> subschema map: where
-# embedded resources ($id) and anchors can sit. Data keywords (const, enum, default) are not
-# walked, so a "$id" inside an example value is not mistaken for a resource.
-_SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
-              "unevaluatedItems", "unevaluatedProperties", "additionalItems")
-_SUBSCHEMA_LISTS = ("prefixItems", "allOf", "anyOf", "oneOf")
-_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-
-
-class _Resources:
-    """The schema resources of one document: each `$id` (resolved against its parent's URI)
-    and each `$anchor` / `$dynamicAnchor` (read as a plain anchor by `$ref`)."""
-
-    def __init__(self, root):
-        self.by_uri: dict[str, Any] = {}
-        self.anchors: dict[tuple[str, str], tuple[Any, Any]] = {}
-        self._uri_of: dict[int, str] = {}
-        self._walk(root, root, "", top=True)
-
-    def uri(self, resource) -> str:
-        return self._uri_of.get(id(resource), "")
-
-    def _walk(self, s, resource, uri: str, top: bool = False) -> None:
-        if not isinstance(s, dict):
-            return
-        if top or isinstance(s.get("$id"), str):
-            uri = urljoin(uri, s.get("$id", "")).partition("#")[0]
-            resource = s
-            self._uri_of[id(s)] = uri
-            self.by_uri.setdefault(uri, s)
-        for key in ("$anchor", "$dynamicAnchor"):
-            if isinstance(s.get(key), str):
-                self.anchors.setdefault((uri, s[key]), (s, resource))
-        for key in _SUBSCHEMA:
-            self._walk(s.get(key), resource, uri)
-        for key in _SUBSCHEMA_LISTS:
-            for sub in s.get(key) if isinstance(s.get(key), list) else [s.get(key)]:
-                self._walk(sub, resource, uri)
-        for key in _SUBSCHEMA_MAPS:
-            if isinstance(s.get(key), dict):
-                for sub in s[key].values():
-                    self._walk(sub, resource, uri)
 
 
 class Normalizer:
@@ -87,7 +44,7 @@ class Normalizer:
         self.max_disjuncts = max_disjuncts
         self.depth_hit = False  # some $ref recursion was cut at max_ref_depth
         self.proving = 0  # > 0 while proving oneOf disjointness (depth cut-offs prove nothing)
-        self.resources = _Resources(root)
+        self.resources = Resources(root)
         self.open_objects = False  # set by the compiler: objects may hold keys the schema does not list
         self._written: dict[int, list] = {}  # id(schema) -> _branches (the schema outlives the compile)
 
@@ -127,7 +84,13 @@ class Normalizer:
             branches = [[f for f in b if _satisfiable(f)] for b in branches]
             overlap = self._overlap(branches)
             if overlap is not None:
-                branches = [self.conjoin([f.clone() for f in flats], Node(x, base)) for x in self._exclusive(s, base, overlap)]
+                branches = [self.conjoin([f.clone() for f in flats], Node(x, base)) for x in self._exclusive(s, base)]
+                if self._written[("oneOf", id(s), "narrowed")] and not any(_satisfiable(f) for b in branches for f in b):
+                    raise UnsupportedSchema(
+                        f"oneOf branches {overlap[0]} and {overlap[1]} may both match one instance, and their "
+                        "complements cannot be written to keep them apart; use anyOf if overlap is fine",
+                        param="oneOf",
+                    )
             flats = [g for b in branches for g in b]
             self._check_size(flats, "oneOf")
         for keyword, branches in self._branches(s, base):
@@ -161,6 +124,7 @@ class Normalizer:
                 yield keyword, [{FORBID: [name]}, {"required": [name], "allOf": [then]}]
 
     def _check_size(self, flats, keyword):
+        flats[:] = [f for f in flats if _satisfiable(f)]
         if len(flats) > self.max_disjuncts:
             raise UnsupportedSchema(
                 f"schema too complex: combining anyOf/oneOf/allOf gives more than {self.max_disjuncts} alternatives",
@@ -218,21 +182,21 @@ class Normalizer:
                     return i, j
         return None
 
-    def _exclusive(self, s: dict, base, overlap: tuple[int, int]) -> list:
+    def _exclusive(self, s: dict, base) -> list:
         """oneOf's branches made exclusive: branch i and the complement of every other one (exact
-        where negate.py can write the complements; refused naming oneOf where not)."""
+        where negate.py can write the complements; else each complement leaves out the failures
+        it cannot write, so branch i keeps only instances proved to fail the others: narrower
+        than the schema, never wider)."""
         key = ("oneOf", id(s))
         if key not in self._written:
             subs = _list(s, "oneOf")
+            resolve = lambda ref: self.resolve(ref, base)[0]  # noqa: E731
             try:
-                nots = [{"anyOf": negate(sub, lambda ref: self.resolve(ref, base)[0], "oneOf") or [False]} for sub in subs]
-            except UnsupportedSchema as e:
-                i, j = overlap
-                raise UnsupportedSchema(
-                    f"oneOf branches {i} and {j} may both match one instance, and their complements cannot be written "
-                    f"to keep them apart ({e.message}); use anyOf if overlap is fine",
-                    param="oneOf",
-                ) from None
+                nots = [{"anyOf": negate(sub, resolve, "oneOf") or [False]} for sub in subs]
+                self._written[key + ("narrowed",)] = False
+            except UnsupportedSchema:
+                nots = [{"anyOf": negate(sub, resolve, "oneOf", narrow=True) or [False]} for sub in subs]
+                self._written[key + ("narrowed",)] = True
             self._written[key] = [{"allOf": [sub] + nots[:i] + nots[i + 1 :]} for i, sub in enumerate(subs)]
         return self._written[key]
 
