@@ -133,6 +133,7 @@ class ByteDFA(ByteAutomaton):
     table: np.ndarray  # [num_states + 1, 256] int32 next state; row `dead` maps to itself
     accepting: np.ndarray  # [num_states + 1] bool
     initial: int
+    counted: object = None  # dfa_product.Counted: a counted string's states, whose masks repeat
 
     @property
     def dead(self) -> int:
@@ -286,7 +287,7 @@ def compile_worker_main() -> None:
     for regex, max_states, is_rule in pickle_pipe.messages(sys.stdin.buffer):
         try:
             dfa, calls = build_rule_dfa(regex, max_states) if is_rule else (build_byte_dfa(regex, max_states), None)
-            reply = (True, (dfa.table, dfa.accepting, dfa.initial, calls))
+            reply = (True, (dfa.table, dfa.accepting, dfa.initial, dfa.counted, calls))
         except ValueError as e:
             reply = (False, str(e))
         pickle_pipe.send(sys.stdout.buffer, reply)

@@ -158,7 +158,53 @@ def _counted(pairs: _Pairs, min_count: int, max_count: int | None, max_states: i
     table = np.empty((kept + 1, 256), dtype=np.int32)
     table[:kept] = new_id[ids[keep]][:, pairs.byte_class]
     table[kept] = kept
-    return ByteDFA(table, np.append(accepting[keep], False), 0 if keep[0] else kept)
+    at = np.flatnonzero(keep)
+    counted = Counted(at // n, at % n, min_count, max_count) if _paddable(pairs) else None
+    return ByteDFA(table, np.append(accepting[keep], False), 0 if keep[0] else kept, counted)
+
+
+@dataclass
+class Counted:
+    """A counted automaton's states as (characters counted, pair state), kept where every pair
+    state finishes within one more character and every accepting one can take any number more
+    (what a string of JSON characters is): then, for tokens of at most `horizon` bytes, the
+    count matters only near the bounds, and states far from them share masks (same_masks)."""
+
+    count: np.ndarray  # [states]
+    pair: np.ndarray  # [states]
+    lo: int
+    hi: int | None
+
+    def same_masks(self, horizon: int) -> np.ndarray:
+        """state -> the state whose token masks (tokens of <= horizon bytes) are its own: the
+        one with the fewest characters of its pair state among those that no token brings to
+        a bound (below lo - horizon, or between lo and hi - horizon - 1)."""
+        k, n = self.count, len(self.count)
+        window = np.full(n, -1)
+        window[k + horizon < self.lo] = 0
+        upper = k >= self.lo if self.hi is None else (k >= self.lo) & (k + horizon + 1 <= self.hi)
+        window[upper] = 1
+        rep = np.arange(n)
+        members = np.flatnonzero(window >= 0)
+        if members.size:
+            key = self.pair[members] * 2 + window[members]
+            order = members[np.lexsort((k[members], key))]
+            groups, first = np.unique(self.pair[order] * 2 + window[order], return_index=True)
+            rep[order] = order[first[np.searchsorted(groups, self.pair[order] * 2 + window[order])]]
+        return rep
+
+
+def _paddable(pairs: _Pairs) -> bool:
+    """Every pair state reaches an accepting one by at most one counted byte, and every
+    accepting one loops on a one-byte character (so a string can always be made longer)."""
+    n = len(pairs.accepting)
+    loops = (pairs.next == np.arange(n)[:, None]) & (pairs.starts == 1)
+    if not loops[pairs.accepting].any(axis=1).all():
+        return False
+    free = np.where(pairs.starts == 1, n, pairs.next)  # edges that count nothing
+    zero = _co_reachable(free, pairs.accepting, n)
+    one = zero | (np.append(zero, False)[np.where(pairs.starts == 1, pairs.next, n)]).any(axis=1)
+    return bool(_co_reachable(free, one, n).all())
 
 
 def _reachable(ids: np.ndarray, start: int, n: int) -> np.ndarray:

@@ -144,3 +144,25 @@ def test_counted_strings_beside_other_values():
         "items": {"type": "object", "properties": {"a": {"type": "string", "maxLength": 100}, "b": {"type": "string", "maxLength": 70}}},
     }
     check(schema, [[{"a": "x" * 100, "b": "y" * 70}, {}], [{"b": "é" * 70}]], [[{"a": "x" * 101}], [{"b": "y" * 71}]])
+
+
+def test_counted_strings_share_masks_far_from_their_bounds(tokenizer, vocab):
+    """Within a counted string, states whose count no token can bring to a bound stand for each
+    other (Counted.same_masks): the masks are those computed state by state, and fewer are
+    computed."""
+    from langrt.constrained.cfg.masks import PushdownMasks
+
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 300},
+                                               "t": {"type": "string", "minLength": 200, "maxLength": 1200}}}  # fmt: skip
+    pda = local_automaton(schema_to_grammar(schema), MAX_STATES)
+    shared, each = PushdownMasks(pda, vocab), PushdownMasks(pda, vocab)
+    each._same_state = lambda rule, state: state
+    value = {"s": "word " * 59 + "abcd", "t": "é, \"quoted\" \\ and more " * 40}
+    assert len(value["s"]) == 299 and 200 <= len(value["t"]) <= 1200
+    config = pda.initial
+    for token in tokenizer.encode(json.dumps(value, ensure_ascii=False), add_special_tokens=False):
+        assert np.array_equal(shared.packed(config).numpy(), each.packed(config).numpy())
+        config = pda.walk(config, vocab.token_bytes[token])
+        assert config != pda.dead
+    assert pda.accepts(config)
+    assert shared.states_computed < each.states_computed / 2

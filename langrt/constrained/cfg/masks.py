@@ -52,6 +52,11 @@ class PushdownMasks:
         self._ids: dict[int, torch.Tensor | None] = {}
         self._lock = threading.Lock()
         self.candidates_walked = 0
+        # counted strings (dfa_product.Counted): a configuration stands for the one at its
+        # strings' representative counts, whose mask is the same for tokens this long
+        self._horizon = int(vocab.walk_lengths.max()) if len(vocab.walk_lengths) else 1
+        self._same: dict[int, np.ndarray | None] = {}
+        self._canonical: dict[int, int] = {}
         sorted_spellings(vocab)  # built with the grammar (once per vocabulary), not in a mask
         native = vocab_trie(vocab)
         if native is not None:
@@ -63,6 +68,10 @@ class PushdownMasks:
 
     def packed(self, config: int) -> torch.Tensor:
         """int32 [num_words] bitmask of the tokens allowed in `config` (EOS where it may end)."""
+        canonical = self._canonical.get(config)
+        if canonical is None:
+            canonical = self._canonical[config] = self.pda.renamed(config, self._same_state)
+        config = canonical
         with self._lock:
             mask = self._packed.get(config)
             if mask is not None:
@@ -75,6 +84,13 @@ class PushdownMasks:
                 dropped, _ = self._packed.popitem(last=False)
                 self._ids.pop(dropped, None)
         return mask
+
+    def _same_state(self, rule: int, state: int) -> int:
+        if rule not in self._same:
+            counted = self.pda.rules[rule].counted
+            self._same[rule] = None if counted is None else counted.same_masks(self._horizon)
+        same = self._same[rule]
+        return state if same is None else int(same[state])
 
     def allowed_ids(self, config: int) -> torch.Tensor | None:
         if config not in self._ids:

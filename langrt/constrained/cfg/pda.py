@@ -98,6 +98,19 @@ class PushdownAutomaton(ByteAutomaton):
             self._steps.append({})
         return found
 
+    def renamed(self, config: int, rename) -> int:
+        """`config` with each stack's top state s of rule r replaced by rename(r, s), a state
+        that reads the same (so the configuration stays closed); itself if none changes."""
+        frames, stacks, changed = self._frames, [], False
+        for k in self._configs[config]:
+            if k != _END:
+                rule, state, parent = frames[k]
+                other = rename(rule, state)
+                if other != state:
+                    k, changed = self._frame(rule, other, parent), True
+            stacks.append(k)
+        return self._config(frozenset(stacks)) if changed else config
+
     def tops(self, config: int) -> list[tuple[int, int]]:
         """(rule, state) of every stack of `config` that reads a byte next."""
         frames, live = self._frames, self._live
