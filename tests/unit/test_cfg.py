@@ -319,7 +319,7 @@ def test_rules_the_same_text_are_built_once_and_the_cache_stays_bounded(compiler
     grammars with one rule text run the same DFA, each with its own stack and masks."""
     from langrt.constrained.cfg.build import RuleCache
 
-    free = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}, "extra": {}}}
+    free = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}, "extra": {}, "name": {"type": "string"}}}
     a = compiler.compile_json_schema(free)
     b = compiler.compile_json_schema({"type": "array", "items": {"$ref": "#/$defs/v"}, "$defs": {"v": free}})
     shared = {id(d) for d in a.dfa.rules} & {id(d) for d in b.dfa.rules}

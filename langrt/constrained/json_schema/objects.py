@@ -24,16 +24,6 @@ from langrt.constrained.json_schema.rules import calls_any
 from langrt.errors import UnsupportedSchema
 
 
-# Why 30,000: with no required property, members are written once per property that may come
-# first (quadratic); past this the values become rule calls, so each copy is a key and a call.
-QUADRATIC_MAX_CHARS = 30_000
-
-
-def _all_optional_size(members: list) -> int:
-    n = len(members)
-    return sum(len(m) for m, _ in members) * (n + 1) // 2
-
-
 # Why 6: any order tracks which required properties are written, one rule per subset (2**6 = 64
 # rules); with more, the required ones keep the schema's order and the others go anywhere.
 ANY_ORDER_MAX_REQUIRED = 6
@@ -57,11 +47,12 @@ class ObjectMixin:
             names = [n for n in names if self.fits(f.property_names, f.refs, n)]
         if any(r in f.forbidden or r not in names for r in f.required):
             return None
-        members = self._listed_members(f, names, calls=False)
+        # With rules, values are calls: an object's rule holds its keys and calls, and the rule of
+        # a value (a number, a string, ...) is shared by every member and schema that writes it
+        # (60 MaskBench schemas: compile p50 18.5 -> 12.8 ms, p99 833 -> 417 ms; mask p99 546 -> 612 us)
+        members = self._listed_members(f, names, calls=self.book is not None)
         if members is None:
             return None
-        if self.book is not None and not any(req for _, req in members) and _all_optional_size(members) > QUADRATIC_MAX_CHARS:
-            members = self._listed_members(f, names, calls=True)
         n_required = sum(req for _, req in members)
         if f.max_props is not None and n_required > f.max_props:
             return None
