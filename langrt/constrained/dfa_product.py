@@ -14,6 +14,7 @@ that travels to the grammar worker and keys the rule cache like any other body.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -51,6 +52,7 @@ def build_intersection(body: str, max_states: int) -> ByteDFA:
 _HEX = b"0123456789abcdefABCDEF"
 
 
+@functools.lru_cache(maxsize=1)
 def _char_counter() -> tuple[np.ndarray, np.ndarray]:
     """(next[10, 256], starts[10, 256]): the counter's step and whether a byte starts a
     character. Bytes the counter never meets in valid text go to state 0."""

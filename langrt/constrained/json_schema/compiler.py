@@ -134,12 +134,11 @@ class _Compiler(ObjectMixin, StringMixin):
         try:
             regex = rx.alt(self.flat(f) for f in self.norm.flatten(nodes, refs))
         except UnsupportedSchema:
-            if (values := pinned_values(nodes)) is None:
+            if pinned_values(nodes) is None:
                 raise
-            return rx.alt(self.literal(v) for v in valid_values(values, nodes))
-        if regex is None and (values := pinned_values(nodes)) is not None:
-            return rx.alt(self.literal(v) for v in valid_values(values, nodes))
-        return regex
+            regex = None
+        values = pinned_values(nodes) if regex is None else None
+        return regex if values is None else rx.alt(self.literal(v) for v in valid_values(values, nodes))
 
     def value_call(self, nodes, refs: tuple) -> str | None:
         """value(), as a call to its rule (rules only): for values copied many times."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from langrt.constrained.json_schema.flat import json_equal
+
 _NONE = object()
 
 
@@ -20,7 +22,7 @@ def pinned_values(nodes) -> list | None:
             values = [schema["const"]] if "const" in schema else schema.get("enum", _NONE)
             if values is _NONE or not isinstance(values, list):
                 continue
-            found = list(values) if found is None else [v for v in found if any(_same(v, w) for w in values)]
+            found = list(values) if found is None else [v for v in found if any(json_equal(v, w) for w in values)]
     return found
 
 
@@ -34,10 +36,6 @@ def _conjuncts(schema: Any):
         yield schema
         for sub in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
             yield from _conjuncts(sub)
-
-
-def _same(a, b) -> bool:
-    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
 
 
 def _validator(node):

@@ -46,7 +46,7 @@ class Normalizer:
         self.proving = 0  # > 0 while proving oneOf disjointness (depth cut-offs prove nothing)
         self.resources = Resources(root)
         self.open_objects = False  # set by the compiler: objects may hold keys the schema does not list
-        self._written: dict[int, list] = {}  # id(schema) -> _branches (the schema outlives the compile)
+        self._written: dict = {}  # id(schema) -> _branches, ("oneOf", id) -> _exclusive (the schema outlives the compile)
 
     # -- flattening ------------------------------------------------------------------------
 
@@ -84,8 +84,9 @@ class Normalizer:
             branches = [[f for f in b if _satisfiable(f)] for b in branches]
             overlap = self._overlap(branches)
             if overlap is not None:
-                branches = [self.conjoin([f.clone() for f in flats], Node(x, base)) for x in self._exclusive(s, base)]
-                if self._written[("oneOf", id(s), "narrowed")] and not any(_satisfiable(f) for b in branches for f in b):
+                exclusive, narrowed = self._exclusive(s, base)
+                branches = [self.conjoin([f.clone() for f in flats], Node(x, base)) for x in exclusive]
+                if narrowed and not any(_satisfiable(f) for b in branches for f in b):
                     raise UnsupportedSchema(
                         f"oneOf branches {overlap[0]} and {overlap[1]} may both match one instance, and their "
                         "complements cannot be written to keep them apart; use anyOf if overlap is fine",
@@ -182,22 +183,20 @@ class Normalizer:
                     return i, j
         return None
 
-    def _exclusive(self, s: dict, base) -> list:
+    def _exclusive(self, s: dict, base) -> tuple[list, bool]:
         """oneOf's branches made exclusive: branch i and the complement of every other one (exact
         where negate.py can write the complements; else each complement leaves out the failures
         it cannot write, so branch i keeps only instances proved to fail the others: narrower
-        than the schema, never wider)."""
+        than the schema, never wider), and whether they were narrowed."""
         key = ("oneOf", id(s))
         if key not in self._written:
             subs = _list(s, "oneOf")
             resolve = lambda ref: self.resolve(ref, base)[0]  # noqa: E731
             try:
-                nots = [{"anyOf": negate(sub, resolve, "oneOf") or [False]} for sub in subs]
-                self._written[key + ("narrowed",)] = False
+                nots, narrowed = [{"anyOf": negate(sub, resolve, "oneOf") or [False]} for sub in subs], False
             except UnsupportedSchema:
-                nots = [{"anyOf": negate(sub, resolve, "oneOf", narrow=True) or [False]} for sub in subs]
-                self._written[key + ("narrowed",)] = True
-            self._written[key] = [{"allOf": [sub] + nots[:i] + nots[i + 1 :]} for i, sub in enumerate(subs)]
+                nots, narrowed = [{"anyOf": negate(sub, resolve, "oneOf", narrow=True) or [False]} for sub in subs], True
+            self._written[key] = ([{"allOf": [sub] + nots[:i] + nots[i + 1 :]} for i, sub in enumerate(subs)], narrowed)
         return self._written[key]
 
     # -- proofs ----------------------------------------------------------------------------
