@@ -1,4 +1,6 @@
-"""A regex as a deterministic automaton over bytes, built by outlines-core.
+"""A regex as a deterministic automaton over bytes: built in C++ (native/regex_dfa.py, minimal
+and with no markers) where the library loads and the regex is in the compilers' subset, and
+otherwise by outlines-core, as follows.
 
 outlines-core's `Index` maps a regex and a vocabulary to a token-level automaton. Given the 256
 single bytes as the vocabulary, that automaton *is* the byte-level DFA of the regex (UTF-8
@@ -220,8 +222,14 @@ def _marker_paths(table: np.ndarray, state: int, dead: int) -> list[tuple[int, i
 
 def _marked_table(regex: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int]:
     """`regex` between the start and end markers as a dense table (F4 edges still in), the
-    accepting flags (the end marker readable) and the state after the start marker."""
+    accepting flags (the end marker readable) and the state after the start marker. Built in C++
+    where it can be (native/regex_dfa.py: no markers, the same language), else by outlines-core."""
     from outlines_core import Index, Vocabulary
+
+    from langrt.constrained.native import regex_dfa
+
+    if (built := regex_dfa.build(regex, max_states)) is not None:
+        return built
 
     vocabulary = Vocabulary(_EOS, {bytes([b]): [b] for b in range(256)})
     try:

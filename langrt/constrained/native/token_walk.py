@@ -4,75 +4,42 @@ and a dead prefix's whole subtree skipped. masks.TokenMasks uses it where it loa
 (no C++ compiler, LANGRT_CPU_KERNELS=0) its numpy walk gives the same masks.
 
 The library is plain C++ (no vector instructions: the trie walk is a chain of table lookups),
-built with the system's g++ on first use (~1 s) and cached under $LANGRT_CACHE_DIR (default
-~/.cache/langrt), keyed by the source's hash.
+built on first use by build.py.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
-import os
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 
+from langrt.constrained.native.build import LazyLibrary, build_library
+
 SOURCE = Path(__file__).with_name("token_walk.cpp")
-DISABLE_ENV = "LANGRT_CPU_KERNELS"
-FLAGS = ("-O3", "-shared", "-fPIC")  # no -march: the library may sit in a home folder several CPUs share
-logger = logging.getLogger("langrt.constrained")
-
-_lock = threading.Lock()
-_function = None
-_tried = False
-
-
-def _walk_function():
-    """The library (its langrt_token_walk), built and loaded on first use; None where it cannot
-    be (said once)."""
-    global _function, _tried
-    with _lock:
-        if not _tried:
-            _tried = True
-            try:
-                _function = _load()
-            except Exception as exc:  # noqa: BLE001 - no compiler, a failed build: numpy masks, said once
-                logger.warning("token masks in numpy (the C++ trie walk is not used: %s)", str(exc).strip()[:300])
-    return _function
-
-
-def reset() -> None:
-    """Forget the library (tests that change LANGRT_CPU_KERNELS)."""
-    global _function, _tried
-    with _lock:
-        _function, _tried = None, False
 
 
 def _load():
-    if os.environ.get(DISABLE_ENV, "1") == "0":
-        raise RuntimeError(f"{DISABLE_ENV}=0")
-    code = SOURCE.read_bytes() + " ".join(FLAGS).encode()
-    cache = Path(os.environ.get("LANGRT_CACHE_DIR") or Path.home() / ".cache" / "langrt")
-    path = cache / f"token_walk-{hashlib.sha1(code).hexdigest()[:12]}.so"
-    if not path.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache) as tmp:  # built aside, then renamed: processes may race
-            built = Path(tmp) / "token_walk.so"
-            compiler = os.environ.get("CXX", "g++")
-            done = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)],
-                                  capture_output=True, text=True, timeout=120)  # fmt: skip
-            if done.returncode != 0:
-                raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-300:]}")
-            os.replace(built, path)
-    library = ctypes.CDLL(str(path))
+    library = build_library(SOURCE)
     pointer, head = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32]
     library.langrt_token_walk.argtypes = head + [pointer] * 9 + [ctypes.c_int64] + [pointer] * 4 + [ctypes.c_int64]
     library.langrt_token_walk.restype = ctypes.c_int64
     return library
+
+
+_library = LazyLibrary(_load, "token masks in numpy")
+_lock = threading.Lock()
+
+
+def _walk_function():
+    """The library (its langrt_token_walk), built and loaded on first use; None where it cannot be."""
+    return _library.get()
+
+
+def reset() -> None:
+    """Forget the library (tests that change LANGRT_CPU_KERNELS)."""
+    _library.reset()
 
 
 class VocabTrie:
