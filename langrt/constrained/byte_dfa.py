@@ -168,7 +168,7 @@ class ByteDFA(ByteAutomaton):
 def build_byte_dfa(regex: str, max_states: int) -> ByteDFA:
     """Compile `regex` (raises ValueError with outlines-core's message if it rejects it, or if
     the automaton exceeds `max_states`)."""
-    table, accepting, initial = _marked_table(regex, max_states)
+    table, accepting, initial, _ = _built_table(regex, max_states)
     table[:, _END_BYTES[0]] = table.shape[0] - 1  # both markers start with F4
     return ByteDFA(table, accepting, initial)
 
@@ -192,11 +192,15 @@ def build_rule_dfa(regex: str, max_states: int) -> tuple[ByteDFA, dict[int, list
 
     if regex.startswith(dfa_product.INTERSECTION_PREFIX):
         return dfa_product.build_intersection(regex, max_states), {}
-    table, accepting, initial = _marked_table(regex, max_states)
+    table, accepting, initial, plane16 = _built_table(regex, max_states)
     dead = table.shape[0] - 1
     calls: dict[int, list[tuple[int, int]]] = {}
-    for state in np.flatnonzero(table[:, 0xF4] != dead).tolist():
-        for rule, after in _marker_paths(table, int(table[state, 0xF4]), dead):
+    if plane16 is None:  # outlines-core's table: follow the F4 bytes here
+        for state in np.flatnonzero(table[:, 0xF4] != dead).tolist():
+            for rule, after in _marker_paths(table, int(table[state, 0xF4]), dead):
+                calls.setdefault(state, []).append((rule, after))
+    else:
+        for state, rule, after in plane16.tolist():
             calls.setdefault(state, []).append((rule, after))
     table[:, 0xF4] = dead
     return ByteDFA(table, accepting, initial), calls
@@ -220,16 +224,21 @@ def _marker_paths(table: np.ndarray, state: int, dead: int) -> list[tuple[int, i
     return found
 
 
-def _marked_table(regex: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """`regex` between the start and end markers as a dense table (F4 edges still in), the
-    accepting flags (the end marker readable) and the state after the start marker. Built in C++
-    where it can be (native/regex_dfa.py: no markers, the same language), else by outlines-core."""
-    from outlines_core import Index, Vocabulary
-
+def _built_table(regex: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """(table, accepting, initial, plane-16 edges) from the C++ builder, else outlines-core's
+    table (edges None: its F4 bytes also lead to the end marker)."""
     from langrt.constrained.native import regex_dfa
 
     if (built := regex_dfa.build(regex, max_states)) is not None:
         return built
+    return (*_marked_table(regex, max_states), None)
+
+
+def _marked_table(regex: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """outlines-core's automaton: `regex` between the start and end markers as a dense table
+    (F4 edges still in), the accepting flags (the end marker readable) and the state after the
+    start marker."""
+    from outlines_core import Index, Vocabulary
 
     vocabulary = Vocabulary(_EOS, {bytes([b]): [b] for b in range(256)})
     try:

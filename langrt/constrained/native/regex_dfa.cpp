@@ -547,7 +547,32 @@ struct Result {
     std::vector<int32_t> table;  // [states + 1, 256]; the last row is the dead state
     std::vector<uint8_t> accepting;
     int64_t num_states = 0;
+    std::vector<int32_t> plane16;  // [edges, 3]: (state, code point - U+100000, state after it)
 };
+
+// The plane-16 characters U+100000-U+10FFFD readable from each state (the grammar rules' call
+// markers, byte_dfa.call_marker), through their four UTF-8 bytes F4 8x xx xx.
+void plane16_edges(Result& out) {
+    int32_t dead = static_cast<int32_t>(out.num_states);
+    const int32_t* table = out.table.data();
+    for (int32_t q = 0; q < dead; ++q) {
+        int32_t lead = table[static_cast<size_t>(q) * 256 + 0xF4];
+        if (lead == dead) continue;
+        for (int b1 = 0x80; b1 < 0x90; ++b1) {  // F4 8x: U+100000-U+10FFFF
+            int32_t s1 = table[static_cast<size_t>(lead) * 256 + b1];
+            if (s1 == dead) continue;
+            for (int b2 = 0x80; b2 < 0xC0; ++b2) {
+                int32_t s2 = table[static_cast<size_t>(s1) * 256 + b2];
+                if (s2 == dead) continue;
+                for (int b3 = 0x80; b3 < 0xC0; ++b3) {
+                    int32_t s3 = table[static_cast<size_t>(s2) * 256 + b3];
+                    int32_t code = (b1 & 0x0F) << 12 | (b2 & 0x3F) << 6 | (b3 & 0x3F);
+                    if (s3 != dead && code < 0xFFFE) out.plane16.insert(out.plane16.end(), {q, code, s3});
+                }
+            }
+        }
+    }
+}
 
 // States from which an accepting state can be reached.
 std::vector<uint8_t> live_states(const Dfa& dfa) {
@@ -766,11 +791,11 @@ Result dense(const Dfa& dfa) {
 
 // Builds `regex`'s DFA. info[0]: the status (0 built, 1 syntax this builder leaves to
 // outlines-core, 2 more than max_states states); info[1]: the number of states (0 when the
-// regex matches nothing: left to outlines-core too). Returns the result for
+// regex matches nothing: left to outlines-core too); info[2]: the number of plane-16 edges. Returns the result for
 // langrt_regex_dfa_take (null unless built), which copies it out and frees it.
 extern "C" void* langrt_regex_dfa_build(const char* regex, int64_t size, int64_t max_states, int64_t* info) {
     info[0] = UNSUPPORTED;
-    info[1] = 0;
+    info[1] = info[2] = 0;
     try {
         Parser parser(reinterpret_cast<const uint8_t*>(regex), static_cast<size_t>(size));
         int root = parser.parse();
@@ -787,8 +812,10 @@ extern "C" void* langrt_regex_dfa_build(const char* regex, int64_t size, int64_t
             delete result;
             return nullptr;
         }
+        plane16_edges(*result);
         info[0] = OK;
         info[1] = result->num_states;
+        info[2] = static_cast<int64_t>(result->plane16.size() / 3);
         return result;
     } catch (Unsupported&) {
         return nullptr;
@@ -801,9 +828,10 @@ extern "C" void* langrt_regex_dfa_build(const char* regex, int64_t size, int64_t
     }
 }
 
-extern "C" void langrt_regex_dfa_take(void* built, int32_t* table, uint8_t* accepting) {
+extern "C" void langrt_regex_dfa_take(void* built, int32_t* table, uint8_t* accepting, int32_t* plane16) {
     Result* result = static_cast<Result*>(built);
     std::memcpy(table, result->table.data(), result->table.size() * sizeof(int32_t));
     std::memcpy(accepting, result->accepting.data(), result->accepting.size());
+    std::memcpy(plane16, result->plane16.data(), result->plane16.size() * sizeof(int32_t));
     delete result;
 }

@@ -21,7 +21,7 @@ def _load() -> ctypes.CDLL:
     library = build_library(SOURCE)
     library.langrt_regex_dfa_build.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     library.langrt_regex_dfa_build.restype = ctypes.c_void_p
-    library.langrt_regex_dfa_take.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    library.langrt_regex_dfa_take.argtypes = [ctypes.c_void_p] * 4
     library.langrt_regex_dfa_take.restype = None
     return library
 
@@ -38,17 +38,19 @@ def available() -> bool:
     return _library.get() is not None
 
 
-def build(regex: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+def build(regex: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
     """`regex` matched whole, as (table [states + 1, 256] int32 with the dead state last,
-    accepting [states + 1] bool, initial state), or None where outlines-core must build it.
-    Raises ValueError past `max_states` states."""
+    accepting [states + 1] bool, initial state, plane-16 edges), or None where outlines-core must
+    build it. The edges are the characters U+100000-U+10FFFD readable from a state (a rule's
+    calls, byte_dfa.call_marker), as rows (state, code point - U+100000, state after it); the
+    table still holds their bytes. Raises ValueError past `max_states` states."""
     library = _library.get()
     if library is None:
         return None
     text = regex.encode("utf-8", "surrogatepass")
-    info = np.zeros(2, dtype=np.int64)
+    info = np.zeros(3, dtype=np.int64)
     built = library.langrt_regex_dfa_build(text, len(text), max_states, info.ctypes.data)
-    status, states = int(info[0]), int(info[1])
+    status, states, edges = (int(x) for x in info)
     if status == _TOO_BIG:
         more = f"has {states} states" if states else f"passes {max_states} states"
         raise ValueError(f"the regex's automaton {more}, over the limit of {max_states}")
@@ -56,5 +58,6 @@ def build(regex: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int] | N
         return None
     table = np.empty((states + 1, 256), dtype=np.int32)
     accepting = np.empty(states + 1, dtype=np.uint8)
-    library.langrt_regex_dfa_take(built, table.ctypes.data, accepting.ctypes.data)
-    return table, accepting.astype(bool), 0
+    plane16 = np.empty((edges, 3), dtype=np.int32)
+    library.langrt_regex_dfa_take(built, table.ctypes.data, accepting.ctypes.data, plane16.ctypes.data)
+    return table, accepting.astype(bool), 0, plane16
