@@ -403,17 +403,29 @@ class Compiler {
     const std::vector<Node>& nodes_;
     Nfa& nfa_;
 
+    // The class's UTF-8 sequences as chains into one end state, identical tails shared (after
+    // E1 or EE, say, the same two continuation bytes remain: one NFA state, so one DFA state).
     Frag set(const std::vector<Range>& ranges) {
         int s = nfa_.state(), e = nfa_.state();
         std::vector<ByteSeq> seqs;
         for (Range r : ranges) utf8_sequences(r, seqs);
+        std::vector<std::pair<uint32_t, int>> tails;  // (lo, hi, next) packed -> the state reading it
         for (const ByteSeq& seq : seqs) {
-            int at = s;
-            for (size_t k = 0; k < seq.size(); ++k) {
-                int to = k + 1 == seq.size() ? e : nfa_.state();
-                nfa_.edges[at].push_back({seq[k].first, seq[k].second, to});
-                at = to;
+            int next = e;
+            for (size_t k = seq.size() - 1; k > 0; --k) {
+                uint32_t key = static_cast<uint32_t>(seq[k].first) << 24 | static_cast<uint32_t>(seq[k].second) << 16;
+                int found = -1;
+                for (const auto& [packed, state] : tails) {
+                    if (packed == key && nfa_.edges[state][0].to == next) found = state;
+                }
+                if (found < 0) {
+                    found = nfa_.state();
+                    nfa_.edges[found].push_back({seq[k].first, seq[k].second, next});
+                    tails.push_back({key, found});
+                }
+                next = found;
             }
+            nfa_.edges[s].push_back({seq[0].first, seq[0].second, next});
         }
         return {s, e};
     }
@@ -462,7 +474,8 @@ struct Dfa {
 class Determinizer {
   public:
     Determinizer(const Nfa& nfa, int final_state, size_t max_states)
-        : nfa_(nfa), final_(final_state), max_states_(max_states), stamp_(nfa.eps.size(), 0) {
+        : nfa_(nfa), final_(final_state), max_states_(max_states), stamp_(nfa.eps.size(), 0),
+          walk_stamp_(nfa.eps.size(), 0), own_(nfa.eps.size()), done_(nfa.eps.size(), 0) {
         classes();
     }
 
@@ -488,8 +501,10 @@ class Determinizer {
     const Nfa& nfa_;
     int final_;
     size_t max_states_;
-    std::vector<uint32_t> stamp_;
-    uint32_t epoch_ = 0;
+    std::vector<uint32_t> stamp_, walk_stamp_;
+    uint32_t epoch_ = 0, walk_epoch_ = 0;
+    std::vector<std::vector<int>> own_;  // per NFA state: its closure, once found
+    std::vector<uint8_t> done_;
     Dfa dfa_;
     std::vector<std::vector<int>> sets_;
     std::unordered_map<std::string, int32_t> ids_;
@@ -508,21 +523,36 @@ class Determinizer {
     }
 
     // The NFA states reachable by empty moves, keeping only those that read a byte or end the
-    // regex (the rest add nothing, so sets that differ only there are one state).
+    // regex (the rest add nothing, so sets that differ only there are one state); each seed's
+    // own closure is found once.
     std::vector<int> closure(const std::vector<int>& seeds) {
         ++epoch_;
-        std::vector<int> todo(seeds), kept;
-        while (!todo.empty()) {
-            int s = todo.back();
-            todo.pop_back();
-            if (stamp_[s] == epoch_) continue;
-            stamp_[s] = epoch_;
-            if (!nfa_.edges[s].empty() || s == final_) kept.push_back(s);
-            for (int t : nfa_.eps[s]) {
-                if (stamp_[t] != epoch_) todo.push_back(t);
+        std::vector<int> kept;
+        for (int seed : seeds) {
+            for (int s : own_closure(seed)) {
+                if (stamp_[s] != epoch_) stamp_[s] = epoch_, kept.push_back(s);
             }
         }
         std::sort(kept.begin(), kept.end());
+        return kept;
+    }
+
+    const std::vector<int>& own_closure(int seed) {
+        std::vector<int>& kept = own_[seed];
+        if (done_[seed]) return kept;
+        done_[seed] = 1;
+        ++walk_epoch_;  // its own marks: closure() is midway through its own
+        std::vector<int> todo{seed};
+        while (!todo.empty()) {
+            int s = todo.back();
+            todo.pop_back();
+            if (walk_stamp_[s] == walk_epoch_) continue;
+            walk_stamp_[s] = walk_epoch_;
+            if (!nfa_.edges[s].empty() || s == final_) kept.push_back(s);
+            for (int t : nfa_.eps[s]) {
+                if (walk_stamp_[t] != walk_epoch_) todo.push_back(t);
+            }
+        }
         return kept;
     }
 
@@ -775,14 +805,13 @@ Result dense(const Dfa& dfa) {
     out.num_states = dead;
     out.table.assign(static_cast<size_t>(dead + 1) * 256, dead);
     out.accepting.assign(dead + 1, 0);
+    std::vector<int32_t> by_class(k);
     for (int32_t q = 0; q < dead; ++q) {
         out.accepting[q] = trimmed.accepts[order[q]];
         const int32_t* row = &trimmed.next[static_cast<size_t>(order[q]) * k];
+        for (int c = 0; c < k; ++c) by_class[c] = block[row[c]] == dead_block ? dead : id[block[row[c]]];
         int32_t* dense_row = &out.table[static_cast<size_t>(q) * 256];
-        for (int b = 0; b < 256; ++b) {
-            int32_t t = row[dfa.byte_class[b]];
-            if (block[t] != dead_block) dense_row[b] = id[block[t]];
-        }
+        for (int b = 0; b < 256; ++b) dense_row[b] = by_class[dfa.byte_class[b]];
     }
     return out;
 }
