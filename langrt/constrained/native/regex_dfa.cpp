@@ -574,9 +574,13 @@ class Determinizer {
 // Dead ends cut, states renumbered from the start, dense rows
 
 struct Result {
-    std::vector<int32_t> table;  // [states + 1, 256]; the last row is the dead state
+    int num_classes = 0;
+    uint8_t byte_class[256];
+    std::vector<int32_t> rows;  // [states, classes]: the next state (num_states: dead)
     std::vector<uint8_t> accepting;
     int64_t num_states = 0;
+
+    int32_t next(int32_t state, int byte) const { return rows[static_cast<size_t>(state) * num_classes + byte_class[byte]]; }
     std::vector<int32_t> plane16;  // [edges, 3]: (state, code point - U+100000, state after it)
 };
 
@@ -584,18 +588,17 @@ struct Result {
 // markers, byte_dfa.call_marker), through their four UTF-8 bytes F4 8x xx xx.
 void plane16_edges(Result& out) {
     int32_t dead = static_cast<int32_t>(out.num_states);
-    const int32_t* table = out.table.data();
     for (int32_t q = 0; q < dead; ++q) {
-        int32_t lead = table[static_cast<size_t>(q) * 256 + 0xF4];
+        int32_t lead = out.next(q, 0xF4);
         if (lead == dead) continue;
         for (int b1 = 0x80; b1 < 0x90; ++b1) {  // F4 8x: U+100000-U+10FFFF
-            int32_t s1 = table[static_cast<size_t>(lead) * 256 + b1];
+            int32_t s1 = out.next(lead, b1);
             if (s1 == dead) continue;
             for (int b2 = 0x80; b2 < 0xC0; ++b2) {
-                int32_t s2 = table[static_cast<size_t>(s1) * 256 + b2];
+                int32_t s2 = out.next(s1, b2);
                 if (s2 == dead) continue;
                 for (int b3 = 0x80; b3 < 0xC0; ++b3) {
-                    int32_t s3 = table[static_cast<size_t>(s2) * 256 + b3];
+                    int32_t s3 = out.next(s2, b3);
                     int32_t code = (b1 & 0x0F) << 12 | (b2 & 0x3F) << 6 | (b3 & 0x3F);
                     if (s3 != dead && code < 0xFFFE) out.plane16.insert(out.plane16.end(), {q, code, s3});
                 }
@@ -803,15 +806,15 @@ Result dense(const Dfa& dfa) {
     }
     int32_t dead = static_cast<int32_t>(order.size());
     out.num_states = dead;
-    out.table.assign(static_cast<size_t>(dead + 1) * 256, dead);
+    out.num_classes = k;
+    std::memcpy(out.byte_class, dfa.byte_class, 256);
+    out.rows.resize(static_cast<size_t>(dead) * k);
     out.accepting.assign(dead + 1, 0);
-    std::vector<int32_t> by_class(k);
     for (int32_t q = 0; q < dead; ++q) {
         out.accepting[q] = trimmed.accepts[order[q]];
         const int32_t* row = &trimmed.next[static_cast<size_t>(order[q]) * k];
-        for (int c = 0; c < k; ++c) by_class[c] = block[row[c]] == dead_block ? dead : id[block[row[c]]];
-        int32_t* dense_row = &out.table[static_cast<size_t>(q) * 256];
-        for (int b = 0; b < 256; ++b) dense_row[b] = by_class[dfa.byte_class[b]];
+        int32_t* mapped = &out.rows[static_cast<size_t>(q) * k];
+        for (int c = 0; c < k; ++c) mapped[c] = block[row[c]] == dead_block ? dead : id[block[row[c]]];
     }
     return out;
 }
@@ -857,9 +860,15 @@ extern "C" void* langrt_regex_dfa_build(const char* regex, int64_t size, int64_t
     }
 }
 
+// Writes the table ([states + 1, 256]), the accepting flags and the plane-16 edges ([edges, 3])
+// of a built result, and frees it.
 extern "C" void langrt_regex_dfa_take(void* built, int32_t* table, uint8_t* accepting, int32_t* plane16) {
     Result* result = static_cast<Result*>(built);
-    std::memcpy(table, result->table.data(), result->table.size() * sizeof(int32_t));
+    int32_t dead = static_cast<int32_t>(result->num_states);
+    for (int32_t q = 0; q < dead; ++q) {
+        for (int b = 0; b < 256; ++b) table[static_cast<size_t>(q) * 256 + b] = result->next(q, b);
+    }
+    for (int b = 0; b < 256; ++b) table[static_cast<size_t>(dead) * 256 + b] = dead;
     std::memcpy(accepting, result->accepting.data(), result->accepting.size());
     std::memcpy(plane16, result->plane16.data(), result->plane16.size() * sizeof(int32_t));
     delete result;
