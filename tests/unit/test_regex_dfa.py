@@ -5,14 +5,14 @@ included), never more states, and the syntax it leaves to outlines-core left the
 from __future__ import annotations
 
 import re
-from collections import deque
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from langrt.constrained import byte_dfa
+from langrt.constrained.dfa_equivalence import first_difference as difference
+from langrt.constrained.dfa_equivalence import rule_view
 from langrt.constrained.native import regex_dfa
 
 pytestmark = pytest.mark.skipif(not regex_dfa.available(), reason="the C++ regex builder cannot be built here (no g++, or LANGRT_CPU_KERNELS=0)")
@@ -21,44 +21,6 @@ pytestmark = pytest.mark.skipif(not regex_dfa.available(), reason="the C++ regex
 def outlines_table(regex: str, max_states: int = 200_000):
     """outlines-core's automaton for `regex`, as byte_dfa builds it without the library."""
     return byte_dfa._marked_table(regex, max_states)
-
-
-def rule_view(parts):
-    """(table with F4 edges cut, accepting, initial, {state: sorted [(rule, after)]})."""
-    table, accepting, initial = parts[:3]
-    table = table.copy()
-    dead = table.shape[0] - 1
-    calls = {}
-    for state in np.flatnonzero(table[:, 0xF4] != dead).tolist():
-        found = byte_dfa._marker_paths(table, int(table[state, 0xF4]), dead)
-        if found:
-            calls[state] = sorted(found)
-    table[:, 0xF4] = dead
-    return table, accepting, initial, calls
-
-
-def difference(a, b) -> str | None:
-    """Where two trimmed automata (with calls) read different languages, or None."""
-    (ta, aa, ia, ca), (tb, ab, ib, cb) = rule_view(a), rule_view(b)
-    da, db = ta.shape[0] - 1, tb.shape[0] - 1
-    seen, todo = {(ia, ib)}, deque([(ia, ib)])
-    while todo:
-        x, y = todo.popleft()
-        if bool(aa[x]) != bool(ab[y]):
-            return f"accepting differs at {x}/{y}"
-        live_a, live_b = ta[x] != da, tb[y] != db
-        if (live_a != live_b).any():
-            return f"bytes {np.flatnonzero(live_a != live_b)[:8].tolist()} differ at {x}/{y}"
-        xa, xb = ca.get(x, []), cb.get(y, [])
-        if [r for r, _ in xa] != [r for r, _ in xb]:
-            return f"calls differ at {x}/{y}: {xa} vs {xb}"
-        pairs = [(p, q) for (_, p), (_, q) in zip(xa, xb)]
-        pairs += [(int(ta[x, byte]), int(tb[y, byte])) for byte in np.flatnonzero(live_a).tolist()]
-        for pair in pairs:
-            if pair not in seen:
-                seen.add(pair)
-                todo.append(pair)
-    return None
 
 
 # Regexes in the compilers' subset: literals of one to four UTF-8 bytes, escapes, classes
