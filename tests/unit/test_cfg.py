@@ -344,30 +344,3 @@ def _rule_dfa(body):
     from langrt.constrained.byte_dfa import build_rule_dfa
 
     return build_rule_dfa(body, 1000)
-
-
-def test_grammars_sharing_a_rule_walk_its_states_once(compiler):
-    """Two grammars of one rule text (the same DFA, the same bytes leaving it) take each state's
-    C++ walk from the process-wide cache: the second walks nothing, and its masks are equal."""
-    from langrt.constrained.cfg import masks as cfg_masks
-    from langrt.constrained.native import token_walk
-
-    if token_walk.vocab_trie(compiler.vocab) is None:
-        pytest.skip("the C++ trie walk cannot be built here (no g++, or LANGRT_CPU_KERNELS=0)")
-    schema = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}, "tag": {"type": "string"}}}
-    text = '{"kids": [{"tag": "a b"}, {"kids": []}], "tag": "x"}'
-    first = compiler.compile_json_schema(schema)
-    second = compiler.compile_json_schema(json.loads(json.dumps(schema)) | {"title": "another"})
-    assert first is not second and {id(r) for r in first.dfa.rules} & {id(r) for r in second.dfa.rules}
-    cfg_masks._shared_walks.clear()
-    masks, walks = [], []
-    with mock.patch.object(token_walk.VocabTrie, "walk", autospec=True, side_effect=token_walk.VocabTrie.walk) as walk:
-        for grammar in (first, second):
-            matcher, seen = grammar.matcher(), []
-            for ch in text:
-                seen.append(allowed(matcher, compiler.vocab_size))
-                assert matcher.accept_bytes(ch.encode())
-            masks.append(seen)
-            walks.append(walk.call_count)
-    assert walks[0] > 0 and walks[1] == walks[0], "the second grammar walked again"
-    assert masks[0] == masks[1]

@@ -36,12 +36,6 @@ from langrt.constrained.vocab import TokenVocabulary
 # Why 4,096: a configuration's mask is ~6 KB for a 49k vocabulary; 4k of them bound a grammar's
 # masks to ~25 MB (recursive grammars have unboundedly many configurations).
 MAX_MASKS = 4_096
-# Tops' C++ walks shared by every grammar of the process: rule DFAs are shared across schemas
-# (cfg/build.RuleCache), so a string's or a number's inner states are walked once, not once per
-# schema. Why 2,048: two ~6 KB masks each, ~25 MB at most.
-MAX_SHARED_WALKS = 2_048
-_shared_walks: OrderedDict[tuple, tuple[ByteDFA, object, tuple]] = OrderedDict()
-_shared_lock = threading.Lock()
 
 
 class PushdownMasks:
@@ -137,7 +131,11 @@ class PushdownMasks:
         if native is not None:
             if rule not in self._native:
                 self._native[rule] = EscapeBits(self.pda.rules[rule].num_states, self._escape_rows(rule))
-            found = _shared_walk(self.pda.rules[rule], state, self._native[rule], native, self.vocab.num_words)
+            dfa, library, trie = self.pda.rules[rule], *native
+            inner, open_ = np.zeros(self.vocab.num_words, np.int32), np.zeros(self.vocab.num_words, np.int32)
+            table = np.ascontiguousarray(dfa.table, np.int32)
+            nodes = trie.walk(library, table, dfa.dead, state, inner, self._native[rule], open_)
+            found = (inner, open_ if open_.any() else None, nodes.tolist())
         else:
             if rule not in self._inner:
                 self._prepare(rule)
@@ -223,27 +221,6 @@ class PushdownMasks:
                 path.append(state)
             else:
                 set_bit(words, token)
-
-
-def _shared_walk(dfa: ByteDFA, state: int, escapes: EscapeBits, native, num_words: int) -> tuple:
-    """(inner, open or None, escape nodes) of the C++ walk from `state` of a rule's `dfa` with
-    `escapes`, from the process-wide cache where a grammar walked it already."""
-    library, trie = native
-    key = (id(dfa), id(trie), state, escapes.key)
-    with _shared_lock:
-        hit = _shared_walks.get(key)
-        if hit is not None and hit[0] is dfa and hit[1] is trie:
-            _shared_walks.move_to_end(key)
-            return hit[2]
-    inner, open_ = np.zeros(num_words, np.int32), np.zeros(num_words, np.int32)
-    table = np.ascontiguousarray(dfa.table, np.int32)
-    nodes = trie.walk(library, table, dfa.dead, state, inner, escapes, open_)
-    found = (inner, open_ if open_.any() else None, nodes.tolist())
-    with _shared_lock:
-        _shared_walks[key] = (dfa, trie, found)  # holds both: their ids stay their own
-        if len(_shared_walks) > MAX_SHARED_WALKS:
-            _shared_walks.popitem(last=False)
-    return found
 
 
 class SortedSpellings:

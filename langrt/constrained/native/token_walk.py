@@ -109,7 +109,6 @@ class EscapeBits:
         self.row[states] = np.arange(len(states), dtype=np.int32)
         packed = b"".join(escapes[s].to_bytes(32, "little") for s in states)
         self.bits = np.frombuffer(packed, dtype="<u4").reshape(len(states), 8).copy()
-        self.key = (self.row.tobytes(), packed)  # walks from one DFA with equal bits are equal
 
 
 # Why 256: escape nodes are where a token leaves a rule (a delimiter then a value's first byte);
