@@ -297,6 +297,7 @@ def test_random_grammars_accept_their_sentences_reject_mutants_and_mask_equals_a
 
 
 def check_sentences(rules: dict, grammar, vocab, rng: random.Random) -> None:
+    check_boundary_rows(grammar.dfa)
     for _ in range(4):
         text = sample(rules, rng)
         if text is None:
@@ -312,6 +313,22 @@ def check_sentences(rules: dict, grammar, vocab, rng: random.Random) -> None:
             takes = {t for t in range(vocab.vocab_size) if matcher.copy().accept_token(t)}
             assert mask == takes, (text, rules)
             matcher.accept_bytes(ch.encode())
+
+
+def check_boundary_rows(pda) -> None:
+    """A rule's boundary rows in one pass are after_boundary state by state, at every state
+    where it calls or may end (and only there)."""
+    from langrt.constrained.cfg.lookahead import Lookahead
+
+    lookahead = Lookahead(pda.rules, pda.calls)
+    for r, dfa in enumerate(pda.rules):
+        boundary = set(pda.calls[r]) | {s for s in range(dfa.num_states) if dfa.accepting[s]}
+        assert lookahead.boundary_rows(r) == {s: lookahead.after_boundary(r, s) for s in boundary}
+
+
+def test_boundary_rows_through_nullable_calls(compiler):
+    check_boundary_rows(compiler.compile_ebnf('root ::= "x" a "y"\na ::= "a" b | ""\nb ::= "b" a | c\nc ::= ""').dfa)
+    check_boundary_rows(compiler.compile_ebnf(JSON_GBNF).dfa)
 
 
 def test_rules_the_same_text_are_built_once_and_the_cache_stays_bounded(compiler):

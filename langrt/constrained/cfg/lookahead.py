@@ -78,6 +78,22 @@ class Lookahead:
                     follow[c], changed = value, True
         return follow
 
+    def boundary_rows(self, r: int) -> dict[int, int]:
+        """after_boundary for every state of rule r where it calls a rule or may end, in one
+        pass (a rule's first mask needs them all)."""
+        calls, accepting = self.calls[r], self.rules[r].accepting
+        ends_at = np.flatnonzero(accepting[: self.rules[r].num_states]).tolist()
+        rows = dict.fromkeys(ends_at, self.follow[r])
+        first, nullable = self.first, self.nullable
+        for s, edges in calls.items():
+            found = rows.get(s, 0)
+            for c, t in edges:
+                found |= first[c] | (self.starts(r, t) if nullable[c] else 0)
+            if s not in rows and any(nullable[c] for c, _ in edges) and self.ends(r, s):
+                found |= self.follow[r]  # ends through a nullable call
+            rows[s] = found
+        return rows
+
     def after_boundary(self, r: int, s: int) -> int:
         """The bytes that may be read at state s of rule r by leaving it (calling a rule there,
         or returning from r), as a 256-bit int."""

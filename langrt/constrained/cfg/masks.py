@@ -149,9 +149,7 @@ class PushdownMasks:
     def _escape_rows(self, rule: int) -> dict[int, int]:
         """Per boundary state of `rule` (a call or an end), the bytes that may leave it there,
         as a 256-bit int."""
-        dfa, lookahead = self.pda.rules[rule], self._lookahead
-        states = set(lookahead.calls[rule]) | set(np.flatnonzero(dfa.accepting[: dfa.num_states]).tolist())
-        return {s: lookahead.after_boundary(rule, s) for s in states}
+        return self._lookahead.boundary_rows(rule)
 
     def _prepare(self, rule: int) -> None:
         """The numpy path's DFAs of `rule` (no C++ walk)."""
