@@ -101,3 +101,18 @@ def test_kernels_off_means_numpy(monkeypatch):
     finally:
         monkeypatch.undo()
         token_walk.reset()
+
+
+def test_subtree_bytes_are_the_bytes_below_each_node():
+    """What lets the walk mark a subtree whole (its bytes all loop on the state there): per trie
+    node, exactly the bytes on the edges below it."""
+    import random
+
+    rng = random.Random(3)
+    words = [bytes(rng.choice(b"ab\x00\xff\"") for _ in range(rng.randint(1, 6))) for _ in range(300)]
+    trie = token_walk.VocabTrie(words)
+    n = trie.node_byte.size
+    for i in range(n):
+        below = {int(trie.node_byte[j]) for j in range(i + 1, int(trie.skip[i]))}
+        bits = np.unpackbits(trie.subtree_bytes[i].view(np.uint8), bitorder="little")
+        assert set(np.flatnonzero(bits).tolist()) == below, i

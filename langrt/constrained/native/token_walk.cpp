@@ -21,6 +21,30 @@ static inline void mark_tokens(const int32_t* node_word, const uint32_t* node_bi
 // escape bits of the state), the trie node of that byte goes into `escapes` (its whole subtree:
 // the pushdown automaton walks it beyond the rule), or past `max_escapes` its subtree's tokens
 // into `open` (walked one by one). A regex's DFA passes no escape rows and lists nothing.
+// The bytes state s reads back into s (bit b of word b / 32), found on first need during a walk.
+static inline const uint32_t* loop_bytes(const int32_t* table, int32_t s, uint32_t* loops, uint8_t* known) {
+    uint32_t* bits = loops + static_cast<int64_t>(s) * 8;
+    if (!known[s]) {
+        known[s] = 1;
+        for (int w = 0; w < 8; ++w) bits[w] = 0;
+        for (int b = 0; b < 256; ++b) {
+            if (table[static_cast<int64_t>(s) * 256 + b] == s) bits[b >> 5] |= 1u << (b & 31);
+        }
+    }
+    return bits;
+}
+
+// Whether every byte below node i (subtree_bytes[i]) reads `next` back into itself.
+static inline bool stays(const uint32_t* subtree_bytes, int64_t i, const uint32_t* loop) {
+    const uint32_t* below = subtree_bytes + i * 8;
+    uint32_t outside = 0;
+    for (int w = 0; w < 8; ++w) outside |= below[w] & ~loop[w];
+    return outside == 0;
+}
+
+// A node whose subtree's bytes all loop on its state, where no byte leaves the rule, has every
+// token below it readable: they are marked as one range and the subtree is not walked (inside a
+// free string, most of the trie).
 extern "C" int64_t langrt_token_walk(
     const int32_t* table,          // [states, 256] next state; `dead` where the automaton dies
     int32_t dead,
@@ -39,7 +63,10 @@ extern "C" int64_t langrt_token_walk(
     uint32_t* words,               // the mask, OR-ed into (bit t % 32 of word t / 32)
     uint32_t* open,
     int32_t* escapes,
-    int64_t max_escapes) {         // returns the number of escape nodes listed
+    int64_t max_escapes,           // returns the number of escape nodes listed
+    const uint32_t* subtree_bytes, // [nodes, 8]: the bytes on the edges below each node
+    uint32_t* loops,               // scratch: [states, 8]
+    uint8_t* known) {              // scratch: [states], zeroed
     states[0] = start;
     int64_t listed = 0, listed_until = 0;
     for (int64_t i = 0; i < num_nodes;) {
@@ -59,6 +86,14 @@ extern "C" int64_t langrt_token_walk(
         }
         const int32_t next = table[static_cast<int64_t>(state) * 256 + byte];
         if (__builtin_expect(next == dead, 0)) {
+            i = node_skip[i];
+            continue;
+        }
+        if ((escape_row == nullptr || escape_row[next] < 0) && node_skip[i] > i + 1 &&
+            stays(subtree_bytes, i, loop_bytes(table, next, loops, known))) {
+            for (int32_t k = node_tokens[i]; k < node_tokens[node_skip[i]]; ++k) {
+                words[token_ids[k] >> 5] |= 1u << (token_ids[k] & 31);
+            }
             i = node_skip[i];
             continue;
         }

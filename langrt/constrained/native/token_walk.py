@@ -23,7 +23,7 @@ SOURCE = Path(__file__).with_name("token_walk.cpp")
 def _load():
     library = build_library(SOURCE)
     pointer, head = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32]
-    library.langrt_token_walk.argtypes = head + [pointer] * 9 + [ctypes.c_int64] + [pointer] * 4 + [ctypes.c_int64]
+    library.langrt_token_walk.argtypes = head + [pointer] * 9 + [ctypes.c_int64] + [pointer] * 4 + [ctypes.c_int64] + [pointer] * 3
     library.langrt_token_walk.restype = ctypes.c_int64
     return library
 
@@ -72,6 +72,7 @@ class VocabTrie:
         first = self.token_ids[np.minimum(self.node_tokens[:-1], len(ids) - 1)].astype(np.int64) if ids else np.zeros(0, np.int64)
         self.node_word = np.where(has, first >> 5, 0).astype(np.int32)
         self.node_bit = np.where(has, np.int64(1) << (first & 31), 0).astype(np.uint32)
+        self.subtree_bytes = _subtree_bytes(self.node_byte, self.depth)
 
     def walk(self, library, table: np.ndarray, dead: int, state: int, words: np.ndarray,
              escapes: EscapeBits | None = None, open_: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
@@ -81,6 +82,7 @@ class VocabTrie:
         are walked beyond the rule), past MAX_ESCAPE_NODES OR-ing those subtrees' tokens into
         `open_` instead."""
         states = np.empty(self.max_depth + 1, dtype=np.int32)  # scratch, alive through the call
+        loops, known = np.empty((table.shape[0], 8), dtype=np.uint32), np.zeros(table.shape[0], dtype=np.uint8)
         nodes = np.empty(MAX_ESCAPE_NODES if escapes is not None else 0, dtype=np.int32)
         rows, bits = (escapes.row.ctypes.data, escapes.bits.ctypes.data) if escapes is not None else (None, None)
         n = library.langrt_token_walk(
@@ -88,6 +90,7 @@ class VocabTrie:
             self.skip.ctypes.data, self.node_tokens.ctypes.data, self.token_ids.ctypes.data, self.node_word.ctypes.data,
             self.node_bit.ctypes.data, self.node_byte.size, states.ctypes.data, words.ctypes.data,
             None if open_ is None else open_.ctypes.data, nodes.ctypes.data, nodes.size,
+            self.subtree_bytes.ctypes.data, loops.ctypes.data, known.ctypes.data,
         )  # fmt: skip
         return nodes[:n].copy()
 
@@ -136,6 +139,23 @@ def common_prefix(a: bytes, b: bytes) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def _subtree_bytes(node_byte: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Per node (preorder), the bytes on the edges below it as 256 bits ([nodes, 8] uint32):
+    folded up one depth at a time, a node's children being consecutive among its depth's."""
+    below = np.zeros((len(depth), 8), dtype=np.uint32)
+    if not len(depth):
+        return below
+    own = np.zeros((len(depth), 8), dtype=np.uint32)
+    own[np.arange(len(depth)), node_byte >> 5] = np.uint32(1) << (node_byte & 31).astype(np.uint32)
+    for d in range(int(depth.max()), 1, -1):
+        children = np.flatnonzero(depth == d)
+        above = np.flatnonzero(depth == d - 1)
+        parents = above[np.searchsorted(above, children) - 1]  # the last node one level up before each
+        starts = np.flatnonzero(np.r_[True, parents[1:] != parents[:-1]])
+        below[parents[starts]] |= np.bitwise_or.reduceat(below[children] | own[children], starts, axis=0)
+    return below
 
 
 def _subtree_ends(depth: list[int]) -> np.ndarray:
