@@ -1,6 +1,7 @@
 """Token masks by a walk of the vocabulary's trie in C++ (token_walk.cpp): from one automaton
-state, every token whose bytes the automaton reads without dying, each shared prefix read once
-and a dead prefix's whole subtree skipped. masks.TokenMasks uses it where it loads; elsewhere
+state, every token whose bytes the automaton reads without dying, each shared prefix read once,
+a dead prefix's whole subtree skipped, and a subtree whose bytes all loop on the state reached
+marked whole (inside a free string, most of the trie). masks.TokenMasks uses it where it loads; elsewhere
 (no C++ compiler, LANGRT_CPU_KERNELS=0) its numpy walk gives the same masks.
 
 The library is plain C++ (no vector instructions: the trie walk is a chain of table lookups),
