@@ -195,15 +195,17 @@ def build_rule_dfa(regex: str, max_states: int) -> tuple[ByteDFA, dict[int, list
     table, accepting, initial, plane16 = _built_table(regex, max_states)
     dead = table.shape[0] - 1
     calls: dict[int, list[tuple[int, int]]] = {}
-    if plane16 is None:  # outlines-core's table: follow the F4 bytes here
-        for state in np.flatnonzero(table[:, 0xF4] != dead).tolist():
-            for rule, after in _marker_paths(table, int(table[state, 0xF4]), dead):
-                calls.setdefault(state, []).append((rule, after))
-    else:
-        for state, rule, after in plane16.tolist():
-            calls.setdefault(state, []).append((rule, after))
+    edges = marker_edges(table) if plane16 is None else plane16.tolist()  # outlines-core's: follow F4 here
+    for state, rule, after in edges:
+        calls.setdefault(state, []).append((rule, after))
     table[:, 0xF4] = dead
     return ByteDFA(table, accepting, initial), calls
+
+
+def marker_edges(table: np.ndarray) -> list[tuple[int, int, int]]:
+    """(state, rule, state after) for every call marker a table's F4 bytes spell."""
+    dead = table.shape[0] - 1
+    return [(s, r, a) for s in np.flatnonzero(table[:, 0xF4] != dead).tolist() for r, a in _marker_paths(table, int(table[s, 0xF4]), dead)]
 
 
 def _marker_paths(table: np.ndarray, state: int, dead: int) -> list[tuple[int, int]]:

@@ -8,7 +8,7 @@ from collections import deque
 
 import numpy as np
 
-from langrt.constrained.byte_dfa import _marker_paths
+from langrt.constrained.byte_dfa import marker_edges
 
 Parts = tuple  # (table [states + 1, 256] with the dead state last, accepting, initial, ...)
 
@@ -18,12 +18,11 @@ def rule_view(parts: Parts) -> tuple[np.ndarray, np.ndarray, int, dict[int, list
     a rule's automaton with its call markers read as calls (byte_dfa.call_marker)."""
     table, accepting, initial = parts[:3]
     table = table.copy()
-    dead = table.shape[0] - 1
-    calls = {}
-    for state in np.flatnonzero(table[:, 0xF4] != dead).tolist():
-        if found := _marker_paths(table, int(table[state, 0xF4]), dead):
-            calls[state] = sorted(found)
-    table[:, 0xF4] = dead
+    calls: dict[int, list[tuple[int, int]]] = {}
+    for state, rule, after in marker_edges(table):
+        calls.setdefault(state, []).append((rule, after))
+    calls = {s: sorted(found) for s, found in calls.items()}
+    table[:, 0xF4] = table.shape[0] - 1
     return table, accepting, initial, calls
 
 
