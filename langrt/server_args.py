@@ -14,6 +14,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
+QUANTIZATIONS = ("auto", "none", "int8", "int4", "fp8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 
 
@@ -47,7 +48,7 @@ class ServerArgs:
     max_request_bytes: int = _flag("largest HTTP request body accepted; larger get 413", default=16 * 1024 * 1024)
     body_read_timeout: float = _flag("seconds a client may take to send its request body; slower ones get 408 (a stalled upload must not hold a connection forever)", default=30.0)
     tp_size: int = _flag("tensor parallel size (only 1: one device per server)", default=1)
-    quantization: str | None = _flag("weight quantization (none supported yet: weights are served in --dtype)", default=None)
+    quantization: str = _flag("weight format; auto = a GGUF file's Q4_0/Q4_1/Q8_0 blocks served as stored on CPU (where langrt's kernels build), else weights in --dtype; none = always --dtype", QUANTIZATIONS, default="auto")
     enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; see benchmarks/README.md for when it pays)", default=False)
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
     num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
@@ -71,10 +72,10 @@ class ServerArgs:
             raise ValueError(
                 f"--tp-size {self.tp_size}: tensor parallelism is not implemented; langrt serves a model on one device (--tp-size 1)"
             )
-        if self.quantization not in (None, "none"):
+        if self.quantization in ("int8", "int4", "fp8"):
             raise ValueError(
-                f"--quantization {self.quantization!r} is not supported; weights are served unquantized in --dtype "
-                "(GGUF files are dequantized on load)"
+                f"--quantization {self.quantization} (quantizing an HF checkpoint at load) is not implemented yet; "
+                "GGUF files are served in their stored blocks with --quantization auto"
             )
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535; got {self.port}")

@@ -71,16 +71,21 @@ def torch_ops():
 
 @functools.cache
 def _library_ready() -> bool:
-    reason = unavailable_reason()
+    reason = unavailable_reason() or build_failure(_build)
     if reason is None:
-        try:
-            _build()
-            return True
-        except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, a failed build: fall back, loudly
-            last_line = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
-            reason = f"could not build it ({type(exc).__name__}: {last_line})"
+        return True
     logger.warning("CPU kernels not used: %s; the model runs in plain torch (slower)", reason)
     return False
+
+
+def build_failure(build) -> str | None:
+    """Run `build`; None where it worked, else why not, in one line."""
+    try:
+        build()
+        return None
+    except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, a failed build: the caller falls back, loudly
+        last_line = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+        return f"could not build it ({type(exc).__name__}: {last_line})"
 
 
 def _rms_norm(x, weight, eps: float, residual=None):
@@ -105,16 +110,7 @@ def _silu_and_mul(gate_up):
 def _build() -> None:
     from torch.utils import cpp_extension
 
-    # torch's builder runs `ninja` from PATH; the ninja package puts it next to this interpreter,
-    # which is not on PATH when the venv is not activated.
-    bin_dirs = [os.path.dirname(sys.executable)]
-    try:
-        import ninja
-
-        bin_dirs.insert(0, ninja.BIN_DIR)
-    except ImportError:
-        pass
-    os.environ["PATH"] = os.pathsep.join(bin_dirs + [os.environ.get("PATH", "")])
+    _ninja_on_path()
     started = time.monotonic()
     cpp_extension.load(
         name="langrt_cpu_kernels",
@@ -127,3 +123,16 @@ def _build() -> None:
     if took > 2:
         logger.info("built the CPU kernels in %.0f s (cached for later runs)", took)
 
+
+
+def _ninja_on_path() -> None:
+    """torch's builder runs `ninja` from PATH; the ninja package puts it next to this interpreter,
+    which is not on PATH when the venv is not activated."""
+    bin_dirs = [os.path.dirname(sys.executable)]
+    try:
+        import ninja
+
+        bin_dirs.insert(0, ninja.BIN_DIR)
+    except ImportError:
+        pass
+    os.environ["PATH"] = os.pathsep.join(bin_dirs + [os.environ.get("PATH", "")])

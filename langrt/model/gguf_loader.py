@@ -14,6 +14,7 @@ Layout facts the code relies on:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import os
@@ -58,6 +59,8 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+# Matrices one fused projection of langrt's model holds: served as blocks only if all share a type.
+_FUSED_GROUPS = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 # Tensors that carry no parameter: llama3 rope factors (folded into `rope_scaling`).
 _NON_PARAMETERS = {"rope_freqs.weight"}
@@ -172,11 +175,13 @@ class GGUFFile:
 
         return tokenizer_from_gguf_metadata(self.metadata, source=str(self.path))
 
-    def iter_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    def iter_weights(self, dtype: torch.dtype, quantized: bool = False) -> Iterator[tuple[str, Any]]:
         """(HF parameter name, tensor in `dtype`) for every parameter tensor, in file order.
 
-        Each tensor owns its memory. `lm_head.weight` comes only from a file that has
-        `output.weight`; a tied model (`hf_config["tie_word_embeddings"]`) has none.
+        With `quantized`, matrices stored in blocks the CPU kernels take come as QuantizedWeight
+        (their blocks, not dequantized), where every matrix fused with it (q/k/v, gate/up) has
+        the same type. Each tensor owns its memory. `lm_head.weight` comes only from a file that
+        has `output.weight`; a tied model (`hf_config["tie_word_embeddings"]`) has none.
         """
 
         config = self._hf_config
@@ -192,10 +197,13 @@ class GGUFFile:
                     f"{self.path}: tensor {info.name} has shape {list(info.shape)}, but the metadata "
                     f"describes a model whose {name} is {list(expected)}"
                 )
-            tensor = self._tensor(info, dtype)
+            if quantized and info.name in self._block_tensors:
+                tensor = self._blocks(info)
+            else:
+                tensor = self._tensor(info, dtype)
             proj = name.rsplit(".", 2)[-2]
             if permuted and proj in head_counts:
-                tensor = _unpermute_rows(tensor, head_counts[proj])
+                tensor = _unpermute(tensor, head_counts[proj])
             yield name, tensor
 
     def _hf_name(self, gguf_name: str) -> str:
@@ -209,6 +217,30 @@ class GGUFFile:
             )
         layer, part, kind = match.groups()
         return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
+
+    @cached_property
+    def _block_tensors(self) -> set[str]:
+        """Names of the matrices served as stored blocks (see iter_weights)."""
+        from langrt.model.quant import BLOCK_TYPES
+
+        kept = {t.name for t in self.tensors.values() if len(t.shape) == 2 and t.ggml_type in BLOCK_TYPES}
+        for layer in range(self._hf_config["num_hidden_layers"]):
+            for group in _FUSED_GROUPS:
+                names = [f"blk.{layer}.{part}.weight" for part in group]
+                types = {self.tensors[n].ggml_type for n in names if n in self.tensors}
+                if len(types) != 1 or not all(n in kept for n in names if n in self.tensors):
+                    kept.difference_update(names)
+        return kept
+
+    def _blocks(self, info: GGUFTensorInfo):
+        """A quantized matrix as its blocks (a copy out of the mapping, one row per output)."""
+        import torch
+
+        from langrt.model.quant import QuantizedWeight
+
+        rows = info.shape[0]
+        raw = np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+        return QuantizedWeight(torch.from_numpy(raw.reshape(rows, info.nbytes // rows).copy()), info.ggml_type, info.shape[1])
 
     def _tensor(self, info: GGUFTensorInfo, dtype: torch.dtype | str) -> torch.Tensor:
         import torch  # heavy: only where weights are read
@@ -267,6 +299,15 @@ def _expected_shape(name: str, config: dict[str, Any]) -> tuple[int, ...]:
 def _shortest_float(value: float) -> float:
     """A float32 metadata value as the decimal it was written from (1e-5, not 9.99999974738e-06)."""
     return float(np.format_float_positional(np.float32(value), unique=True))
+
+
+def _unpermute(w: Any, n_heads: int) -> Any:
+    """_unpermute_rows on a tensor, or on a QuantizedWeight's rows of blocks (rows are whole)."""
+    from langrt.model.quant import QuantizedWeight  # imports torch: only where weights are read
+
+    if isinstance(w, QuantizedWeight):
+        return dataclasses.replace(w, data=_unpermute_rows(w.data, n_heads))
+    return _unpermute_rows(w, n_heads)
 
 
 def _unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:

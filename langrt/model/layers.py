@@ -22,6 +22,8 @@ import torch
 from torch import nn
 
 from langrt.cpu_features import bf16_gemm_packing
+from langrt.errors import ModelLoadError
+from langrt.model.quant import QuantizedWeight, row_bytes
 
 
 class RMSNorm(nn.Module):
@@ -74,16 +76,35 @@ class Linear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        self.packed: torch.Tensor | None = None
+        self.packed: torch.Tensor | QuantizedWeight | None = None
 
     @property
-    def weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """What `linear` takes: (plain weight, packed copy or None)."""
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor | QuantizedWeight | None]:
+        """What `linear` takes: (plain weight, packed copy, quantized weight or None)."""
         return self.weight, self.packed
+
+    @property
+    def quantized(self) -> bool:
+        return isinstance(self.packed, QuantizedWeight)
 
     def pack_for_cpu(self) -> None:
         """Call once the weights are loaded."""
-        self.packed = pack_weight(self.weight)
+        if not self.quantized:
+            self.packed = pack_weight(self.weight)
+
+    def fill_quantized(self, offset: int, part: QuantizedWeight) -> None:
+        """Rows offset.. of W from quantized blocks. The first part turns this layer quantized
+        (its plain weight is dropped); every part must have the first one's type."""
+        out_features, in_features = self.weight.shape if not self.quantized else self.packed.shape
+        if part.in_features != in_features or offset + part.out_features > out_features:
+            raise ModelLoadError(f"quantized rows {offset}+{part.shape} do not fit a [{out_features}, {in_features}] layer")
+        if not self.quantized:
+            data = torch.empty((out_features, row_bytes(part.ggml_type, in_features)), dtype=torch.uint8)
+            self.packed = QuantizedWeight(data, part.ggml_type, in_features)
+            self.weight = nn.Parameter(torch.empty(0, dtype=self.weight.dtype), requires_grad=False)
+        if part.ggml_type != self.packed.ggml_type:
+            raise ModelLoadError(f"a fused layer mixes {self.packed.type_name} and {part.type_name} blocks")
+        self.packed.data.narrow(0, offset, part.out_features).copy_(part.data)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, self.packed)
@@ -124,7 +145,11 @@ def linear(
 
     A single row is a matrix-vector product on the plain weight: on CPU, torch's GEMV reads
     weights ~1.8x faster than its bf16 GEMM does at M=1 (and as fast as the packed GEMM), and
-    its rounding is the one a request decoding alone has always had."""
+    its rounding is the one a request decoding alone has always had. A QuantizedWeight as
+    `packed` multiplies its blocks (the plain weight is then empty)."""
+    if isinstance(packed, QuantizedWeight):
+        y = packed.matmul(x)
+        return y if bias is None else y + bias
     if x.shape[0] == 1 and x.dim() == 2 and x.device.type == "cpu":
         y = torch.mv(weight, x[0]).unsqueeze(0)
         return y if bias is None else y + bias

@@ -17,6 +17,7 @@ from langrt.cpu_features import separate_compile_cache
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
+from langrt.model.quant import QuantizedWeight
 from langrt.model.layers import (
     Embedding,
     Linear,
@@ -137,7 +138,8 @@ class LlamaForCausalLM(nn.Module):
         for module in self.layers.modules():
             if isinstance(module, Linear):
                 module.pack_for_cpu()
-        self.lm_head_packed = pack_weight(self.lm_head_weight)
+        if not isinstance(self.lm_head_packed, QuantizedWeight):
+            self.lm_head_packed = pack_weight(self.lm_head_weight)
         return True
 
     @property
@@ -162,6 +164,8 @@ class LlamaForCausalLM(nn.Module):
         """Logits of single tokens: [K] float32, logit of token_ids[k] under hidden[rows[k]] —
         what compute_logits gives at that place (accumulated in float32, rounded to the model's
         dtype), without the rest of the row."""
+        if isinstance(self.lm_head_packed, QuantizedWeight):
+            return self.lm_head_packed.logits_of(hidden, rows, token_ids).float()
         weight = self.lm_head_weight.index_select(0, token_ids).float()
         dots = (weight * hidden.index_select(0, rows).float()).sum(dim=-1)
         return dots.to(hidden.dtype).float()
@@ -177,6 +181,11 @@ class LlamaForCausalLM(nn.Module):
             name, offset = target
             if name not in params:
                 raise ModelLoadError(f"checkpoint tensor {hf_name} has no place in a {self.config.model_type} model")
+            if isinstance(tensor, QuantizedWeight):
+                tensor = self._load_quantized(name, offset, tensor)
+                if tensor is None:
+                    filled.add(f"{name}@{offset}")
+                    continue
             param = params[name]
             dest = param.data if offset is None else param.data.narrow(0, offset, tensor.shape[0])
             if dest.shape != tensor.shape:
@@ -186,6 +195,19 @@ class LlamaForCausalLM(nn.Module):
         missing = [n for n in self._expected_fills() if n not in filled]
         if missing:
             raise ModelLoadError(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:3]}")
+        if not self.config.tie_word_embeddings and self.lm_head.quantized:
+            self.lm_head_packed = self.lm_head.packed
+
+    def _load_quantized(self, name: str, offset: int | None, weight: QuantizedWeight) -> torch.Tensor | None:
+        """A Linear keeps the blocks (-> None); the embedding takes their values (-> the tensor
+        to copy), and when tied the LM head multiplies its blocks."""
+        module = self.get_submodule(name.removesuffix(".weight")) if name.endswith(".weight") else None
+        if isinstance(module, Linear):
+            module.fill_quantized(offset or 0, weight)
+            return None
+        if name == "embed_tokens.weight" and self.config.tie_word_embeddings:
+            self.lm_head_packed = weight
+        return weight.dequantize(self.embed_tokens.weight.dtype)
 
     def _expected_fills(self) -> list[str]:
         c = self.config

@@ -24,8 +24,10 @@ def load_model(
     seed: int = 0,
     progress: bool = True,
     compiled: bool = False,
+    gguf_blocks: bool = False,
 ) -> LlamaForCausalLM:
-    """Build the model on `device` in `dtype` with real (or dummy) weights, in eval mode."""
+    """Build the model on `device` in `dtype` with real (or dummy) weights, in eval mode; with
+    `gguf_blocks` a GGUF file's quantized matrices keep their blocks (see langrt.model.quant)."""
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"unknown load format {load_format!r}; choose from {LOAD_FORMATS}")
     if load_format == "gguf" and not source.is_gguf or load_format == "safetensors" and source.is_gguf:
@@ -35,7 +37,7 @@ def load_model(
     if load_format == "dummy":
         _fill_dummy(model, seed)
     else:
-        model.load_weights(source.iter_weights(dtype, progress))
+        model.load_weights(source.iter_weights(dtype, progress, gguf_blocks=gguf_blocks))
     model.eval().requires_grad_(False)
     if not compiled:  # compiled graphs take plain weights (the compiler packs its own)
         model.pack_for_cpu()

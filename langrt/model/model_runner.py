@@ -18,6 +18,7 @@ from langrt.model.attention import create_attention_backend
 from langrt.model.config import ModelConfig
 from langrt.model.forward_batch import ForwardBatch
 from langrt.model.loader import load_model
+from langrt.model.quant import serve_gguf_blocks
 from langrt.model.source import ModelSource
 from langrt.server_args import ServerArgs
 
@@ -43,9 +44,12 @@ class ModelRunner:
             from kernels.cpu import unavailable_reason
 
             logger.info(describe_path(args.dtype, unavailable_reason()))
+        gguf_blocks, why = serve_gguf_blocks(args, source)
+        if source.is_gguf and args.load_format != "dummy":
+            logger.info("weights: %s", why)
         self.model = load_model(
             source, config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress,
-            compiled=args.enable_torch_compile,
+            compiled=args.enable_torch_compile, gguf_blocks=gguf_blocks,
         )  # fmt: skip
         self.plan = plan_memory(args, config, self.dtype)
         self.req_pool = ReqToTokenPool(self.plan.max_running_requests, self.plan.context_len, self.device)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from langrt.errors import ModelLoadError
 from langrt.model.config import ModelConfig
@@ -60,12 +60,15 @@ class ModelSource:
 
         return GGUFFile(self.path)
 
-    def iter_weights(self, dtype: torch.dtype, progress: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    def iter_weights(self, dtype: torch.dtype, progress: bool, gguf_blocks: bool = False) -> Iterator[tuple[str, Any]]:
+        """(HF name, tensor) pairs; with `gguf_blocks`, a GGUF file's quantized matrices come as
+        QuantizedWeight (see GGUFFile.iter_weights)."""
         from tqdm import tqdm  # here: importing it creates a multiprocessing lock
 
         if self.is_gguf:
             gguf = self._gguf()
-            yield from tqdm(gguf.iter_weights(dtype), total=gguf.num_tensors, desc="Loading GGUF", disable=not progress)
+            weights = gguf.iter_weights(dtype, quantized=gguf_blocks)
+            yield from tqdm(weights, total=gguf.num_tensors, desc="Loading GGUF", disable=not progress)
             return
         files = sorted(self.path.glob("*.safetensors"))
         if not files:

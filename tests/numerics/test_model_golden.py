@@ -108,7 +108,10 @@ def smollm_pair(smollm_path):
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(smollm_path.parent, gguf_file=smollm_path.name, dtype=torch.float32)
-    return hf.eval(), make_runner(smollm_path, max_total_tokens=4096, max_running_requests=32)
+    # HF dequantizes the file: compare with langrt's dequantized model (its kernels on the stored
+    # blocks are held to that model in test_quant_linear.py).
+    runner = make_runner(smollm_path, max_total_tokens=4096, max_running_requests=32, quantization="none")
+    return hf.eval(), runner
 
 
 @pytest.mark.slow

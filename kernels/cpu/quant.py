@@ -1,0 +1,101 @@
+"""langrt's quantized matrix products on CPU: y = x W^T with W kept in GGUF's Q4_0 / Q4_1 / Q8_0
+blocks (quant_linear.cpp over quant_avx2.cpp and quant_scalar.cpp), the way llama.cpp computes
+them: each 32 activations are quantized to int8 with one scale and multiplied with a weight block
+in integers.
+
+Unlike the other CPU kernels this library is built without -m flags: its AVX2 functions carry
+their instruction set themselves and are called only where /proc/cpuinfo lists avx2, fma and
+f16c, so it loads on any CPU; elsewhere the plain C++ loops run. `LANGRT_CPU_ISA=scalar` forces
+those (tests run both); `LANGRT_CPU_KERNELS=0` turns the library off, and GGUF weights are then
+dequantized at load as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import pathlib
+import platform
+import time
+
+import torch
+
+from langrt.cpu_features import cpu_flags
+
+SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("quant_linear.cpp", "quant_avx2.cpp", "quant_scalar.cpp")]
+DISABLE_ENV = "LANGRT_CPU_KERNELS"
+ISA_ENV = "LANGRT_CPU_ISA"
+# No -m flags (see above); -ffp-contract=off keeps the scalar path's products and sums apart.
+CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
+# GGML type numbers of the block types the kernels take.
+GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
+
+logger = logging.getLogger("langrt.kernels.cpu")
+
+
+def isa() -> str:
+    """'avx2' or 'scalar': the implementation this CPU gets (LANGRT_CPU_ISA=scalar forces the latter)."""
+    if os.environ.get(ISA_ENV, "").lower() == "scalar":
+        return "scalar"
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    return "avx2" if x86 and {"avx2", "fma", "f16c"} <= cpu_flags() else "scalar"
+
+
+def unavailable_reason() -> str | None:
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        return f"{DISABLE_ENV}=0"
+    return None
+
+
+def available() -> bool:
+    """Whether the quantized kernels can run here (building them on first use)."""
+    return _library_ready()
+
+
+def quant_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
+    """x [M, K] float32 or bfloat16 -> [M, N] in x's dtype; weight: uint8 [N, K / 32 * block bytes]."""
+    return _ops().quant_linear(x, weight, ggml_type, 1 if isa() == "avx2" else 0)
+
+
+def dequantize(weight: torch.Tensor, ggml_type: int, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """uint8 [N, row bytes] blocks -> [N, k] values in float32 or bfloat16 (rounded once)."""
+    return _ops().dequantize(weight, ggml_type, k, dtype)
+
+
+def _ops():
+    if not _library_ready():
+        raise RuntimeError(f"the quantized CPU kernels cannot be used here ({unavailable_reason() or 'build failed'})")
+    return torch.ops.langrt_quant
+
+
+def reset() -> None:
+    """Forget whether the library could be used (tests that change LANGRT_CPU_KERNELS)."""
+    _library_ready.cache_clear()
+
+
+@functools.cache
+def _library_ready() -> bool:
+    from kernels.cpu import build_failure
+
+    reason = unavailable_reason() or build_failure(_build)
+    if reason is None:
+        return True
+    logger.warning("quantized CPU kernels not used: %s; GGUF weights are dequantized at load", reason)
+    return False
+
+
+def _build() -> None:
+    from torch.utils import cpp_extension
+
+    from kernels.cpu import _ninja_on_path
+
+    _ninja_on_path()
+    started = time.monotonic()
+    cpp_extension.load(
+        name="langrt_cpu_quant", sources=[str(path) for path in SOURCES], extra_cflags=CFLAGS,
+        is_python_module=False, verbose=False,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    if took > 2:
+        logger.info("built the quantized CPU kernels in %.0f s (cached for later runs)", took)

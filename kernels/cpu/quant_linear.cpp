@@ -1,0 +1,94 @@
+// torch ops over quant_kernels.h: y = x W^T with W in GGUF blocks (langrt_quant::quant_linear),
+// and W's values (langrt_quant::dequantize). The caller (kernels/cpu/quant.py) says which
+// implementation runs: 1 = AVX2 + FMA + F16C, 0 = plain C++. The work is split over torch's
+// threads by weight rows; long inputs go through in chunks of rows, so that a chunk's quantized
+// activations stay in cache while every weight row of a task passes over them.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "quant_kernels.h"
+
+namespace {
+
+using langrt_quant::kBlock;
+
+constexpr int64_t kRowChunk = 64;
+
+void check(const at::Tensor& x, const at::Tensor& w, int64_t qtype) {
+  TORCH_CHECK(langrt_quant::block_bytes(qtype) > 0, "quant_linear: unsupported GGML type ", qtype);
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "quant_linear: x must be 2-D with contiguous rows");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "quant_linear: x must be float32 or bfloat16");
+  TORCH_CHECK(x.size(1) % kBlock == 0, "quant_linear: the input width must be a multiple of 32");
+  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous(), "quant_linear: w must be contiguous uint8 [N, row bytes]");
+  TORCH_CHECK(w.size(1) == x.size(1) / kBlock * langrt_quant::block_bytes(qtype), "quant_linear: w's rows do not hold ",
+              x.size(1), " weights of type ", qtype);
+}
+
+at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype, int64_t isa) {
+  check(x, w, qtype);
+  const int64_t rows = x.size(0), k = x.size(1), n = w.size(0), blocks = k / kBlock;
+  const bool bf16 = x.scalar_type() == at::kBFloat16, avx2 = isa == 1;
+  at::Tensor out = at::empty({rows, n}, x.options());
+  std::vector<int16_t> q(rows * k);
+  std::vector<float> d(rows * blocks), s(rows * blocks);
+  const void* xp = x.data_ptr();
+  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / k), [&](int64_t r0, int64_t r1) {
+    const int64_t offset = r0 * x.stride(0) * static_cast<int64_t>(x.element_size());
+    const void* first = static_cast<const char*>(xp) + offset;
+    auto quantize = avx2 ? langrt_quant::quantize_rows_avx2 : langrt_quant::quantize_rows_scalar;
+#if !defined(__x86_64__)
+    quantize = langrt_quant::quantize_rows_scalar;
+#endif
+    quantize(first, bf16, x.stride(0), r1 - r0, k, q.data() + r0 * k, d.data() + r0 * blocks, s.data() + r0 * blocks);
+  });
+  const langrt_quant::QuantizedRows xq{q.data(), d.data(), s.data(), k};
+  const langrt_quant::OutRows o{out.data_ptr(), out.stride(0), bf16};
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const int64_t row_bytes = w.size(1);
+  // A task is at least ~2k block products: a decode's small layers stay on one thread.
+  const int64_t grain = std::max<int64_t>(1, 2048 / (blocks * std::min(rows, kRowChunk)));
+  at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
+    for (int64_t m0 = 0; m0 < rows; m0 += kRowChunk) {
+      const int64_t m1 = std::min(rows, m0 + kRowChunk);
+#if defined(__x86_64__)
+      if (avx2) {
+        langrt_quant::dot_rows_avx2(qtype, wp, row_bytes, n0, n1, xq, m0, m1, o);
+        continue;
+      }
+#endif
+      langrt_quant::dot_rows_scalar(qtype, wp, row_bytes, n0, n1, xq, m0, m1, o);
+    }
+  });
+  return out;
+}
+
+at::Tensor dequantize(const at::Tensor& w, int64_t qtype, int64_t k, at::ScalarType dtype) {
+  TORCH_CHECK(langrt_quant::block_bytes(qtype) > 0, "dequantize: unsupported GGML type ", qtype);
+  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous(), "dequantize: w must be contiguous uint8");
+  TORCH_CHECK(k % kBlock == 0 && w.size(1) == k / kBlock * langrt_quant::block_bytes(qtype), "dequantize: bad row width");
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "dequantize: float32 or bfloat16 out");
+  at::Tensor out = at::empty({w.size(0), k}, w.options().dtype(dtype));
+  const langrt_quant::OutRows o{out.data_ptr(), k, dtype == at::kBFloat16};
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  at::parallel_for(0, w.size(0), 64, [&](int64_t n0, int64_t n1) {
+    langrt_quant::dequantize_rows_scalar(static_cast<int>(qtype), wp, w.size(1), n0, n1, k, o);
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(langrt_quant, m) {
+  m.def("quant_linear(Tensor x, Tensor w, int qtype, int isa) -> Tensor");
+  m.def("dequantize(Tensor w, int qtype, int k, ScalarType dtype) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(langrt_quant, CPU, m) {
+  m.impl("quant_linear", quant_linear);
+  m.impl("dequantize", dequantize);
+}

@@ -1,0 +1,94 @@
+// Plain C++ reference of quant_kernels.h: what runs where the CPU has no AVX2 (and what the AVX2
+// path is tested against). Same quantization of the activations, bit for bit; the dot products
+// differ from the AVX2 path only in the order of float sums.
+#include <cmath>
+#include <cstring>
+
+#include "quant_kernels.h"
+
+namespace langrt_quant {
+namespace {
+
+float load_x(const void* x, bool bf16, int64_t i) {
+  return bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
+}
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return half_bits_to_float(h);
+}
+
+// Block b of a weight row as 32 integers and its scale d, offset m: w[i] = d * q[i] + m.
+void unpack_block(int qtype, const uint8_t* blk, int32_t* q, float* d, float* m) {
+  *d = half_at(blk);
+  *m = 0.0f;
+  if (qtype == kQ8_0) {
+    for (int i = 0; i < kBlock; ++i) q[i] = static_cast<int8_t>(blk[2 + i]);
+    return;
+  }
+  const uint8_t* nibbles = blk + (qtype == kQ4_1 ? 4 : 2);
+  const int32_t offset = qtype == kQ4_0 ? 8 : 0;
+  if (qtype == kQ4_1) *m = half_at(blk + 2);
+  for (int i = 0; i < 16; ++i) {
+    q[i] = (nibbles[i] & 0x0F) - offset;
+    q[i + 16] = (nibbles[i] >> 4) - offset;
+  }
+}
+
+}  // namespace
+
+void quantize_rows_scalar(const void* x, bool x_bf16, int64_t x_stride, int64_t rows, int64_t k, int16_t* q, float* d,
+                          float* s) {
+  const int64_t blocks = k / kBlock;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t first = r * x_stride + b * kBlock;
+      float amax = 0.0f;
+      for (int i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(load_x(x, x_bf16, first + i)));
+      const float scale = amax / kQMax, inverse = amax > 0.0f ? kQMax / amax : 0.0f;
+      int32_t sum = 0;
+      for (int i = 0; i < kBlock; ++i) {
+        const int32_t v = static_cast<int32_t>(std::nearbyint(load_x(x, x_bf16, first + i) * inverse));
+        q[r * k + b * kBlock + i] = static_cast<int16_t>(v);
+        sum += v;
+      }
+      d[r * blocks + b] = scale;
+      s[r * blocks + b] = scale * static_cast<float>(sum);
+    }
+  }
+}
+
+void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
+                     int64_t m0, int64_t m1, const OutRows& out) {
+  const int64_t blocks = x.k / kBlock, bytes = block_bytes(qtype);
+  int32_t q[kBlock];
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t m = m0; m < m1; ++m) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        float dw, mw;
+        unpack_block(qtype, w + n * row_bytes + b * bytes, q, &dw, &mw);
+        int32_t dot = 0;
+        for (int i = 0; i < kBlock; ++i) dot += q[i] * x.q[m * x.k + b * kBlock + i];
+        acc += dw * x.d[m * blocks + b] * static_cast<float>(dot) + mw * x.s[m * blocks + b];
+      }
+      store_out(out, m, n, acc);
+    }
+  }
+}
+
+void dequantize_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t k,
+                            const OutRows& out) {
+  const int64_t bytes = block_bytes(qtype);
+  int32_t q[kBlock];
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t b = 0; b < k / kBlock; ++b) {
+      float d, m;
+      unpack_block(qtype, w + n * row_bytes + b * bytes, q, &d, &m);
+      for (int i = 0; i < kBlock; ++i) store_out(out, n, b * kBlock + i, d * static_cast<float>(q[i]) + m);
+    }
+  }
+}
+
+}  // namespace langrt_quant

@@ -1,0 +1,154 @@
+"""langrt's quantized CPU kernels (kernels/cpu/quant.py) and the model layers that serve GGUF
+blocks as stored (langrt/model/quant.py), against the dequantized reference.
+
+Tolerances: the activations are rounded to int16 per block of 32 (relative error <= 2^-16 of the
+block's largest value), so a float32 product is within ~1e-4 (relative, over the output) of the
+product with the dequantized weights; a bfloat16 one is dominated by rounding its output to
+bfloat16 (~4e-3). Through a model the products' errors add up: the tiny random models' logits
+(two layers, weights ~N(0, 0.5)) stay within 5e-4.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from gguf_utils import Q, write_gguf
+from kernels.cpu import quant
+from langrt.model.quant import QuantizedWeight
+
+pytestmark = pytest.mark.skipif(not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)")
+
+TYPES = ["Q4_0", "Q4_1", "Q8_0"]
+ISAS = ["avx2", "scalar"] if quant.isa() == "avx2" else ["scalar"]
+REL = {torch.float32: 1e-4, torch.bfloat16: 6e-3}
+MODEL_REL = 5e-4
+
+
+def _weights(qtype: str, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(blocks uint8 [n, row bytes], their values float32 [n, k]) from gguf's own quantizer."""
+    rng = np.random.default_rng(seed)
+    raw = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), Q[qtype])
+    values = gguf.quants.dequantize(raw, Q[qtype]).reshape(n, k)
+    return torch.from_numpy(raw.reshape(n, -1).copy()), torch.from_numpy(values.copy())
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+@pytest.fixture(params=ISAS)
+def isa(request, monkeypatch):
+    monkeypatch.setenv(quant.ISA_ENV, request.param)
+    assert quant.isa() == request.param
+    return request.param
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_dequantize_gives_gguf_values_exactly(qtype):
+    blocks, values = _weights(qtype, 37, 96, seed=1)
+    assert torch.equal(quant.dequantize(blocks, quant.GGML_TYPES[qtype], 96, torch.float32), values)
+    assert torch.equal(quant.dequantize(blocks, quant.GGML_TYPES[qtype], 96, torch.bfloat16), values.bfloat16())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 9, 70])  # the kernel's tiles (4x1, 2x4) and its 64-row chunks
+@pytest.mark.parametrize("qtype", TYPES)
+def test_quant_linear_matches_the_dequantized_product(qtype, rows, dtype, isa):
+    blocks, values = _weights(qtype, 37, 160, seed=rows)
+    x = torch.randn(rows, 160, generator=torch.Generator().manual_seed(rows)).to(dtype)
+    got = quant.quant_linear(x, blocks, quant.GGML_TYPES[qtype])
+    assert got.dtype == dtype and got.shape == (rows, 37)
+    want = x.double() @ values.double().T
+    assert _rel(got, want) < REL[dtype]
+    # each row alone gives the same values as in the batch (rows never mix)
+    alone = torch.cat([quant.quant_linear(x[i : i + 1], blocks, quant.GGML_TYPES[qtype]) for i in range(rows)])
+    assert torch.equal(alone, got)
+
+
+def test_strided_rows_and_paths_agree(monkeypatch):
+    """A row view of a wider tensor reads only its row; AVX2 and plain C++ quantize the same
+    activations, so they differ only in the order of float sums."""
+    blocks, _ = _weights("Q4_1", 20, 64, seed=3)
+    wide = torch.randn(6, 100)
+    x = wide[:, 10:74]
+    got = quant.quant_linear(x, blocks, 3)
+    assert torch.equal(got, quant.quant_linear(x.contiguous(), blocks, 3))
+    monkeypatch.setenv(quant.ISA_ENV, "scalar")
+    torch.testing.assert_close(quant.quant_linear(x, blocks, 3), got, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_inputs_are_refused():
+    blocks, _ = _weights("Q8_0", 4, 64, seed=0)
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        quant.quant_linear(torch.randn(1, 48), blocks, 8)
+    with pytest.raises(RuntimeError, match="do not hold"):
+        quant.quant_linear(torch.randn(1, 64), blocks, 3)
+    with pytest.raises(RuntimeError, match="unsupported GGML type"):
+        quant.quant_linear(torch.randn(1, 64), blocks, 12)
+
+
+def test_logits_of_equals_matmul_at_those_places():
+    blocks, _ = _weights("Q8_0", 50, 64, seed=4)
+    weight = QuantizedWeight(blocks, 8, 64)
+    hidden = torch.randn(3, 64)
+    rows, ids = torch.tensor([0, 2, 2, 1, 0]), torch.tensor([7, 7, 49, 0, 3])
+    assert torch.equal(weight.logits_of(hidden, rows, ids), weight.matmul(hidden)[rows, ids])
+
+
+# --- the model on quantized GGUF files ------------------------------------------------------------
+
+
+def _tiny_gguf(tmp_path, kind: str, qtype: str):
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "unit"))
+    import test_gguf
+
+    config, state = test_gguf.tiny_llama() if kind == "llama" else test_gguf.tiny_qwen2()
+    return write_gguf(tmp_path / f"{kind}-{qtype}.gguf", state, config, Q[qtype])
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])  # q/k rows permuted and untied; biases and tied
+@pytest.mark.parametrize("qtype", TYPES)
+def test_tiny_models_on_blocks_match_the_dequantized_model(tmp_path, kind, qtype):
+    from runner_driver import RunnerDriver, make_runner
+
+    path = _tiny_gguf(tmp_path, kind, qtype)
+    blocks = make_runner(path, quantization="auto", max_total_tokens=512)
+    dense = make_runner(path, quantization="none", max_total_tokens=512)
+    layer = blocks.model.layers[0]
+    assert layer.self_attn.qkv_proj.quantized and layer.mlp.down_proj.quantized
+    assert layer.self_attn.qkv_proj.weight.numel() == 0  # the dequantized copy is not kept
+    assert isinstance(blocks.model.lm_head_packed, QuantizedWeight)
+    assert not dense.model.layers[0].self_attn.qkv_proj.quantized
+    prompts = [[5, 9, 17, 33, 2, 101, 64, 8], [70, 3]]
+    got, want = RunnerDriver(blocks), RunnerDriver(dense)
+    for a, b in zip(got.prefill(prompts), want.prefill(prompts)):
+        assert _rel(a, b) < MODEL_REL
+    for step in range(3):
+        a, b = got.decode([0, 1], [step, 40 + step]), want.decode([0, 1], [step, 40 + step])
+        assert _rel(a, b) < MODEL_REL
+
+
+@pytest.mark.slow
+def test_smollm_on_its_q4_1_blocks_matches_the_dequantized_model(smollm_path):
+    """The built-in file (Q4_1 layers, Q8_0 tied embedding) served as stored: logits within 1e-3
+    (relative) of the dequantized model's, and the same first answer token where the top two are
+    0.09 logit apart (int8 activations, llama.cpp's choice, flip it)."""
+    from runner_driver import RunnerDriver, make_runner
+    from langrt.tokenizer.loader import load_tokenizer
+
+    tokenizer = load_tokenizer(smollm_path)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer.encode(text, add_special_tokens=False)
+    drivers = [RunnerDriver(make_runner(smollm_path, quantization=q, max_total_tokens=1024)) for q in ("auto", "none")]
+    got, want = (d.prefill([prompt])[0] for d in drivers)
+    assert drivers[0].runner.model.layers[5].mlp.gate_up_proj.packed.type_name == "Q4_1"
+    assert _rel(got, want) < 1e-3
+    assert got[-1].argmax() == want[-1].argmax() == tokenizer.encode("The", add_special_tokens=False)[0]
+    for token in (504, 3575, 314):
+        assert _rel(*(d.decode([0], [token]) for d in drivers)) < 1e-3
