@@ -53,13 +53,19 @@ def available() -> bool:
     return _library_ready()
 
 
+def repack(gguf_rows: torch.Tensor, ggml_type: int) -> torch.Tensor:
+    """GGUF's blocks, uint8 [N, K / 32 * block bytes] -> the same rows in the layout the kernels
+    read (each row's quants, then its scales: see quant_kernels.h)."""
+    return _ops().repack(gguf_rows.contiguous(), ggml_type)
+
+
 def quant_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
-    """x [M, K] float32 or bfloat16 -> [M, N] in x's dtype; weight: uint8 [N, K / 32 * block bytes]."""
+    """x [M, K] float32 or bfloat16 -> [M, N] in x's dtype; weight: `repack`'s rows."""
     return _ops().quant_linear(x, weight, ggml_type, 1 if isa() == "avx2" else 0)
 
 
 def dequantize(weight: torch.Tensor, ggml_type: int, k: int, dtype: torch.dtype) -> torch.Tensor:
-    """uint8 [N, row bytes] blocks -> [N, k] values in float32 or bfloat16 (rounded once)."""
+    """`repack`'s rows -> [N, k] values in float32 or bfloat16 (rounded once)."""
     return _ops().dequantize(weight, ggml_type, k, dtype)
 
 

@@ -31,6 +31,29 @@ inline int64_t block_bytes(int qtype) {
   }
 }
 
+// langrt's layout of a quantized weight row (repack_rows makes it from GGUF's blocks): the quants
+// of all the row's blocks first (16 bytes per Q4 block, 32 per Q8_0 block), then the blocks' fp16
+// scales d, then (Q4_1) their fp16 minimums m. As many bytes per row as GGUF's; the scales sit
+// together, so the kernels convert and multiply them 8 at a time ahead of the dot products.
+inline int64_t quant_bytes(int qtype) { return qtype == kQ8_0 ? 32 : 16; }
+
+struct RowLayout {
+  const uint8_t* quants;
+  const uint16_t* d;
+  const uint16_t* m;  // Q4_1 only
+};
+
+inline RowLayout row_layout(int qtype, const uint8_t* row, int64_t blocks) {
+  RowLayout r;
+  r.quants = row;
+  r.d = reinterpret_cast<const uint16_t*>(row + blocks * quant_bytes(qtype));
+  r.m = qtype == kQ4_1 ? r.d + blocks : nullptr;
+  return r;
+}
+
+// GGUF rows [rows, blocks * block_bytes] -> langrt's row layout, same size.
+void repack_rows(int qtype, const uint8_t* gguf, uint8_t* out, int64_t rows, int64_t blocks);
+
 // Activation rows quantized per block of 32: q = round(x / d) in [-32767, 32767],
 // d = max|x| / 32767, s = d * sum(q) (what Q4_0's offset and Q4_1's minimum multiply).
 constexpr float kQMax = 32767.0f;

@@ -1,11 +1,12 @@
-// torch ops over quant_kernels.h: y = x W^T with W in GGUF blocks (langrt_quant::quant_linear),
-// and W's values (langrt_quant::dequantize). The caller (kernels/cpu/quant.py) says which
+// torch ops over quant_kernels.h: GGUF rows into langrt's row layout (langrt_quant::repack), y =
+// x W^T on that layout (langrt_quant::quant_linear), and W's values (langrt_quant::dequantize). The caller (kernels/cpu/quant.py) says which
 // implementation runs: 1 = AVX2 + FMA + F16C, 0 = plain C++. The work is split over torch's
 // threads by weight rows; long inputs go through in chunks of rows, so that a chunk's quantized
 // activations stay in cache while every weight row of a task passes over them.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -81,14 +82,26 @@ at::Tensor dequantize(const at::Tensor& w, int64_t qtype, int64_t k, at::ScalarT
   return out;
 }
 
+at::Tensor repack(const at::Tensor& w, int64_t qtype) {
+  const int64_t bytes = langrt_quant::block_bytes(qtype);
+  TORCH_CHECK(bytes > 0, "repack: unsupported GGML type ", qtype);
+  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() && w.size(1) % bytes == 0,
+              "repack: w must be contiguous uint8 [N, whole blocks]");
+  at::Tensor out = at::empty_like(w);
+  langrt_quant::repack_rows(static_cast<int>(qtype), w.data_ptr<uint8_t>(), out.data_ptr<uint8_t>(), w.size(0), w.size(1) / bytes);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(langrt_quant, m) {
   m.def("quant_linear(Tensor x, Tensor w, int qtype, int isa) -> Tensor");
   m.def("dequantize(Tensor w, int qtype, int k, ScalarType dtype) -> Tensor");
+  m.def("repack(Tensor w, int qtype) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(langrt_quant, CPU, m) {
   m.impl("quant_linear", quant_linear);
   m.impl("dequantize", dequantize);
+  m.impl("repack", repack);
 }

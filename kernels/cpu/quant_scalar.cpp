@@ -13,26 +13,20 @@ float load_x(const void* x, bool bf16, int64_t i) {
   return bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
 }
 
-float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return half_bits_to_float(h);
-}
-
-// Block b of a weight row as 32 integers and its scale d, offset m: w[i] = d * q[i] + m.
-void unpack_block(int qtype, const uint8_t* blk, int32_t* q, float* d, float* m) {
-  *d = half_at(blk);
-  *m = 0.0f;
+// Block b of a weight row (langrt's layout) as 32 integers and its scale d, offset m:
+// w[i] = d * q[i] + m.
+void unpack_block(int qtype, const RowLayout& row, int64_t b, int32_t* q, float* d, float* m) {
+  *d = half_bits_to_float(row.d[b]);
+  *m = row.m ? half_bits_to_float(row.m[b]) : 0.0f;
+  const uint8_t* quants = row.quants + b * quant_bytes(qtype);
   if (qtype == kQ8_0) {
-    for (int i = 0; i < kBlock; ++i) q[i] = static_cast<int8_t>(blk[2 + i]);
+    for (int i = 0; i < kBlock; ++i) q[i] = static_cast<int8_t>(quants[i]);
     return;
   }
-  const uint8_t* nibbles = blk + (qtype == kQ4_1 ? 4 : 2);
   const int32_t offset = qtype == kQ4_0 ? 8 : 0;
-  if (qtype == kQ4_1) *m = half_at(blk + 2);
   for (int i = 0; i < 16; ++i) {
-    q[i] = (nibbles[i] & 0x0F) - offset;
-    q[i + 16] = (nibbles[i] >> 4) - offset;
+    q[i] = (quants[i] & 0x0F) - offset;
+    q[i + 16] = (quants[i] >> 4) - offset;
   }
 }
 
@@ -61,14 +55,15 @@ void quantize_rows_scalar(const void* x, bool x_bf16, int64_t x_stride, int64_t 
 
 void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                      int64_t m0, int64_t m1, const OutRows& out) {
-  const int64_t blocks = x.k / kBlock, bytes = block_bytes(qtype);
+  const int64_t blocks = x.k / kBlock;
   int32_t q[kBlock];
   for (int64_t n = n0; n < n1; ++n) {
     for (int64_t m = m0; m < m1; ++m) {
       float acc = 0.0f;
+      const RowLayout row = row_layout(qtype, w + n * row_bytes, blocks);
       for (int64_t b = 0; b < blocks; ++b) {
         float dw, mw;
-        unpack_block(qtype, w + n * row_bytes + b * bytes, q, &dw, &mw);
+        unpack_block(qtype, row, b, q, &dw, &mw);
         int32_t dot = 0;
         for (int i = 0; i < kBlock; ++i) dot += q[i] * x.q[m * x.k + b * kBlock + i];
         acc += dw * x.d[m * blocks + b] * static_cast<float>(dot) + mw * x.s[m * blocks + b];
@@ -80,13 +75,29 @@ void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0,
 
 void dequantize_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t k,
                             const OutRows& out) {
-  const int64_t bytes = block_bytes(qtype);
   int32_t q[kBlock];
   for (int64_t n = n0; n < n1; ++n) {
+    const RowLayout row = row_layout(qtype, w + n * row_bytes, k / kBlock);
     for (int64_t b = 0; b < k / kBlock; ++b) {
       float d, m;
-      unpack_block(qtype, w + n * row_bytes + b * bytes, q, &d, &m);
+      unpack_block(qtype, row, b, q, &d, &m);
       for (int i = 0; i < kBlock; ++i) store_out(out, n, b * kBlock + i, d * static_cast<float>(q[i]) + m);
+    }
+  }
+}
+
+void repack_rows(int qtype, const uint8_t* gguf, uint8_t* out, int64_t rows, int64_t blocks) {
+  const int64_t bytes = block_bytes(qtype), quants = quant_bytes(qtype), row_bytes = blocks * bytes;
+  const int64_t header = bytes - quants;  // d (and m) ahead of each GGUF block's quants
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* src = gguf + r * row_bytes;
+    uint8_t* dst = out + r * row_bytes;
+    uint8_t* d = dst + blocks * quants;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = src + b * bytes;
+      std::memcpy(dst + b * quants, block + header, quants);
+      std::memcpy(d + 2 * b, block, 2);
+      if (qtype == kQ4_1) std::memcpy(d + 2 * blocks + 2 * b, block + 2, 2);
     }
   }
 }

@@ -240,7 +240,8 @@ class GGUFFile:
 
         rows = info.shape[0]
         raw = np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
-        return QuantizedWeight(torch.from_numpy(raw.reshape(rows, info.nbytes // rows).copy()), info.ggml_type, info.shape[1])
+        data = torch.from_numpy(raw.reshape(rows, info.nbytes // rows))  # a view: repacking copies it
+        return QuantizedWeight.from_gguf(data, info.ggml_type, info.shape[1])
 
     def _tensor(self, info: GGUFTensorInfo, dtype: torch.dtype | str) -> torch.Tensor:
         import torch  # heavy: only where weights are read

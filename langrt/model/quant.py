@@ -21,11 +21,19 @@ BLOCK = 32
 @dataclass
 class QuantizedWeight:
     """A [out_features, in_features] weight as rows of blocks: `data` is uint8 [out, in / 32 *
-    block bytes], `ggml_type` the blocks' GGML type number."""
+    block bytes] in the kernels' row layout (`from_gguf` makes it), `ggml_type` the blocks' GGML
+    type number."""
 
     data: torch.Tensor
     ggml_type: int
     in_features: int
+
+    @classmethod
+    def from_gguf(cls, rows: torch.Tensor, ggml_type: int, in_features: int) -> "QuantizedWeight":
+        """From a GGUF tensor's bytes, uint8 [out, row bytes]."""
+        from kernels.cpu.quant import repack
+
+        return cls(repack(rows, ggml_type), ggml_type, in_features)
 
     @property
     def out_features(self) -> int:

@@ -30,11 +30,12 @@ MODEL_REL = 5e-4
 
 
 def _weights(qtype: str, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(blocks uint8 [n, row bytes], their values float32 [n, k]) from gguf's own quantizer."""
+    """(blocks in the kernels' layout, uint8 [n, row bytes]; their values float32 [n, k]), from
+    gguf's own quantizer."""
     rng = np.random.default_rng(seed)
     raw = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), Q[qtype])
     values = gguf.quants.dequantize(raw, Q[qtype]).reshape(n, k)
-    return torch.from_numpy(raw.reshape(n, -1).copy()), torch.from_numpy(values.copy())
+    return quant.repack(torch.from_numpy(raw.reshape(n, -1).copy()), int(Q[qtype])), torch.from_numpy(values.copy())
 
 
 def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
