@@ -87,10 +87,13 @@ class Linear(nn.Module):
     def quantized(self) -> bool:
         return isinstance(self.packed, QuantizedWeight)
 
-    def pack_for_cpu(self) -> None:
-        """Call once the weights are loaded."""
+    def pack_for_cpu(self, dense_copy: bool = True) -> None:
+        """Call once the weights are loaded. A quantized layer adds its packed values only with
+        `dense_copy` (QuantizedWeight.add_dense_copy)."""
         if not self.quantized:
             self.packed = pack_weight(self.weight)
+        elif dense_copy:
+            self.packed.add_dense_copy()
 
     def fill_quantized(self, offset: int, part: QuantizedWeight) -> None:
         """Rows offset.. of W from quantized blocks. The first part turns this layer quantized

@@ -130,16 +130,23 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head = Linear(config.hidden_size, config.vocab_size)
         self.lm_head_packed: torch.Tensor | None = None
 
-    def pack_for_cpu(self) -> bool:
+    def pack_for_cpu(self, dense_budget: int = 0) -> bool:
         """Adds oneDNN-packed copies of the layers' and the LM head's weights where that pays
-        (bf16 on CPU, see Linear). Call once, after the weights are loaded. -> whether it did."""
+        (bf16 on CPU, see Linear). Quantized weights get theirs only if all of them fit in
+        `dense_budget` bytes. Call once, after the weights are loaded. -> whether it packed."""
         if not can_pack(self.embed_tokens.weight):
             return False
+        quantized = [m.packed for m in self.layers.modules() if isinstance(m, Linear) and m.quantized]
+        if isinstance(self.lm_head_packed, QuantizedWeight):
+            quantized.append(self.lm_head_packed)
+        dense_copy = 2 * sum(q.out_features * q.in_features for q in quantized) <= dense_budget
         for module in self.layers.modules():
             if isinstance(module, Linear):
-                module.pack_for_cpu()
+                module.pack_for_cpu(dense_copy)
         if not isinstance(self.lm_head_packed, QuantizedWeight):
             self.lm_head_packed = pack_weight(self.lm_head_weight)
+        elif dense_copy and self.lm_head_packed.dense is None:
+            self.lm_head_packed.add_dense_copy()
         return True
 
     @property

@@ -10,6 +10,7 @@ import torch
 from langrt.errors import ModelLoadError
 from langrt.model.config import ModelConfig
 from langrt.model.llama import LlamaForCausalLM
+from langrt.model.quant import dense_copy_budget
 from langrt.model.source import ModelSource
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
@@ -40,7 +41,7 @@ def load_model(
         model.load_weights(source.iter_weights(dtype, progress, gguf_blocks=gguf_blocks))
     model.eval().requires_grad_(False)
     if not compiled:  # compiled graphs take plain weights (the compiler packs its own)
-        model.pack_for_cpu()
+        model.pack_for_cpu(dense_budget=dense_copy_budget())
     return model
 
 

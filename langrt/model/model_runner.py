@@ -18,7 +18,7 @@ from langrt.model.attention import create_attention_backend
 from langrt.model.config import ModelConfig
 from langrt.model.forward_batch import ForwardBatch
 from langrt.model.loader import load_model
-from langrt.model.quant import serve_gguf_blocks
+from langrt.model.quant import describe_blocks, serve_gguf_blocks
 from langrt.model.source import ModelSource
 from langrt.server_args import ServerArgs
 
@@ -51,6 +51,8 @@ class ModelRunner:
             source, config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress,
             compiled=args.enable_torch_compile, gguf_blocks=gguf_blocks,
         )  # fmt: skip
+        if gguf_blocks:
+            logger.info("weights: %s", describe_blocks(self.model))
         self.plan = plan_memory(args, config, self.dtype)
         self.req_pool = ReqToTokenPool(self.plan.max_running_requests, self.plan.context_len, self.device)
         self.kv_pool = TokenToKVPool(

@@ -153,3 +153,33 @@ def test_smollm_on_its_q4_1_blocks_matches_the_dequantized_model(smollm_path):
     assert got[-1].argmax() == want[-1].argmax() == tokenizer.encode("The", add_special_tokens=False)[0]
     for token in (504, 3575, 314):
         assert _rel(*(d.decode([0], [token]) for d in drivers)) < 1e-3
+
+
+@pytest.mark.skipif(not __import__("langrt.cpu_features", fromlist=["x"]).bf16_gemm_packing(), reason="oneDNN has no bfloat16 GEMM here")
+def test_bf16_passes_of_several_rows_use_the_dense_copy(tmp_path):
+    """In bfloat16 on the packed path the blocks keep a packed copy of their values: single rows
+    multiply the blocks, passes of several rows the copy (the dequantized model's own GEMM)."""
+    from runner_driver import RunnerDriver, make_runner
+
+    path = _tiny_gguf(tmp_path, "llama", "Q4_1")
+    blocks = make_runner(path, "bfloat16", quantization="auto", max_total_tokens=512)
+    dense = make_runner(path, "bfloat16", quantization="none", max_total_tokens=512)
+    weight = blocks.model.layers[1].mlp.gate_up_proj.packed
+    assert weight.dense is not None and blocks.model.lm_head_packed.dense is not None
+    x = torch.randn(5, weight.in_features).bfloat16()
+    assert torch.equal(weight.matmul(x), torch.ops.mkldnn._linear_pointwise(x, weight.dense, None, "none", [], ""))
+    assert _rel(weight.matmul(x[:1]), quant.quant_linear(x[:1], weight.data, weight.ggml_type)) == 0
+    prompts = [[5, 9, 17, 33, 2, 101, 64, 8]]
+    got, want = RunnerDriver(blocks).prefill(prompts)[0], RunnerDriver(dense).prefill(prompts)[0]
+    assert torch.equal(got, want)  # the same GEMM on the same values
+
+
+def test_no_dense_copy_beyond_the_budget(tmp_path, monkeypatch):
+    from langrt.model import loader
+    from langrt.model.source import ModelSource
+
+    monkeypatch.setattr(loader, "dense_copy_budget", lambda: 0)
+    source = ModelSource.resolve(_tiny_gguf(tmp_path, "qwen2", "Q8_0"))
+    model = loader.load_model(source, source.model_config(), "gguf", torch.bfloat16, torch.device("cpu"), progress=False, gguf_blocks=True)
+    assert model.layers[0].self_attn.qkv_proj.quantized
+    assert model.layers[0].self_attn.qkv_proj.packed.dense is None and model.lm_head_packed.dense is None

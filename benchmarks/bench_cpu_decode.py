@@ -1,0 +1,197 @@
+"""CPU decode, side by side in one run: langrt vs llama.cpp (llama-cpp-python) vs HF transformers.
+
+Same file (the built-in SmolLM2-135M-Instruct, Q4_1 layers and a Q8_0 embedding), same threads,
+greedy, EOS ignored. Reports:
+
+- batch 1, 128 new tokens: output tok/s of langrt (its GGUF blocks served as stored, in bfloat16
+  and float32 activations, and dequantized as before: `--quantization none`), llama.cpp and HF;
+- batch 32, 128 new tokens each: langrt vs HF (llama-cpp-python's API decodes one sequence);
+- time to first token of a 1,000-token prompt: langrt vs llama.cpp;
+- the CPU's flags, and batch-1 decode as a fraction of the memory-bandwidth limit (the weights'
+  bytes read once per step, bandwidth measured in this run) and batch 32 as a fraction of the
+  float32 FMA peak (cores x clock x 2 FMA units x 8 lanes x 2).
+
+    .venv/bin/python benchmarks/bench_cpu_decode.py            # full (a few minutes)
+    .venv/bin/python benchmarks/bench_cpu_decode.py --quick    # a smoke run
+    .venv/bin/python benchmarks/bench_cpu_decode.py --avx2     # langrt as an AVX2-only CPU runs it
+
+`--avx2` caps torch, oneDNN and MKL at AVX2 for langrt's processes (the AVX-512 C++ kernels are
+then off; the quantized kernels are AVX2 code either way) and runs langrt only: llama.cpp keeps
+the instructions it was built for, so its figures come from the main run. Needs `pip install
+llama-cpp-python` (a few minutes' build); without it, its rows are skipped. Results:
+results/bench_cpu_decode[_avx2][_quick].json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_offline import AVX2_ENV, HFRunner, LangrtRunner, cpu_flags_summary, measure_bandwidth_gbs, prompts, timed  # noqa: E402
+
+import langrt  # noqa: E402
+from langrt.builtin import builtin_model_path  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+
+class QuantLangrtRunner(LangrtRunner):
+    def __init__(self, dtype: str, quantization: str):
+        self.name = f"langrt_{dtype}_{'blocks' if quantization == 'auto' else 'dequantized'}"
+        self.engine = langrt.Engine(dtype=dtype, quantization=quantization, log_level="warning", max_total_tokens=65536)
+        self.tokenizer = self.engine.tokenizer
+
+    def first_token_seconds(self, ids: list[int]) -> float:
+        self.engine.flush_cache()
+        start = time.perf_counter()
+        self.engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 1, "temperature": 0})
+        return time.perf_counter() - start
+
+
+class LlamaCppRunner:
+    name = "llama_cpp"
+
+    def __init__(self, threads: int):
+        from llama_cpp import Llama
+
+        self.llm = Llama(str(builtin_model_path()), n_threads=threads, n_threads_batch=threads, n_ctx=4096, verbose=False)
+
+    def generate(self, texts: list[str], new_tokens: int) -> int:
+        """Sequences one after another (the Python API has no batched decoding)."""
+        made = 0
+        for text in texts:
+            tokens = self.llm.tokenize(text.encode(), add_bos=False, special=True)
+            for made_here, _ in enumerate(self.llm.generate(tokens, temp=0.0, reset=True), start=1):
+                if made_here == new_tokens:
+                    break
+            made += new_tokens
+        return made
+
+    def first_token_seconds(self, ids: list[int]) -> float:
+        self.llm.reset()
+        start = time.perf_counter()
+        next(iter(self.llm.generate(ids, temp=0.0, reset=True)))
+        return time.perf_counter() - start
+
+
+def weight_bytes_and_params() -> tuple[int, int]:
+    """(bytes a decode step reads: every tensor of the file as stored, the tied embedding being the
+    LM head; the matrices' weights, each 2 flops per token)."""
+    from langrt.model.gguf_loader import GGUFFile
+
+    tensors = GGUFFile(builtin_model_path()).tensors.values()
+    return sum(t.nbytes for t in tensors), sum(t.shape[0] * t.shape[1] for t in tensors if len(t.shape) == 2)
+
+
+def fma_peak_gflops(threads: int) -> float:
+    """float32 FMA peak: threads x clock x 2 FMA units x 8 lanes x 2 flops (AVX2 width)."""
+    mhz = 0.0
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("cpu MHz"):
+                mhz = max(mhz, float(line.split(":")[1]))
+    return threads * mhz / 1000 * 2 * 8 * 2
+
+
+def long_prompt_ids(tokenizer, n: int) -> list[int]:
+    text = " ".join(f"Paragraph {i}: the committee met on a rainy Tuesday to discuss the budget." for i in range(n))
+    return tokenizer.encode(text, add_special_tokens=False)[:n]
+
+
+def run_langrt(results: dict, args, threads: int) -> None:
+    configs = [("bfloat16", "auto"), ("float32", "auto"), ("bfloat16", "none")] if not args.avx2 else [("float32", "auto"), ("float32", "none")]
+    for dtype, quantization in configs:
+        runner = QuantLangrtRunner(dtype, quantization)
+        for batch in (1, 32):
+            row = timed(runner, prompts(runner.tokenizer, batch), args.new_tokens, args.repeats)
+            results["batches"][str(batch)][runner.name] = row
+            print(f"batch {batch:>2} {runner.name:28s} {row['tok_s']:7.1f} tok/s, step {row['decode_step_ms']:.1f} ms", flush=True)
+        ids = long_prompt_ids(runner.tokenizer, args.prompt_tokens)
+        results["ttft_s"][runner.name] = min(runner.first_token_seconds(ids) for _ in range(args.repeats))
+        print(f"TTFT {len(ids)} tokens {runner.name:28s} {results['ttft_s'][runner.name]:.3f} s", flush=True)
+        runner.engine.shutdown()
+
+
+def run_peers(results: dict, args, threads: int) -> None:
+    try:
+        llama = LlamaCppRunner(threads)
+    except ImportError:
+        print("llama-cpp-python is not installed: its rows are skipped (pip install llama-cpp-python)")
+        llama = None
+    if llama is not None:
+        texts = prompts(_tokenizer(), 1)
+        results["batches"]["1"]["llama_cpp"] = timed(llama, texts, args.new_tokens, args.repeats)
+        ids = long_prompt_ids(_tokenizer(), args.prompt_tokens)
+        results["ttft_s"]["llama_cpp"] = min(llama.first_token_seconds(ids) for _ in range(args.repeats))
+        print(f"batch  1 llama_cpp {results['batches']['1']['llama_cpp']['tok_s']:.1f} tok/s; TTFT {results['ttft_s']['llama_cpp']:.3f} s", flush=True)
+        del llama
+    for dtype in ("bfloat16", "float32"):
+        hf = HFRunner(dtype)
+        for batch in (1, 32):
+            row = timed(hf, prompts(hf.tokenizer, batch), args.new_tokens, args.repeats)
+            results["batches"][str(batch)][hf.name] = row
+            print(f"batch {batch:>2} {hf.name:28s} {row['tok_s']:7.1f} tok/s", flush=True)
+        del hf
+
+
+def _tokenizer():
+    from langrt.tokenizer.loader import load_tokenizer
+
+    return load_tokenizer(builtin_model_path())
+
+
+def summarize(results: dict, threads: int) -> None:
+    b1, b32 = results["batches"]["1"], results["batches"]["32"]
+    ours = max((k for k in b1 if k.startswith("langrt") and k.endswith("blocks")), key=lambda k: b1[k]["tok_s"])
+    hf32 = max((k for k in b32 if k.startswith("hf")), key=lambda k: b32[k]["tok_s"], default=None)
+    s = results["summary"] = {"langrt_best": ours}
+    if "llama_cpp" in b1:
+        s["batch1_langrt_over_llama_cpp"] = b1[ours]["tok_s"] / b1["llama_cpp"]["tok_s"]
+        s["ttft_llama_cpp_over_langrt"] = results["ttft_s"]["llama_cpp"] / results["ttft_s"][ours]
+    if hf32:
+        s["batch32_langrt_over_hf"] = b32[ours]["tok_s"] / b32[hf32]["tok_s"]
+    dequantized = ours.replace("blocks", "dequantized")
+    if dequantized in b1:
+        s["batch1_blocks_over_dequantized"] = b1[ours]["tok_s"] / b1[dequantized]["tok_s"]
+    step_s = b1[ours]["decode_step_ms"] / 1000
+    s["batch1_fraction_of_bandwidth_limit"] = results["weight_bytes"] / step_s / (results["bandwidth_gbs"] * 1e9)
+    s["batch32_fraction_of_fma_peak"] = b32[ours]["tok_s"] * results["flops_per_token"] / (results["fma_peak_gflops"] * 1e9)
+    print(json.dumps(s, indent=2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short outputs, short prompt, one repeat")
+    parser.add_argument("--avx2", action="store_true", help="langrt only, as an AVX2-only CPU runs it")
+    args = parser.parse_args()
+    if args.avx2 and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
+    args.new_tokens, args.repeats, args.prompt_tokens = (16, 1, 200) if args.quick else (128, 2, 1000)
+    threads = torch.get_num_threads()
+    nbytes, params = weight_bytes_and_params()
+    results = {
+        "threads": threads, "cpu_flags": cpu_flags_summary(), "new_tokens": args.new_tokens,
+        "prompt_tokens": args.prompt_tokens, "bandwidth_gbs": measure_bandwidth_gbs(), "weight_bytes": nbytes,
+        "flops_per_token": 2 * params, "fma_peak_gflops": fma_peak_gflops(threads),
+        "model": builtin_model_path().name, "batches": {"1": {}, "32": {}}, "ttft_s": {},
+    }  # fmt: skip
+    print(f"{threads} threads, flags {results['cpu_flags']}, bandwidth {results['bandwidth_gbs']:.1f} GB/s", flush=True)
+    run_langrt(results, args, threads)
+    if not args.avx2:
+        run_peers(results, args, threads)
+    summarize(results, threads)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"bench_cpu_decode{'_avx2' if args.avx2 else ''}{'_quick' if args.quick else ''}.json"
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
