@@ -16,9 +16,9 @@ from langrt.errors import ModelLoadError
 from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.model.attention import create_attention_backend
 from langrt.model.config import ModelConfig
-from langrt.model.forward_batch import ForwardBatch
+from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.loader import load_model
-from langrt.model.quant import describe_blocks, serve_gguf_blocks
+from langrt.model.quant import describe_blocks, serve_gguf_blocks, set_pass as set_quantized_pass
 from langrt.model.source import ModelSource
 from langrt.server_args import ServerArgs
 
@@ -72,6 +72,7 @@ class ModelRunner:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Run the layers over the batch's new tokens, writing their K/V; -> [T, hidden]."""
         attn = self.attn_backend.prepare(batch)
+        set_quantized_pass(decode=batch.mode is ForwardMode.DECODE)
         return self.model(batch.input_ids, batch.positions, attn)
 
     @torch.inference_mode()

@@ -16,6 +16,16 @@ import torch
 # GGML type -> (name, bytes per block of 32 weights)
 BLOCK_TYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34)}
 BLOCK = 32
+# Whether the pass running now is a decode pass (one new token per request): set by ModelRunner
+# before each pass (`set_pass`). Only a decode pass's single rows go to the blocks when a bf16
+# copy exists; a prompt's rows, however few, go to the copy, so a prompt computed whole and the
+# same prompt's last token computed again over its cached prefix take the same weights.
+_decode_pass = False
+
+
+def set_pass(decode: bool) -> None:
+    global _decode_pass
+    _decode_pass = decode
 
 
 @dataclass(eq=False)  # compared by identity (the tensors are not comparable as values)
@@ -52,7 +62,10 @@ class QuantizedWeight:
     def add_dense_copy(self) -> None:
         """Keep the values too, packed for oneDNN's bfloat16 GEMM: where the CPU has AVX512-BF16,
         that GEMM beats the blocks from 2 rows up (3-4x at 16-64 rows, SmolLM2's layers), while a
-        single row, bound by reading the weights, is 2-15x faster on the blocks."""
+        single row, bound by reading the weights, is 2-15x faster on the blocks. `matmul` sends
+        a decode pass's single row to the blocks and every other pass to the copy (see set_pass):
+        the copy's values are rounded to bfloat16, the blocks' are exact, and a greedy near-tie
+        must not go one way for a prompt computed whole and the other when it is cached."""
         from langrt.model.layers import pack_weight
 
         self.dense = pack_weight(self.dequantize(torch.bfloat16))
@@ -61,7 +74,8 @@ class QuantizedWeight:
         """x [T, in] -> x W^T [T, out] in x's dtype (float32 or bfloat16)."""
         from kernels.cpu.quant import quant_linear
 
-        if self.dense is not None and x.shape[0] > 1 and x.dtype == torch.bfloat16:
+        single_decode_row = _decode_pass and x.shape[0] == 1
+        if self.dense is not None and not single_decode_row and x.dtype == torch.bfloat16:
             return torch.ops.mkldnn._linear_pointwise(x, self.dense, None, "none", [], "")
         if x.stride(-1) != 1:
             x = x.contiguous()
