@@ -41,9 +41,10 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype,
   at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / k), [&](int64_t r0, int64_t r1) {
     const int64_t offset = r0 * x.stride(0) * static_cast<int64_t>(x.element_size());
     const void* first = static_cast<const char*>(xp) + offset;
+#if defined(__x86_64__)
     auto quantize = avx2 ? langrt_quant::quantize_rows_avx2 : langrt_quant::quantize_rows_scalar;
-#if !defined(__x86_64__)
-    quantize = langrt_quant::quantize_rows_scalar;
+#else
+    auto quantize = langrt_quant::quantize_rows_scalar;
 #endif
     quantize(first, bf16, x.stride(0), r1 - r0, k, q.data() + r0 * k, d.data() + r0 * blocks, s.data() + r0 * blocks);
   });
