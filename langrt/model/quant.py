@@ -85,8 +85,8 @@ class QuantizedWeight:
         """The weight's values, [out, in] in `dtype` (exact in float32)."""
         from kernels.cpu.quant import dequantize
 
-        values = dequantize(self.data, self.ggml_type, self.in_features, torch.float32)
-        return values.to(dtype)
+        direct = dtype if dtype in (torch.float32, torch.bfloat16) else torch.float32  # the kernel's outputs
+        return dequantize(self.data, self.ggml_type, self.in_features, direct).to(dtype)
 
     def logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         """[K]: (hidden[rows[k]] W^T)[token_ids[k]], each what `matmul` gives at that place (the
