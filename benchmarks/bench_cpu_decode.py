@@ -16,8 +16,10 @@ greedy, EOS ignored. Reports:
     .venv/bin/python benchmarks/bench_cpu_decode.py --quick    # a smoke run
     .venv/bin/python benchmarks/bench_cpu_decode.py --avx2     # langrt as an AVX2-only CPU runs it
 
-`--avx2` caps torch, oneDNN and MKL at AVX2 for langrt's processes (the AVX-512 C++ kernels are
-then off; the quantized kernels are AVX2 code either way) and runs langrt only: llama.cpp keeps
+`--avx2` caps torch, oneDNN and MKL at AVX2 for langrt's processes (the C++ layer kernels then
+run their AVX2 build; the quantized kernels are AVX2 code either way) and runs langrt only, also
+with the layer kernels off (`_torch_layers`: attention, norms and rotary in plain torch, as before
+they had an AVX2 build), to show what they give there: llama.cpp keeps
 the instructions it was built for, so its figures come from the main run. Needs `pip install
 llama-cpp-python` (a few minutes' build); without it, its rows are skipped. Results:
 results/bench_cpu_decode[_avx2][_quick].json.
@@ -38,15 +40,21 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_offline import AVX2_ENV, HFRunner, LangrtRunner, cpu_flags_summary, measure_bandwidth_gbs, prompts, timed  # noqa: E402
 
 import langrt  # noqa: E402
+from kernels.cpu import LAYER_DISABLE_ENV  # noqa: E402
 from langrt.builtin import builtin_model_path  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
 
 class QuantLangrtRunner(LangrtRunner):
-    def __init__(self, dtype: str, quantization: str):
+    def __init__(self, dtype: str, quantization: str, layer_kernels: bool = True):
         self.name = f"langrt_{dtype}_{'blocks' if quantization == 'auto' else 'dequantized'}"
+        if not layer_kernels:  # the quantized products stay; attention, norms, rotary in plain torch
+            self.name += "_torch_layers"
+        # the engine's processes inherit the environment as it is when they start
+        os.environ[LAYER_DISABLE_ENV] = "1" if layer_kernels else "0"
         self.engine = langrt.Engine(dtype=dtype, quantization=quantization, log_level="warning", max_total_tokens=65536)
+        del os.environ[LAYER_DISABLE_ENV]
         self.tokenizer = self.engine.tokenizer
 
     def first_token_seconds(self, ids: list[int]) -> float:
@@ -107,9 +115,11 @@ def long_prompt_ids(tokenizer, n: int) -> list[int]:
 
 
 def run_langrt(results: dict, args, threads: int) -> None:
-    configs = [("bfloat16", "auto"), ("float32", "auto"), ("bfloat16", "none")] if not args.avx2 else [("float32", "auto"), ("float32", "none")]
-    for dtype, quantization in configs:
-        runner = QuantLangrtRunner(dtype, quantization)
+    configs = [("bfloat16", "auto", True), ("float32", "auto", True), ("bfloat16", "none", True)]
+    if args.avx2:
+        configs = [("float32", "auto", True), ("float32", "auto", False), ("float32", "none", True)]
+    for dtype, quantization, layer_kernels in configs:
+        runner = QuantLangrtRunner(dtype, quantization, layer_kernels)
         for batch in (1, 32):
             row = timed(runner, prompts(runner.tokenizer, batch), args.new_tokens, args.repeats)
             results["batches"][str(batch)][runner.name] = row
@@ -158,6 +168,10 @@ def summarize(results: dict, threads: int) -> None:
         s["ttft_llama_cpp_over_langrt"] = results["ttft_s"]["llama_cpp"] / results["ttft_s"][ours]
     if hf32:
         s["batch32_langrt_over_hf"] = b32[ours]["tok_s"] / b32[hf32]["tok_s"]
+    if ours + "_torch_layers" in b1:
+        s["batch1_layer_kernels_over_torch_layers"] = b1[ours]["tok_s"] / b1[ours + "_torch_layers"]["tok_s"]
+        s["batch32_layer_kernels_over_torch_layers"] = b32[ours]["tok_s"] / b32[ours + "_torch_layers"]["tok_s"]
+        s["ttft_torch_layers_over_layer_kernels"] = results["ttft_s"][ours + "_torch_layers"] / results["ttft_s"][ours]
     dequantized = ours.replace("blocks", "dequantized")
     if dequantized in b1:
         s["batch1_blocks_over_dequantized"] = b1[ours]["tok_s"] / b1[dequantized]["tok_s"]

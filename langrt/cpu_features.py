@@ -2,10 +2,11 @@
 
 langrt takes one of two CPU paths:
 
-- AVX-512 (with AVX512-BF16 or AMX for bfloat16): the C++ kernels (kernels/cpu), bfloat16 by
-  default, bf16 weights packed once into oneDNN's blocked layout.
-- AVX2 (most laptops, AMD EPYC/Ryzen before Zen 4): plain torch ops, float32 by default;
-  bfloat16 and float16 still run (torch's generic paths, slower than float32 there).
+- AVX-512 (with AVX512-BF16 or AMX for bfloat16): the C++ kernels (kernels/cpu) built for
+  AVX-512, bfloat16 by default, bf16 weights packed once into oneDNN's blocked layout.
+- AVX2 (most laptops, AMD EPYC/Ryzen before Zen 4): the same kernels built for AVX2 + FMA,
+  float32 by default; bfloat16 and float16 still run (torch's generic GEMMs, slower than float32
+  there).
 
 The answers follow torch's own dispatch, so `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`
 makes an AVX-512 machine take exactly the AVX2 path (the test suite runs it that way in CI).
@@ -43,6 +44,18 @@ def avx512_unavailable_reason() -> str | None:
     return None
 
 
+def avx2_unavailable_reason() -> str | None:
+    """Why AVX2 + FMA code (the C++ kernels' AVX2 build) cannot run here, or None."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"built for Linux on x86-64 only (this is {platform.system()} on {platform.machine()})"
+    if not {"avx2", "fma"} <= cpu_flags():
+        return "the CPU lacks AVX2 and FMA"
+    capability = torch_cpu_capability()
+    if not capability.startswith(("AVX2", "AVX512")):
+        return f"torch dispatches to {capability} here (ATEN_CPU_CAPABILITY)"
+    return None
+
+
 @functools.cache
 def torch_cpu_capability() -> str:
     """torch's vector ISA on this CPU: 'AVX512', 'AVX2', 'DEFAULT', ... (ATEN_CPU_CAPABILITY caps it)."""
@@ -67,14 +80,14 @@ def fast_bf16() -> bool:
     return native and avx512_unavailable_reason() is None and bf16_gemm_packing()
 
 
-def describe_path(dtype: str, kernels_off: str | None) -> str:
+def describe_path(dtype: str, kernels_off: str | None, kernels_isa: str | None = None) -> str:
     """One line for the log: which CPU path serves `dtype` here (`kernels_off`: why the C++
-    kernels are not used, or None)."""
+    kernels are not used, or None; `kernels_isa`: the build they run, 'avx512' or 'avx2')."""
     reason = avx512_unavailable_reason()
     line = "CPU path: AVX-512" if reason is None else f"CPU path: AVX2 ({reason})"
     if dtype == "float16":
         return line + ": float16 in plain torch ops (the C++ kernels take bfloat16 and float32; --dtype float32 is faster on a CPU)"
-    line += ": C++ kernels on" if kernels_off is None else f": C++ kernels off ({kernels_off}), plain torch ops"
+    line += f": C++ kernels on ({kernels_isa})" if kernels_off is None else f": C++ kernels off ({kernels_off}), plain torch ops"
     if dtype == "bfloat16":
         if bf16_gemm_packing():
             line += ", bfloat16 weights packed for oneDNN"

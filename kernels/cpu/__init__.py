@@ -1,12 +1,16 @@
-"""langrt's CPU kernels (C++, AVX-512): attention for the decode and draft rows of a pass, read
-straight from the paged KV pool (paged_attention.cpp), and the elementwise parts of a layer,
-fused (layer_ops.cpp: residual add + RMSNorm, rotary, SiLU-and-mul).
+"""langrt's CPU kernels (C++): attention for the rows of a pass, read straight from the paged KV
+pool (paged_attention.cpp), and the elementwise parts of a layer, fused (layer_ops.cpp: residual
+add + RMSNorm, rotary, SiLU-and-mul).
 
-They are one library, compiled on first use with torch's extension builder (g++ and ninja;
-~20 s) and cached under torch's extension directory ($TORCH_EXTENSIONS_DIR, default
-~/.cache/torch_extensions), so later processes load it in well under a second. `scripts/install.sh` builds it once up front.
-Where it cannot be used (no AVX-512, no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()` and
-`layer_ops()` return None and the reason is logged once; the model then runs in plain torch.
+The sources are written in vec.h's helpers and built once per instruction set: for AVX-512F
+(16 floats a vector) where the CPU has it and torch dispatches to it, else for AVX2 + FMA (8; any
+x86-64 since 2013-2015). Each is one library, compiled on first use with torch's extension
+builder (g++ and ninja; ~20 s) and cached under torch's extension directory
+($TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), so later processes load it in well
+under a second; `scripts/install.sh` builds the ones this CPU runs. `LANGRT_CPU_ISA=avx2` takes
+the AVX2 library on an AVX-512 CPU, `LANGRT_CPU_ISA=scalar` neither. Where none can be used
+(another CPU, no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()` and `layer_ops()` return
+None and the reason is logged once; the model then runs in plain torch.
 """
 
 from __future__ import annotations
@@ -21,23 +25,50 @@ from types import SimpleNamespace
 
 import torch
 
-from langrt.cpu_features import avx512_unavailable_reason
+from langrt.cpu_features import avx2_unavailable_reason, avx512_unavailable_reason
 
 SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp")]
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
-# The instructions the sources use; the build targets exactly these, so it runs on any CPU that has them.
+LAYER_DISABLE_ENV = "LANGRT_CPU_LAYER_KERNELS"  # =0: this library off, the quantized products on (for comparisons)
+ISA_ENV = "LANGRT_CPU_ISA"
+# Per ISA: the library's name, its op namespace, and the instructions the build targets (exactly
+# these, so it runs on any CPU that has them).
+LIBRARIES = {
+    "avx512": ("langrt_cpu_kernels", "langrt_cpu", ["-mavx512f", "-mfma"]),
+    "avx2": ("langrt_cpu_kernels_avx2", "langrt_cpu_avx2", ["-mavx2", "-mfma"]),
+}
 # -fopenmp: at::parallel_for is a no-op without it. -ffp-contract=off: a product and a sum written
 # apart stay apart (rounded as torch rounds them), never fused into one FMA behind our back.
-CFLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp", "-ffp-contract=off"]
+CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
 
 logger = logging.getLogger("langrt.kernels.cpu")
 
 
+def isa() -> str | None:
+    """'avx512' or 'avx2': the library this CPU runs (LANGRT_CPU_ISA caps it), None if neither."""
+    cap = os.environ.get(ISA_ENV, "").lower()
+    if cap != "scalar" and cap != "avx2" and avx512_unavailable_reason() is None:
+        return "avx512"
+    if cap != "scalar" and avx2_unavailable_reason() is None:
+        return "avx2"
+    return None
+
+
+def available_isas() -> list[str]:
+    """Every build this CPU can run, best first (tests run each)."""
+    return [name for name, reason in (("avx512", avx512_unavailable_reason()), ("avx2", avx2_unavailable_reason())) if reason is None]
+
+
 def unavailable_reason() -> str | None:
     """Why the kernels cannot run here, or None."""
-    if os.environ.get(DISABLE_ENV, "1") == "0":
-        return f"{DISABLE_ENV}=0"
-    return avx512_unavailable_reason()
+    for env in (DISABLE_ENV, LAYER_DISABLE_ENV):
+        if os.environ.get(env, "1") == "0":
+            return f"{env}=0"
+    if os.environ.get(ISA_ENV, "").lower() == "scalar":
+        return f"{ISA_ENV}=scalar"
+    if isa() is None:
+        return f"{avx512_unavailable_reason()}, and {avx2_unavailable_reason()}"
+    return None
 
 
 def paged_attention():
@@ -47,7 +78,7 @@ def paged_attention():
     paged_attention(q [T, H, D], k, v [S, Hkv, D], req_to_token [R, C] int32, rows, reqs [N] int64,
     starts, ends [N] int32, out [T, H, D], scale): for each i, row rows[i] of out gets row rows[i]
     of q attending to the keys at req_to_token[reqs[i], starts[i]:ends[i]]."""
-    return torch_ops().paged_attention if _library_ready() else None
+    return torch_ops().paged_attention if _ready() else None
 
 
 def layer_ops() -> SimpleNamespace | None:
@@ -57,7 +88,7 @@ def layer_ops() -> SimpleNamespace | None:
     rms_norm(x [N, hidden], weight, eps, residual=None) -> norm(x), or with residual
         (norm(x + residual), x + residual); rotary(x [T, heads, D], None, cos, sin [T, D/2]) rotates
         x in place; silu_and_mul(gate_up [T, 2I]) -> [T, I]."""
-    return SimpleNamespace(rms_norm=_rms_norm, rotary=_rotary, silu_and_mul=_silu_and_mul) if _library_ready() else None
+    return SimpleNamespace(rms_norm=_rms_norm, rotary=_rotary, silu_and_mul=_silu_and_mul) if _ready() else None
 
 
 def reset() -> None:
@@ -66,12 +97,17 @@ def reset() -> None:
 
 
 def torch_ops():
-    return torch.ops.langrt_cpu
+    """The op namespace of the library this CPU runs (see isa())."""
+    return getattr(torch.ops, LIBRARIES[isa()][1])
+
+
+def _ready() -> bool:
+    return _library_ready(unavailable_reason(), isa())
 
 
 @functools.cache
-def _library_ready() -> bool:
-    reason = unavailable_reason() or build_failure(_build)
+def _library_ready(reason: str | None, chosen: str | None) -> bool:
+    reason = reason or build_failure(lambda: _build(chosen))
     if reason is None:
         return True
     logger.warning("CPU kernels not used: %s; the model runs in plain torch (slower)", reason)
@@ -107,21 +143,22 @@ def _silu_and_mul(gate_up):
     return out
 
 
-def _build() -> None:
+def _build(chosen: str) -> None:
     from torch.utils import cpp_extension
 
+    name, namespace, isa_flags = LIBRARIES[chosen]
     _ninja_on_path()
     started = time.monotonic()
     cpp_extension.load(
-        name="langrt_cpu_kernels",
+        name=name,
         sources=[str(path) for path in SOURCES],
-        extra_cflags=CFLAGS,
+        extra_cflags=CFLAGS + isa_flags + [f"-DLANGRT_CPU_NS={namespace}"],
         is_python_module=False,
         verbose=False,
     )
     took = time.monotonic() - started
     if took > 2:
-        logger.info("built the CPU kernels in %.0f s (cached for later runs)", took)
+        logger.info("built the CPU kernels (%s) in %.0f s (cached for later runs)", chosen, took)
 
 
 

@@ -2,8 +2,8 @@
 
 import logging
 
-from kernels.cpu import paged_attention, quant
+from kernels.cpu import isa, paged_attention, quant
 
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-print("CPU kernels:", "ready" if paged_attention() is not None else "not used (see the warning above)")
+print("CPU kernels:", f"ready ({isa()})" if paged_attention() is not None else "not used (see the warning above)")
 print("quantized CPU kernels:", f"ready ({quant.isa()})" if quant.available() else "not used (see the warning above)")

@@ -10,12 +10,12 @@
 // each product and each sum; the SiLU before the product. Inside those steps the arithmetic is
 // float32. Rotary gives torch's bits exactly; RMSNorm and SiLU can differ from torch in the last
 // float32 bit (the order of the sum of squares, exp), so by at most one bf16 ulp after rounding.
-// Rows are independent: a row's result does not depend on the other rows of the call.
+// Rows are independent: a row's result does not depend on the other rows of the call. Written
+// in vec.h's helpers, so the one source builds for AVX-512F and for AVX2 + FMA.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -24,11 +24,6 @@
 #include "vec.h"
 
 namespace {
-
-using langrt_cpu::exp16;
-using langrt_cpu::load16;
-using langrt_cpu::round16;
-using langrt_cpu::store16;
 
 // Rows per task: a task does at least ~16k elements, so the few rows of a decode pass stay on one
 // thread (waking the other costs more than it saves) and prefills spread over all.
@@ -51,27 +46,27 @@ void rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps, co
     for (int64_t n = begin; n < end; ++n) {
       const T* xr = xp + n * xs;
       const T* src = xr;  // the row normalized: x, or x + residual as written to `summed`
-      __m512 squares = _mm512_setzero_ps();
+      vfloat squares = vzero();
       if (rp) {
         T* sr = sp + n * ss;
-        for (int64_t i = 0; i < hidden; i += 16) {
-          const __m512 s = round16<T>(_mm512_add_ps(load16(xr + i), load16(rp + n * rs + i)));
-          store16(sr + i, s);
-          squares = _mm512_fmadd_ps(s, s, squares);
+        for (int64_t i = 0; i < hidden; i += kLanes) {
+          const vfloat s = vround<T>(vadd(vload(xr + i), vload(rp + n * rs + i)));
+          vstore(sr + i, s);
+          squares = vfmadd(s, s, squares);
         }
         src = sr;
       } else {
-        for (int64_t i = 0; i < hidden; i += 16) {
-          const __m512 s = load16(xr + i);
-          squares = _mm512_fmadd_ps(s, s, squares);
+        for (int64_t i = 0; i < hidden; i += kLanes) {
+          const vfloat s = vload(xr + i);
+          squares = vfmadd(s, s, squares);
         }
       }
-      const float scale = 1.0f / std::sqrt(_mm512_reduce_add_ps(squares) * inv_hidden + epsf);
-      const __m512 scale_v = _mm512_set1_ps(scale);
+      const float scale = 1.0f / std::sqrt(vreduce_add(squares) * inv_hidden + epsf);
+      const vfloat scale_v = vset1(scale);
       T* orow = op + n * os;
-      for (int64_t i = 0; i < hidden; i += 16) {
-        const __m512 normed = round16<T>(_mm512_mul_ps(load16(src + i), scale_v));
-        store16(orow + i, _mm512_mul_ps(load16(wp + i), normed));
+      for (int64_t i = 0; i < hidden; i += kLanes) {
+        const vfloat normed = vround<T>(vmul(vload(src + i), scale_v));
+        vstore(orow + i, vmul(vload(wp + i), normed));
       }
     }
   });
@@ -89,14 +84,14 @@ void rotary_rows(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
       for (int64_t h = 0; h < heads; ++h) {
         T* x1 = xp + t * ts + h * hs;
         T* x2 = x1 + half;
-        for (int64_t i = 0; i < half; i += 16) {
-          const __m512 a = load16(x1 + i), b = load16(x2 + i);
-          const __m512 c = load16(cp + t * cs + i), s = load16(sp + t * sns + i);
+        for (int64_t i = 0; i < half; i += kLanes) {
+          const vfloat a = vload(x1 + i), b = vload(x2 + i);
+          const vfloat c = vload(cp + t * cs + i), s = vload(sp + t * sns + i);
           // x1 * cos - x2 * sin and x2 * cos + x1 * sin, every product and sum rounded as torch does
-          const __m512 first = _mm512_sub_ps(round16<T>(_mm512_mul_ps(a, c)), round16<T>(_mm512_mul_ps(b, s)));
-          const __m512 second = _mm512_add_ps(round16<T>(_mm512_mul_ps(b, c)), round16<T>(_mm512_mul_ps(a, s)));
-          store16(x1 + i, first);
-          store16(x2 + i, second);
+          const vfloat first = vsub(vround<T>(vmul(a, c)), vround<T>(vmul(b, s)));
+          const vfloat second = vadd(vround<T>(vmul(b, c)), vround<T>(vmul(a, s)));
+          vstore(x1 + i, first);
+          vstore(x2 + i, second);
         }
       }
     }
@@ -109,16 +104,16 @@ void silu_and_mul_rows(const at::Tensor& gate_up, at::Tensor& out) {
   const T* gp = gate_up.data_ptr<T>();
   T* op = out.data_ptr<T>();
   const int64_t gs = gate_up.stride(0), os = out.stride(0);
-  const __m512 one = _mm512_set1_ps(1.0f);
+  const vfloat one = vset1(1.0f);
   at::parallel_for(0, tokens, grain(3 * width), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const T* gate = gp + t * gs;
       const T* up = gate + width;
-      for (int64_t i = 0; i < width; i += 16) {
-        const __m512 g = load16(gate + i);
+      for (int64_t i = 0; i < width; i += kLanes) {
+        const vfloat g = vload(gate + i);
         // silu(g) = g / (1 + exp(-g)), rounded, then times up
-        const __m512 silu = round16<T>(_mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g)))));
-        store16(op + t * os + i, _mm512_mul_ps(silu, load16(up + i)));
+        const vfloat silu = vround<T>(vdiv(g, vadd(one, vexp(vsub(vzero(), g)))));
+        vstore(op + t * os + i, vmul(silu, vload(up + i)));
       }
     }
   });
@@ -184,7 +179,7 @@ void silu_and_mul(const at::Tensor& gate_up, at::Tensor out) {
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(langrt_cpu, m) {
+LANGRT_TORCH_LIBRARY_FRAGMENT(LANGRT_CPU_NS, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps, Tensor? residual, Tensor(a!) out, Tensor(b!)? summed) -> ()", &rms_norm);
   m.def("rotary(Tensor(a!) x, Tensor cos, Tensor sin) -> ()", &rotary);
   m.def("silu_and_mul(Tensor gate_up, Tensor(a!) out) -> ()", &silu_and_mul);

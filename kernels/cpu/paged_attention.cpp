@@ -8,20 +8,20 @@
 // Work is split by (chunk, KV head), a chunk being up to 32 consecutive rows of one run, and a run
 // the rows of one request over keys from one start (a decode is a run of one; a request with
 // jump-forward drafts, or a prompt, a run of several). A chunk's rows take their turns on one
-// thread while that head's keys and values are still in cache; from 3 rows on, each block of 16
-// keys is transposed once and its dot products taken for 16 keys at a time, in the same order of
-// operations as one row alone (run_scores). Items are taken one at a time by whichever thread is
+// thread while that head's keys and values are still in cache; from 3 rows on, each block of
+// kLanes keys is transposed once and its dot products taken for kLanes keys at a time, in the
+// same order of operations as one row alone (run_scores). Items are taken one at a time by whichever thread is
 // free, costliest first, so chunks (compute-bound, keys in cache) and decodes (waiting on memory)
 // balance across threads.
 //
 // Numerics: scores, softmax and the weighted sum in float32 (bf16 inputs are widened exactly);
 // exp by a degree-6 polynomial after range reduction (about 1 ulp); the output rounded to the
-// input dtype to nearest-even, as torch's .to() does. Needs AVX-512F.
+// input dtype to nearest-even, as torch's .to() does. Written in vec.h's helpers (kLanes floats a
+// vector: 16 on AVX-512F, 8 on AVX2), so the one source builds for both.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -33,18 +33,17 @@
 
 namespace {
 
-using langrt_cpu::exp16;
-using langrt_cpu::load16;
-using langrt_cpu::store16;
-
 constexpr int kMaxGroup = 16;   // query heads per KV head
-constexpr int kMaxChunks = 16;  // head_dim / 16
+constexpr int kMaxDim = 256;    // head_dim
 constexpr int64_t kChunkRows = 32;  // rows of one run per work item, at most
 constexpr int64_t kScoreBytes = 1 << 20;  // a work item's scores, at most (they stay in L2)
 constexpr int64_t kTransposeRows = 3;  // runs this long share each key block's transposition
 
-// Lane i of the result: the sum of the 16 lanes of v[i].
-inline __m512 sum_lanes16(const __m512* v) {
+#if defined(__AVX512F__)
+
+// Lane i of the result: the sum of the 16 lanes of v[i]: per 128-bit lane L, q_L = (e0 + e2) +
+// (e1 + e3) of its four elements, then (q0 + q1) + (q2 + q3).
+inline vfloat sum_lanes(const vfloat* v) {
   __m512 y[4];
   for (int b = 0; b < 4; ++b) {
     const __m512 x01 = _mm512_add_ps(_mm512_unpacklo_ps(v[4 * b], v[4 * b + 1]), _mm512_unpackhi_ps(v[4 * b], v[4 * b + 1]));
@@ -61,8 +60,11 @@ inline __m512 sum_lanes16(const __m512* v) {
       _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// sum_lanes's last additions, on the per-128-bit-lane sums q[L] of 16 rows at once
+inline vfloat sum_quads(const vfloat* q) { return vadd(vadd(q[0], q[1]), vadd(q[2], q[3])); }
+
 // The 16 vectors r[0..15] as the rows of a 16 x 16 matrix; out[j] = its column j.
-inline void transpose16(const __m512* r, __m512* out) {
+inline void transpose(const vfloat* r, vfloat* out) {
   __m512 a[16], b[16];
   for (int i = 0; i < 8; ++i) {
     a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -89,6 +91,46 @@ inline void transpose16(const __m512* r, __m512* out) {
   }
 }
 
+#else  // AVX2: 8 lanes, two 128-bit lanes
+
+// Lane i of the result: the sum of the 8 lanes of v[i]: q_L = (e0 + e2) + (e1 + e3) per 128-bit
+// lane L, then q0 + q1.
+inline vfloat sum_lanes(const vfloat* v) {
+  __m256 y[2];
+  for (int b = 0; b < 2; ++b) {
+    const __m256 x01 = _mm256_add_ps(_mm256_unpacklo_ps(v[4 * b], v[4 * b + 1]), _mm256_unpackhi_ps(v[4 * b], v[4 * b + 1]));
+    const __m256 x23 =
+        _mm256_add_ps(_mm256_unpacklo_ps(v[4 * b + 2], v[4 * b + 3]), _mm256_unpackhi_ps(v[4 * b + 2], v[4 * b + 3]));
+    y[b] = _mm256_add_ps(
+        _mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  return _mm256_add_ps(_mm256_permute2f128_ps(y[0], y[1], 0x20), _mm256_permute2f128_ps(y[0], y[1], 0x31));
+}
+
+inline vfloat sum_quads(const vfloat* q) { return vadd(q[0], q[1]); }
+
+// The 8 vectors r[0..7] as the rows of an 8 x 8 matrix; out[j] = its column j.
+inline void transpose(const vfloat* r, vfloat* out) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4h + k], 128-bit lane L: rows 4h..4h+3 of column 4L + k
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int k = 0; k < 4; ++k) {
+    out[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+    out[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+  }
+}
+
+#endif
+
 // The key (one head's) in pool slot `slot`, which must lie in the pool.
 template <typename T>
 inline const T* key_row(const T* k, int64_t kv_stride, int64_t slot, int64_t num_slots) {
@@ -96,103 +138,94 @@ inline const T* key_row(const T* k, int64_t kv_stride, int64_t slot, int64_t num
   return k + slot * kv_stride;
 }
 
-// The scaled query heads of one row and one KV head, as float32: qs[g * 16 * chunks + d].
+// The scaled query heads of one row and one KV head, as float32: qs[g * kLanes * chunks + d].
 template <typename T, int chunks>
 inline void scaled_query(const T* q, int64_t q_head_stride, int64_t group, float scale, float* qs) {
-  const __m512 scale_v = _mm512_set1_ps(scale);
+  const vfloat scale_v = vset1(scale);
   for (int64_t g = 0; g < group; ++g)
     for (int c = 0; c < chunks; ++c)
-      _mm512_storeu_ps(qs + (g * chunks + c) * 16, _mm512_mul_ps(load16(q + g * q_head_stride + 16 * c), scale_v));
+      vstore(qs + (g * chunks + c) * kLanes, vmul(vload(q + g * q_head_stride + kLanes * c), scale_v));
 }
 
-// Scores of one row: scores[g * stride + j] for keys j < count (padded to 16 with -inf), and
+// Scores of one row: scores[g * stride + j] for keys j < count (padded to kLanes with -inf), and
 // each query head's running maximum. Each key's dot product: lane l accumulates
-// q[l + 16c] * key[l + 16c] over c, then the 16 lanes are summed by sum_lanes16.
+// q[l + kLanes c] * key[l + kLanes c] over c, then the lanes are summed by sum_lanes.
 template <typename T, int chunks>
 inline void row_scores(const T* q, int64_t q_head_stride, float scale, const T* k, int64_t kv_stride,
                        const int32_t* slots, int64_t count, int64_t group, int64_t num_slots, float* scores,
-                       int64_t stride, __m512* max_out) {
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const __m512 scale_v = _mm512_set1_ps(scale);
-  __m512 qv[kMaxGroup][chunks], running_max[kMaxGroup];
+                       int64_t stride, vfloat* max_out) {
+  const vfloat neg_inf = vset1(-std::numeric_limits<float>::infinity());
+  const vfloat scale_v = vset1(scale);
+  vfloat qv[kMaxGroup][chunks], running_max[kMaxGroup];
   for (int64_t g = 0; g < group; ++g) {
     running_max[g] = neg_inf;
-    for (int c = 0; c < chunks; ++c) qv[g][c] = _mm512_mul_ps(load16(q + g * q_head_stride + 16 * c), scale_v);
+    for (int c = 0; c < chunks; ++c) qv[g][c] = vmul(vload(q + g * q_head_stride + kLanes * c), scale_v);
   }
-  for (int64_t j0 = 0; j0 < count; j0 += 16) {
-    const int valid = static_cast<int>(std::min<int64_t>(16, count - j0));
-    __m512 key[16][chunks];
-    for (int t = 0; t < 16; ++t) {
+  for (int64_t j0 = 0; j0 < count; j0 += kLanes) {
+    const int valid = static_cast<int>(std::min<int64_t>(kLanes, count - j0));
+    vfloat key[kLanes][chunks];
+    for (int t = 0; t < kLanes; ++t) {
       if (t < valid) {
         const T* src = key_row(k, kv_stride, slots[j0 + t], num_slots);
-        for (int c = 0; c < chunks; ++c) key[t][c] = load16(src + 16 * c);
+        for (int c = 0; c < chunks; ++c) key[t][c] = vload(src + kLanes * c);
       } else {
-        for (int c = 0; c < chunks; ++c) key[t][c] = _mm512_setzero_ps();
+        for (int c = 0; c < chunks; ++c) key[t][c] = vzero();
       }
     }
-    const __mmask16 live = static_cast<__mmask16>((1u << valid) - 1);
     for (int64_t g = 0; g < group; ++g) {
-      __m512 dots[16];
-      for (int t = 0; t < 16; ++t) {
-        __m512 acc = _mm512_mul_ps(qv[g][0], key[t][0]);
-        for (int c = 1; c < chunks; ++c) acc = _mm512_fmadd_ps(qv[g][c], key[t][c], acc);
+      vfloat dots[kLanes];
+      for (int t = 0; t < kLanes; ++t) {
+        vfloat acc = vmul(qv[g][0], key[t][0]);
+        for (int c = 1; c < chunks; ++c) acc = vfmadd(qv[g][c], key[t][c], acc);
         dots[t] = acc;
       }
-      const __m512 s = _mm512_mask_blend_ps(live, neg_inf, sum_lanes16(dots));
-      _mm512_storeu_ps(scores + g * stride + j0, s);
-      running_max[g] = _mm512_max_ps(running_max[g], s);
+      const vfloat s = vfirst(valid, sum_lanes(dots), neg_inf);
+      vstore(scores + g * stride + j0, s);
+      running_max[g] = vmax(running_max[g], s);
     }
   }
   for (int64_t g = 0; g < group; ++g) max_out[g] = running_max[g];
 }
 
 // Scores of several rows of one run (the same keys from slots[0]; row i sees counts[i] of them),
-// as row_scores gives them, bit for bit, with each 16-key block loaded and transposed once for all
-// the rows: transposed, lane t of vector l is key t's element l, so accumulating q[l + 16c] *
-// key[l + 16c] over c in vector l is the per-key lane sum of row_scores for 16 keys at once, and
-// adding the 16 vectors in sum_lanes16's tree ((l, l+2), (l+1, l+3) within each group of four,
-// then groups (0, 1), (2, 3), then the two) repeats its additions in its order. scores and
-// running_max are per row: row i's start at i * group * stride and i * group.
+// as row_scores gives them, bit for bit, with each block of kLanes keys loaded and transposed once
+// for all the rows: transposed, lane t of vector l is key t's element l, so accumulating
+// q[l + kLanes c] * key[l + kLanes c] over c in vector l is the per-key lane sum of row_scores for
+// kLanes keys at once, and adding the vectors in sum_lanes's tree ((l, l+2), (l+1, l+3) within
+// each group of four, then sum_quads) repeats its additions in its order. scores and running_max
+// are per row: row i's start at i * group * stride and i * group.
 template <typename T, int chunks>
 inline void run_scores(const float* qs, int64_t rows, const int64_t* counts, const T* k, int64_t kv_stride,
                        const int32_t* slots, int64_t group, int64_t num_slots, float* scores, int64_t stride,
-                       __m512* running_max) {
-  constexpr int dim = 16 * chunks;
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+                       vfloat* running_max) {
+  constexpr int dim = kLanes * chunks;
+  const vfloat neg_inf = vset1(-std::numeric_limits<float>::infinity());
   int64_t longest = 0;
   for (int64_t i = 0; i < rows; ++i) longest = std::max(longest, counts[i]);
   for (int64_t i = 0; i < rows * group; ++i) running_max[i] = neg_inf;
-  for (int64_t j0 = 0; j0 < longest; j0 += 16) {
-    const int valid = static_cast<int>(std::min<int64_t>(16, longest - j0));
-    __m512 kt[dim];  // kt[l]: element l of the block's 16 keys
+  for (int64_t j0 = 0; j0 < longest; j0 += kLanes) {
+    const int valid = static_cast<int>(std::min<int64_t>(kLanes, longest - j0));
+    vfloat kt[dim];  // kt[l]: element l of the block's keys
     for (int c = 0; c < chunks; ++c) {
-      __m512 key[16];
-      for (int t = 0; t < 16; ++t) {
-        if (t < valid) {
-          key[t] = load16(key_row(k, kv_stride, slots[j0 + t], num_slots) + 16 * c);
-        } else {
-          key[t] = _mm512_setzero_ps();
-        }
-      }
-      transpose16(key, kt + 16 * c);
+      vfloat key[kLanes];
+      for (int t = 0; t < kLanes; ++t)
+        key[t] = t < valid ? vload(key_row(k, kv_stride, slots[j0 + t], num_slots) + kLanes * c) : vzero();
+      transpose(key, kt + kLanes * c);
     }
     for (int64_t i = 0; i < rows; ++i) {
       if (counts[i] <= j0) continue;
-      const int row_valid = static_cast<int>(std::min<int64_t>(16, counts[i] - j0));
-      const __mmask16 live = static_cast<__mmask16>((1u << row_valid) - 1);
+      const int row_valid = static_cast<int>(std::min<int64_t>(kLanes, counts[i] - j0));
       for (int64_t g = 0; g < group; ++g) {
         const float* qg = qs + (i * group + g) * dim;
-        __m512 p[16];
-        for (int l = 0; l < 16; ++l) p[l] = _mm512_mul_ps(_mm512_set1_ps(qg[l]), kt[l]);
+        vfloat p[kLanes];
+        for (int l = 0; l < kLanes; ++l) p[l] = vmul(vset1(qg[l]), kt[l]);
         for (int c = 1; c < chunks; ++c)
-          for (int l = 0; l < 16; ++l) p[l] = _mm512_fmadd_ps(_mm512_set1_ps(qg[16 * c + l]), kt[16 * c + l], p[l]);
-        __m512 quad[4];
-        for (int j = 0; j < 4; ++j)
-          quad[j] = _mm512_add_ps(_mm512_add_ps(p[4 * j], p[4 * j + 2]), _mm512_add_ps(p[4 * j + 1], p[4 * j + 3]));
-        const __m512 sum = _mm512_add_ps(_mm512_add_ps(quad[0], quad[1]), _mm512_add_ps(quad[2], quad[3]));
-        const __m512 s = _mm512_mask_blend_ps(live, neg_inf, sum);
-        _mm512_storeu_ps(scores + (i * group + g) * stride + j0, s);
-        running_max[i * group + g] = _mm512_max_ps(running_max[i * group + g], s);
+          for (int l = 0; l < kLanes; ++l) p[l] = vfmadd(vset1(qg[kLanes * c + l]), kt[kLanes * c + l], p[l]);
+        vfloat quad[kLanes / 4];
+        for (int j = 0; j < kLanes / 4; ++j) quad[j] = vadd(vadd(p[4 * j], p[4 * j + 2]), vadd(p[4 * j + 1], p[4 * j + 3]));
+        const vfloat s = vfirst(row_valid, sum_quads(quad), neg_inf);
+        vstore(scores + (i * group + g) * stride + j0, s);
+        running_max[i * group + g] = vmax(running_max[i * group + g], s);
       }
     }
   }
@@ -200,40 +233,39 @@ inline void run_scores(const float* qs, int64_t rows, const int64_t* counts, con
 
 // One row's output from its scores (see row_scores): softmax, then the weighted sum of the values.
 template <typename T, int chunks>
-inline void row_output(float* scores, int64_t stride, const __m512* running_max, const T* v, int64_t kv_stride,
+inline void row_output(float* scores, int64_t stride, const vfloat* running_max, const T* v, int64_t kv_stride,
                        const int32_t* slots, int64_t count, int64_t group, T* out, int64_t out_head_stride) {
-  const int64_t padded = (count + 15) / 16 * 16;
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const int64_t padded = (count + kLanes - 1) / kLanes * kLanes;
   // softmax weights (unnormalized) and their sums
   float inv_sum[kMaxGroup];
   for (int64_t g = 0; g < group; ++g) {
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(running_max[g]));
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t j0 = 0; j0 < padded; j0 += 16) {
-      const __m512 s = _mm512_loadu_ps(scores + g * stride + j0);
-      const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, neg_inf, _CMP_NEQ_OQ), exp16(_mm512_sub_ps(s, m)));
-      _mm512_storeu_ps(scores + g * stride + j0, e);
-      sum = _mm512_add_ps(sum, e);
+    const vfloat m = vset1(vreduce_max(running_max[g]));
+    vfloat sum = vzero();
+    for (int64_t j0 = 0; j0 < padded; j0 += kLanes) {
+      const vfloat s = vload(scores + g * stride + j0);
+      const vfloat e = vzero_where_neg_inf(s, vexp(vsub(s, m)));
+      vstore(scores + g * stride + j0, e);
+      sum = vadd(sum, e);
     }
-    inv_sum[g] = 1.0f / _mm512_reduce_add_ps(sum);
+    inv_sum[g] = 1.0f / vreduce_add(sum);
   }
 
   // weighted sum of the values
-  __m512 acc[kMaxGroup][chunks];
+  vfloat acc[kMaxGroup][chunks];
   for (int64_t g = 0; g < group; ++g)
-    for (int c = 0; c < chunks; ++c) acc[g][c] = _mm512_setzero_ps();
+    for (int c = 0; c < chunks; ++c) acc[g][c] = vzero();
   for (int64_t j = 0; j < count; ++j) {
     const T* src = v + static_cast<int64_t>(slots[j]) * kv_stride;
-    __m512 value[chunks];
-    for (int c = 0; c < chunks; ++c) value[c] = load16(src + 16 * c);
+    vfloat value[chunks];
+    for (int c = 0; c < chunks; ++c) value[c] = vload(src + kLanes * c);
     for (int64_t g = 0; g < group; ++g) {
-      const __m512 p = _mm512_set1_ps(scores[g * stride + j]);
-      for (int c = 0; c < chunks; ++c) acc[g][c] = _mm512_fmadd_ps(p, value[c], acc[g][c]);
+      const vfloat p = vset1(scores[g * stride + j]);
+      for (int c = 0; c < chunks; ++c) acc[g][c] = vfmadd(p, value[c], acc[g][c]);
     }
   }
   for (int64_t g = 0; g < group; ++g) {
-    const __m512 norm = _mm512_set1_ps(inv_sum[g]);
-    for (int c = 0; c < chunks; ++c) store16(out + g * out_head_stride + 16 * c, _mm512_mul_ps(acc[g][c], norm));
+    const vfloat norm = vset1(inv_sum[g]);
+    for (int c = 0; c < chunks; ++c) vstore(out + g * out_head_stride + kLanes * c, vmul(acc[g][c], norm));
   }
 }
 
@@ -242,7 +274,7 @@ inline void grow(std::vector<V>& buffer, int64_t size) {
   if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
 }
 
-template <typename T, int chunks>  // chunks = head_dim / 16, a constant so the loops unroll
+template <typename T, int chunks>  // chunks = head_dim / kLanes, a constant so the loops unroll
 void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& req_to_token,
                  const at::Tensor& rows, const at::Tensor& reqs, const at::Tensor& starts, const at::Tensor& ends,
                  at::Tensor& out, float scale) {
@@ -263,7 +295,7 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 
   int64_t longest = 0;
   for (int64_t n = 0; n < num_rows; ++n) longest = std::max<int64_t>(longest, end_of[n] - start_of[n]);
-  const int64_t padded_longest = (longest + 15) / 16 * 16;
+  const int64_t padded_longest = (longest + kLanes - 1) / kLanes * kLanes;
   // Work items: (chunk, KV head), a chunk being consecutive rows of one run, as many as keep their
   // scores within kScoreBytes (up to kChunkRows: a prompt's rows are split so that the threads
   // share it).
@@ -289,7 +321,7 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   at::parallel_for(0, std::min<int64_t>(at::get_num_threads(), num_items), 1, [&](int64_t, int64_t) {
     // per-thread scratch, kept from call to call (grown as needed)
     thread_local std::vector<float> qs, scores;
-    thread_local std::vector<__m512> running_max;
+    thread_local std::vector<vfloat> running_max;
     thread_local std::vector<int64_t> counts;
     grow(qs, chunk_rows * group * dim);
     grow(scores, chunk_rows * group * padded_longest);
@@ -334,8 +366,8 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   TORCH_CHECK(q.stride(2) == 1 && out.stride(2) == 1, "paged_attention: head_dim must be contiguous in q and out");
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type(),
               "paged_attention: q, k, v and out must share a dtype");
-  TORCH_CHECK(q.size(2) == k.size(2) && q.size(2) % 16 == 0 && q.size(2) <= 16 * kMaxChunks,
-              "paged_attention: head_dim must match and be a multiple of 16, at most ", 16 * kMaxChunks);
+  TORCH_CHECK(q.size(2) == k.size(2) && q.size(2) % 16 == 0 && q.size(2) <= kMaxDim,
+              "paged_attention: head_dim must match and be a multiple of 16, at most ", kMaxDim);
   TORCH_CHECK(q.size(1) % k.size(1) == 0 && q.size(1) / k.size(1) <= kMaxGroup,
               "paged_attention: heads must be a multiple of kv_heads, at most ", kMaxGroup, " per KV head");
   TORCH_CHECK(req_to_token.dim() == 2 && req_to_token.is_contiguous() && req_to_token.scalar_type() == at::kInt,
@@ -361,9 +393,9 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 #define LANGRT_CASE(C)                                                                              \
   case C:                                                                                           \
     if (bf16)                                                                                       \
-      attend_rows<c10::BFloat16, C>(q, k, v, req_to_token, rows, reqs, starts, ends, out, s);      \
+      attend_rows<c10::BFloat16, C * 16 / kLanes>(q, k, v, req_to_token, rows, reqs, starts, ends, out, s);      \
     else                                                                                            \
-      attend_rows<float, C>(q, k, v, req_to_token, rows, reqs, starts, ends, out, s);              \
+      attend_rows<float, C * 16 / kLanes>(q, k, v, req_to_token, rows, reqs, starts, ends, out, s);              \
     break;
   switch (q.size(2) / 16) {
     LANGRT_CASE(1) LANGRT_CASE(2) LANGRT_CASE(3) LANGRT_CASE(4) LANGRT_CASE(5) LANGRT_CASE(6) LANGRT_CASE(7)
@@ -375,7 +407,7 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 }  // namespace
 
-TORCH_LIBRARY(langrt_cpu, m) {
+LANGRT_TORCH_LIBRARY(LANGRT_CPU_NS, m) {
   m.def(
       "paged_attention(Tensor q, Tensor k, Tensor v, Tensor req_to_token, Tensor rows, Tensor reqs, Tensor starts, "
       "Tensor ends, Tensor(a!) out, float scale) -> ()",

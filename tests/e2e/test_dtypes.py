@@ -1,8 +1,8 @@
 """Every --dtype starts and answers on this CPU, with the C++ kernels and without them.
 
 CI runs this file twice: as this machine is (AVX-512), and as an AVX2-only CPU is
-(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2, see .ci/run), where the kernels are off and
-oneDNN has no bf16 path. Each Engine's log names the path it took, once.
+(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2, see .ci/run), where the kernels' AVX2 build
+runs and oneDNN has no bf16 path. Each Engine's log names the path it took, once.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 import langrt
+from kernels.cpu import isa
 from langrt.cpu_features import avx512_unavailable_reason, fast_bf16
 
 pytestmark = pytest.mark.slow
@@ -34,8 +35,8 @@ def test_engine_answers_in_every_dtype(dtype, kernels, monkeypatch, capfd):
     assert len(path_lines) == 1, log[-3000:]
     avx512 = avx512_unavailable_reason() is None
     assert path_lines[0].split("] ", 1)[1].startswith("CPU path: AVX-512" if avx512 else "CPU path: AVX2 (")
-    kernels_used = avx512 and kernels == "on" and dtype != "float16"
-    assert (": C++ kernels on" in path_lines[0]) == kernels_used, path_lines[0]
+    kernels_used = isa() is not None and kernels == "on" and dtype != "float16"
+    assert (f": C++ kernels on ({isa()})" in path_lines[0]) == kernels_used, path_lines[0]
 
 
 COMPILE_BOTH_HALVES = """

@@ -4,8 +4,9 @@ The kernel is checked against attention computed in float64 on K/V gathered by h
 ragged rows (several rows of one request, as jump-forward drafts and prompts are), GQA ratios, head sizes,
 sliding windows and strided views; then for the property the backend relies on (a row's output
 does not depend on the other rows in the call), its refusals, and the backend against the torch
-backend on tiny models. The kernel needs AVX-512F: on a CPU without it these tests are skipped
-and the backend is the torch backend (test_backend_falls_back_to_torch_with_a_reason).
+backend on tiny models. The kernel tests run each build this CPU has (AVX-512F, AVX2 + FMA; the
+cpu_isa fixture); on a CPU with neither they are skipped and the backend is the torch backend
+(test_backend_falls_back_to_torch_with_a_reason).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ needs_kernel = pytest.mark.skipif(unavailable_reason() is not None, reason=f"CPU
 
 
 @pytest.fixture(scope="module")
-def kernel():
+def kernel(cpu_isa):
     op = paged_attention()
-    assert op is not None, "the kernel should build on a CPU with AVX-512F (see the warning logged)"
+    assert op is not None, f"the {cpu_isa} kernel should build on this CPU (see the warning logged)"
     return op
 
 

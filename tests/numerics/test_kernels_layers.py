@@ -146,6 +146,7 @@ def _one_ulp(dtype: torch.dtype, want: torch.Tensor) -> torch.Tensor:
 
 
 @needs_cpu_kernels
+@pytest.mark.usefixtures("cpu_isa")
 @pytest.mark.parametrize("case", [c for c in NORM_CASES if c["dtype"] in CPU_DTYPES], ids=lambda c: c["id"])
 def test_cpu_rms_norm_kernel_is_the_reference_to_one_ulp(case):
     from kernels.cpu import layer_ops
@@ -174,6 +175,7 @@ def test_cpu_rms_norm_kernel_is_the_reference_to_one_ulp(case):
 
 
 @needs_cpu_kernels
+@pytest.mark.usefixtures("cpu_isa")
 @pytest.mark.parametrize("case", [c for c in ROTARY_CASES if c["dtype"] in CPU_DTYPES], ids=lambda c: c["id"])
 def test_cpu_rotary_kernel_is_the_reference_bit_for_bit(case):
     from kernels.cpu import layer_ops
@@ -191,6 +193,7 @@ def test_cpu_rotary_kernel_is_the_reference_bit_for_bit(case):
 
 
 @needs_cpu_kernels
+@pytest.mark.usefixtures("cpu_isa")
 @pytest.mark.parametrize("case", [c for c in SILU_CASES if c["dtype"] in CPU_DTYPES and c["width"] % 16 == 0], ids=lambda c: c["id"])
 def test_cpu_silu_and_mul_kernel_is_the_reference_to_one_ulp(case):
     from kernels.cpu import layer_ops
@@ -210,6 +213,7 @@ def test_cpu_silu_and_mul_kernel_is_the_reference_to_one_ulp(case):
 
 
 @needs_cpu_kernels
+@pytest.mark.usefixtures("cpu_isa")
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 def test_cpu_kernels_give_each_row_the_same_bits_alone_or_batched(dtype):
     """What keeps jump-forward's larger passes from changing a row's numbers."""
@@ -237,6 +241,7 @@ def test_cpu_kernels_give_each_row_the_same_bits_alone_or_batched(dtype):
 
 
 @needs_cpu_kernels
+@pytest.mark.usefixtures("cpu_isa")
 def test_cpu_kernels_refuse_what_they_cannot_take():
     from kernels.cpu import torch_ops
 
