@@ -48,7 +48,7 @@ class ServerArgs:
     max_request_bytes: int = _flag("largest HTTP request body accepted; larger get 413", default=16 * 1024 * 1024)
     body_read_timeout: float = _flag("seconds a client may take to send its request body; slower ones get 408 (a stalled upload must not hold a connection forever)", default=30.0)
     tp_size: int = _flag("tensor parallel size (only 1: one device per server)", default=1)
-    quantization: str = _flag("weight format; auto = a GGUF file's Q4_0/Q4_1/Q8_0 blocks served as stored on CPU (where langrt's kernels build), else weights in --dtype; none = always --dtype", QUANTIZATIONS, default="auto")
+    quantization: str = _flag("weight format; auto = a GGUF file's Q4_0/Q4_1/Q8_0 blocks served as stored on CPU (where langrt's kernels build), else weights in --dtype; none = always --dtype; int8 / int4 = plain weights quantized at load (CPU) to int8 / int4 in groups of 32 (the LM head at int8); fp8 = not on CPUs", QUANTIZATIONS, default="auto")
     enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; see benchmarks/README.md for when it pays)", default=False)
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
     num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
@@ -72,11 +72,13 @@ class ServerArgs:
             raise ValueError(
                 f"--tp-size {self.tp_size}: tensor parallelism is not implemented; langrt serves a model on one device (--tp-size 1)"
             )
-        if self.quantization in ("int8", "int4", "fp8"):
+        if self.quantization == "fp8":
             raise ValueError(
-                f"--quantization {self.quantization} (quantizing an HF checkpoint at load) is not implemented yet; "
-                "GGUF files are served in their stored blocks with --quantization auto"
+                "--quantization fp8: CPUs have no fp8 arithmetic and langrt has no fp8 GPU path yet; "
+                "use --quantization int8 or int4 (CPU)"
             )
+        if self.quantization in ("int8", "int4") and self.enable_torch_compile:
+            raise ValueError(f"--quantization {self.quantization} and --enable-torch-compile: the compiled layers take plain weights; choose one")
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535; got {self.port}")
         if not self.grammar_compile_timeout > 0:
@@ -94,6 +96,11 @@ class ServerArgs:
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
         dtype = self.dtype if self.dtype != "auto" else _best_dtype(device)
+        if self.quantization in ("int8", "int4") and (device != "cpu" or dtype not in ("float32", "bfloat16")):
+            raise ValueError(
+                f"--quantization {self.quantization} runs langrt's CPU kernels, with float32 or bfloat16 activations; "
+                f"got --device {device} --dtype {dtype}"
+            )
         return dataclasses.replace(
             self,
             device=device,
@@ -131,9 +138,8 @@ def _check_positive(args: ServerArgs, *names: str) -> None:
 
 
 def _attention_backend(asked: str, device: str) -> str:
-    """auto: the Triton kernels on CUDA (when triton is installed); on CPU the cpu backend (torch,
-    with langrt's C++ kernel for decode and draft rows where the CPU has AVX-512; plain torch
-    where not). The Triton backend runs on CPU only in Triton's interpreter (TRITON_INTERPRET=1),
+    """auto: the Triton kernels on CUDA (when triton is installed); on CPU the cpu backend
+    (langrt's C++ kernel where the CPU has AVX-512 or AVX2; plain torch where not). The Triton backend runs on CPU only in Triton's interpreter (TRITON_INTERPRET=1),
     which tests use."""
     import importlib.util
 

@@ -17,7 +17,7 @@ from langrt.cpu_features import separate_compile_cache
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
-from langrt.model.quant import QuantizedWeight
+from langrt.model.quant import BLOCK, QuantizedWeight
 from langrt.model.layers import (
     Embedding,
     Linear,
@@ -148,6 +148,21 @@ class LlamaForCausalLM(nn.Module):
         elif dense_copy and self.lm_head_packed.dense is None:
             self.lm_head_packed.add_dense_copy()
         return True
+
+    def quantize_weights(self, layer_type: int, head_type: int) -> None:
+        """Turn the layers' linear weights and the LM head into blocks of these GGML types
+        (--quantization int8 / int4 on plain weights); the embedding stays as it is. A matrix
+        whose rows are not whole blocks of 32 keeps its plain weight."""
+        for module in self.layers.modules():
+            if isinstance(module, Linear) and not module.quantized and module.weight.shape[1] % BLOCK == 0:
+                module.fill_quantized(0, QuantizedWeight.quantize(module.weight, layer_type))
+        if self.lm_head_weight.shape[1] % BLOCK:
+            return
+        head = QuantizedWeight.quantize(self.lm_head_weight, head_type)
+        if not self.config.tie_word_embeddings:
+            self.lm_head.fill_quantized(0, head)
+            head = self.lm_head.packed
+        self.lm_head_packed = head
 
     @property
     def lm_head_weight(self) -> torch.Tensor:

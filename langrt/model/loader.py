@@ -10,7 +10,7 @@ import torch
 from langrt.errors import ModelLoadError
 from langrt.model.config import ModelConfig
 from langrt.model.llama import LlamaForCausalLM
-from langrt.model.quant import dense_copy_budget
+from langrt.model.quant import PLAIN_QUANTIZATIONS, dense_copy_budget
 from langrt.model.source import ModelSource
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
@@ -26,9 +26,11 @@ def load_model(
     progress: bool = True,
     compiled: bool = False,
     gguf_blocks: bool = False,
+    quantize: str | None = None,
 ) -> LlamaForCausalLM:
     """Build the model on `device` in `dtype` with real (or dummy) weights, in eval mode; with
-    `gguf_blocks` a GGUF file's quantized matrices keep their blocks (see langrt.model.quant)."""
+    `gguf_blocks` a GGUF file's quantized matrices keep their blocks, with `quantize` ('int8',
+    'int4') plain weights are quantized into blocks (see langrt.model.quant)."""
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"unknown load format {load_format!r}; choose from {LOAD_FORMATS}")
     if load_format == "gguf" and not source.is_gguf or load_format == "safetensors" and source.is_gguf:
@@ -40,6 +42,8 @@ def load_model(
     else:
         model.load_weights(source.iter_weights(dtype, progress, gguf_blocks=gguf_blocks))
     model.eval().requires_grad_(False)
+    if quantize is not None:
+        model.quantize_weights(*PLAIN_QUANTIZATIONS[quantize])
     if not compiled:  # compiled graphs take plain weights (the compiler packs its own)
         model.pack_for_cpu(dense_budget=dense_copy_budget())
     return model

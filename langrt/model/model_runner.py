@@ -18,7 +18,7 @@ from langrt.model.attention import create_attention_backend
 from langrt.model.config import ModelConfig
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.loader import load_model
-from langrt.model.quant import describe_blocks, serve_gguf_blocks, set_pass as set_quantized_pass
+from langrt.model.quant import describe_blocks, plain_quantization, serve_gguf_blocks, set_pass as set_quantized_pass
 from langrt.model.source import ModelSource
 from langrt.server_args import ServerArgs
 
@@ -45,13 +45,14 @@ class ModelRunner:
 
             logger.info(describe_path(args.dtype, unavailable_reason(), isa()))
         gguf_blocks, why = serve_gguf_blocks(args, source)
-        if source.is_gguf and args.load_format != "dummy":
-            logger.info("weights: %s", why)
+        quantize, why_quantized = plain_quantization(args, source)
+        if source.is_gguf and args.load_format != "dummy" or quantize:
+            logger.info("weights: %s", why_quantized or why)
         self.model = load_model(
             source, config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress,
-            compiled=args.enable_torch_compile, gguf_blocks=gguf_blocks,
+            compiled=args.enable_torch_compile, gguf_blocks=gguf_blocks, quantize=quantize,
         )  # fmt: skip
-        if gguf_blocks:
+        if gguf_blocks or quantize:
             logger.info("weights: %s", describe_blocks(self.model))
         self.plan = plan_memory(args, config, self.dtype)
         self.req_pool = ReqToTokenPool(self.plan.max_running_requests, self.plan.context_len, self.device)

@@ -4,7 +4,8 @@
 At batch 1 a decode step reads every weight once, so bytes per weight set the speed: SmolLM2's
 Q4_1 layers are 0.625 bytes per weight where bfloat16 is 2 and float32 4. `--quantization auto`
 keeps a GGUF file's blocks on CPU where the kernels can be built; `none` dequantizes them at load
-into --dtype, as before.
+into --dtype, as before. `int8` and `int4` quantize a checkpoint of plain weights at load into
+the same blocks (Q8_0; Q4_1 with a Q8_0 LM head), so both take one set of kernels.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ import torch
 # GGML type -> (name, bytes per block of 32 weights)
 BLOCK_TYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34)}
 BLOCK = 32
+Q4_1, Q8_0 = 3, 8
+# --quantization for plain weights -> the GGML types of (the layers, the LM head). Groups of 32
+# with their own scale (and minimum, Q4_1): finer than per-channel int8, and the LM head stays at
+# 8 bits as in llama.cpp's Q4 files, where 4-bit logits would cost the most accuracy.
+PLAIN_QUANTIZATIONS = {"int8": (Q8_0, Q8_0), "int4": (Q4_1, Q8_0)}
 # Whether the pass running now is a decode pass (one new token per request): set by ModelRunner
 # before each pass (`set_pass`). Only a decode pass's single rows go to the blocks when a bf16
 # copy exists; a prompt's rows, however few, go to the copy, so a prompt computed whole and the
@@ -46,6 +52,13 @@ class QuantizedWeight:
         from kernels.cpu.quant import repack
 
         return cls(repack(rows, ggml_type), ggml_type, in_features)
+
+    @classmethod
+    def quantize(cls, weight: torch.Tensor, ggml_type: int) -> "QuantizedWeight":
+        """From plain values [out, in] (in a multiple of 32), rounded into blocks as llama.cpp's
+        quantizer rounds them (see quantize_blocks)."""
+        rows = torch.cat([quantize_blocks(part, ggml_type) for part in weight.detach().split(4096)])
+        return cls.from_gguf(rows, ggml_type, weight.shape[1])
 
     @property
     def out_features(self) -> int:
@@ -103,6 +116,35 @@ class QuantizedWeight:
         return QuantizedWeight(self.data.narrow(0, start, length), self.ggml_type, self.in_features)
 
 
+def quantize_blocks(weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
+    """[N, K] values -> GGUF's blocks of `ggml_type` (Q8_0 or Q4_1), uint8 [N, K / 32 * block bytes].
+
+    Q8_0: d = max|w| / 127, q = round(w / d), stored as fp16 d and 32 int8. Q4_1: d = (max - min)
+    / 15, m = min, q = the nearest of 0..15 to (w - m) / d, stored as fp16 d, fp16 m and 16 bytes
+    whose low nibbles are weights 0-15 and high nibbles 16-31. The integers come from the float32
+    scale and the stored scale is its fp16 rounding, as in llama.cpp."""
+    n, k = weight.shape
+    if k % BLOCK:
+        raise ValueError(f"quantize_blocks: {k} columns are not a whole number of blocks of {BLOCK}")
+    blocks = weight.float().reshape(n, k // BLOCK, BLOCK)
+    out = torch.empty(n, k // BLOCK, BLOCK_TYPES[ggml_type][1], dtype=torch.uint8)
+    if ggml_type == Q8_0:
+        d = blocks.abs().amax(-1, keepdim=True) / 127
+        q = (blocks * torch.where(d > 0, 1 / d, 0)).round().clamp(-127, 127).to(torch.int8)
+        out[..., :2] = d.half().view(torch.uint8)
+        out[..., 2:] = q.view(torch.uint8)
+    elif ggml_type == Q4_1:
+        low, high = blocks.amin(-1, keepdim=True), blocks.amax(-1, keepdim=True)
+        d = (high - low) / 15
+        q = ((blocks - low) * torch.where(d > 0, 1 / d, 0) + 0.5).floor().clamp(0, 15).to(torch.uint8)
+        out[..., :2] = d.half().view(torch.uint8)
+        out[..., 2:4] = low.half().view(torch.uint8)
+        out[..., 4:] = q[..., :16] | (q[..., 16:] << 4)
+    else:
+        raise ValueError(f"quantize_blocks: GGML type {ggml_type} is not one langrt quantizes to (Q8_0, Q4_1)")
+    return out.reshape(n, -1)
+
+
 def dense_copy_budget() -> int:
     """Bytes quantized layers may add as bfloat16 copies (add_dense_copy): a quarter of the RAM
     available now, so a model too big for its copies keeps only its blocks."""
@@ -130,6 +172,29 @@ def describe_blocks(model) -> str:
 
 def row_bytes(ggml_type: int, in_features: int) -> int:
     return in_features // BLOCK * BLOCK_TYPES[ggml_type][1]
+
+
+def plain_quantization(args, source) -> tuple[str | None, str]:
+    """(--quantization int8 or int4 when it applies, else None; a line for the log). Raises
+    ModelLoadError where it was asked for and cannot be served."""
+    from langrt.errors import ModelLoadError
+
+    if args.quantization not in PLAIN_QUANTIZATIONS:
+        return None, ""
+    if source.is_gguf and args.load_format != "dummy":
+        raise ModelLoadError(
+            f"--quantization {args.quantization} quantizes plain weights; {source.path} is GGUF, already quantized: "
+            "--quantization auto serves its blocks as stored"
+        )
+    from kernels.cpu import quant
+
+    if not quant.available():
+        raise ModelLoadError(
+            f"--quantization {args.quantization} needs langrt's quantized CPU kernels, which are off here "
+            f"({quant.unavailable_reason() or 'they could not be built: see the warning above'})"
+        )
+    layers, head = (BLOCK_TYPES[t][0] for t in PLAIN_QUANTIZATIONS[args.quantization])
+    return args.quantization, f"quantized at load (--quantization {args.quantization}): layers to {layers}, the LM head to {head} blocks, {quant.isa()} kernels"
 
 
 def serve_gguf_blocks(args, source) -> tuple[bool, str]:
