@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "layer_ops.h"
 #include "vec.h"
 
 namespace {
@@ -128,6 +129,10 @@ void check_rows(const at::Tensor& t, const char* name, const at::Tensor& like) {
   TORCH_CHECK(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat, "layer op: bfloat16 or float32 only");
 }
 
+}  // namespace
+
+namespace LANGRT_CPU_NS {
+
 void rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, const c10::optional<at::Tensor>& residual,
               at::Tensor out, c10::optional<at::Tensor> summed) {
   check_rows(x, "x", x);
@@ -177,10 +182,10 @@ void silu_and_mul(const at::Tensor& gate_up, at::Tensor out) {
     silu_and_mul_rows<float>(gate_up, out);
 }
 
-}  // namespace
+}  // namespace LANGRT_CPU_NS
 
 LANGRT_TORCH_LIBRARY_FRAGMENT(LANGRT_CPU_NS, m) {
-  m.def("rms_norm(Tensor x, Tensor weight, float eps, Tensor? residual, Tensor(a!) out, Tensor(b!)? summed) -> ()", &rms_norm);
-  m.def("rotary(Tensor(a!) x, Tensor cos, Tensor sin) -> ()", &rotary);
-  m.def("silu_and_mul(Tensor gate_up, Tensor(a!) out) -> ()", &silu_and_mul);
+  m.def("rms_norm(Tensor x, Tensor weight, float eps, Tensor? residual, Tensor(a!) out, Tensor(b!)? summed) -> ()", &LANGRT_CPU_NS::rms_norm);
+  m.def("rotary(Tensor(a!) x, Tensor cos, Tensor sin) -> ()", &LANGRT_CPU_NS::rotary);
+  m.def("silu_and_mul(Tensor gate_up, Tensor(a!) out) -> ()", &LANGRT_CPU_NS::silu_and_mul);
 }

@@ -29,6 +29,7 @@
 #include <limits>
 #include <vector>
 
+#include "layer_ops.h"
 #include "vec.h"
 
 namespace {
@@ -356,6 +357,10 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   });
 }
 
+}  // namespace
+
+namespace LANGRT_CPU_NS {
+
 void paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& req_to_token,
                      const at::Tensor& rows, const at::Tensor& reqs, const at::Tensor& starts, const at::Tensor& ends,
                      at::Tensor out, double scale) {
@@ -405,11 +410,11 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 #undef LANGRT_CASE
 }
 
-}  // namespace
+}  // namespace LANGRT_CPU_NS
 
 LANGRT_TORCH_LIBRARY(LANGRT_CPU_NS, m) {
   m.def(
       "paged_attention(Tensor q, Tensor k, Tensor v, Tensor req_to_token, Tensor rows, Tensor reqs, Tensor starts, "
       "Tensor ends, Tensor(a!) out, float scale) -> ()",
-      &paged_attention);
+      &LANGRT_CPU_NS::paged_attention);
 }

@@ -1,7 +1,7 @@
 // The vector helpers langrt's layer kernels (paged_attention.cpp, layer_ops.cpp) are written in,
 // for the instruction set the library is compiled for: AVX-512F (kLanes = 16 floats) or AVX2 +
 // FMA (kLanes = 8). kernels/cpu builds the same sources once per ISA, each library under its own
-// op namespace (LANGRT_CPU_NS), and loads the one the CPU runs.
+// namespace (LANGRT_CPU_NS, layer_ops.h), and loads the one the CPU runs.
 //
 // Everything here is in an anonymous namespace: the two libraries may sit in one process, and no
 // helper of one may be bound to the other's.
@@ -11,13 +11,6 @@
 #include <immintrin.h>
 
 #include <type_traits>
-
-#ifndef LANGRT_CPU_NS
-#define LANGRT_CPU_NS langrt_cpu
-#endif
-// TORCH_LIBRARY pastes its namespace argument as written; one more level expands LANGRT_CPU_NS first.
-#define LANGRT_TORCH_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-#define LANGRT_TORCH_LIBRARY_FRAGMENT(ns, m) TORCH_LIBRARY_FRAGMENT(ns, m)
 
 namespace {
 

@@ -17,6 +17,8 @@ from langrt.cpu_features import separate_compile_cache
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
+from langrt.model import decode_layers
+from langrt.model.decode_layers import LayerTensors
 from langrt.model.quant import BLOCK, QuantizedWeight
 from langrt.model.layers import (
     Embedding,
@@ -129,6 +131,8 @@ class LlamaForCausalLM(nn.Module):
         if not config.tie_word_embeddings:
             self.lm_head = Linear(config.hidden_size, config.vocab_size)
         self.lm_head_packed: torch.Tensor | None = None
+        self.compiled = compiled
+        self._layer_tensors: LayerTensors | None | bool = False  # decode_layers' tensors, once asked
 
     def pack_for_cpu(self, dense_budget: int = 0) -> bool:
         """Adds oneDNN-packed copies of the layers' and the LM head's weights where that pays
@@ -172,9 +176,15 @@ class LlamaForCausalLM(nn.Module):
         """[T] token ids -> [T, hidden] final hidden states (after the last norm)."""
         x = self.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
-        residual = None
-        for layer in self.layers:
-            x, residual = layer(rope, x, residual, attn)
+        if self._layer_tensors is False:  # the weights are final by the first pass
+            self._layer_tensors = None if self.compiled else decode_layers.layer_tensors(self)
+        whole = decode_layers.run(self._layer_tensors, x, rope, attn)
+        if whole is not None:
+            x, residual = whole
+        else:
+            residual = None
+            for layer in self.layers:
+                x, residual = layer(rope, x, residual, attn)
         x, _ = self.norm(x, residual)
         return x
 

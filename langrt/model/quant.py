@@ -34,6 +34,10 @@ def set_pass(decode: bool) -> None:
     _decode_pass = decode
 
 
+def is_decode_pass() -> bool:
+    return _decode_pass
+
+
 @dataclass(eq=False)  # compared by identity (the tensors are not comparable as values)
 class QuantizedWeight:
     """A [out_features, in_features] weight as rows of blocks: `data` is uint8 [out, in / 32 *

@@ -90,6 +90,16 @@ class _KernelAttention(Attention):
         self.starts = torch.tensor(starts, dtype=torch.int32)
         self.ends = torch.tensor(ends, dtype=torch.int32)
 
+    def pool_args(self) -> tuple | None:
+        """What a caller running the layers itself (langrt.model.decode_layers) needs to do what
+        `attend` does, every row through the kernel: (k_buffers, v_buffers, slots, req_to_token,
+        rows, reqs, starts, ends, heads, kv_heads, scale); None where some rows take SDPA."""
+        if self.extends or not self.rows.numel():
+            return None
+        b = self.b
+        return (b.kv_pool.k_buffers, b.kv_pool.v_buffers, self.batch.out_cache_loc, b.req_pool.req_to_token,
+                self.rows, self.reqs, self.starts, self.ends, b.num_heads, b.num_kv_heads, b.scale)  # fmt: skip
+
     def attend(self, layer_id, q, k, v):
         b = self.b
         n = self.batch.num_tokens
