@@ -4,7 +4,8 @@ Same file (the built-in SmolLM2-135M-Instruct, Q4_1 layers and a Q8_0 embedding)
 greedy, EOS ignored. Reports:
 
 - batch 1, 128 new tokens: output tok/s of langrt (its GGUF blocks served as stored, in bfloat16
-  and float32 activations, and dequantized as before: `--quantization none`), llama.cpp and HF;
+  and float32 activations, and dequantized as before: `--quantization none`; `_layer_loop`: a
+  pass through the per-layer Python loop instead of one C++ call), llama.cpp and HF;
 - batch 32, 128 new tokens each: langrt vs HF (llama-cpp-python's API decodes one sequence);
 - time to first token of a 1,000-token prompt: langrt vs llama.cpp;
 - the CPU's flags, and batch-1 decode as a fraction of the memory-bandwidth limit (the weights'
@@ -41,20 +42,28 @@ from bench_offline import AVX2_ENV, HFRunner, LangrtRunner, cpu_flags_summary, m
 
 import langrt  # noqa: E402
 from kernels.cpu import LAYER_DISABLE_ENV  # noqa: E402
+from langrt.model.fused_layers import ENV as FUSED_LAYERS_ENV  # noqa: E402
 from langrt.builtin import builtin_model_path  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
 
+# A variant's name suffix -> the environment its engine runs with (the engine's processes inherit it).
+VARIANTS = {
+    "": {},
+    "_torch_layers": {LAYER_DISABLE_ENV: "0"},  # the quantized products stay; attention, norms, rotary in plain torch
+    "_layer_loop": {FUSED_LAYERS_ENV: "0"},  # every pass through the per-layer Python loop
+}
+
+
 class QuantLangrtRunner(LangrtRunner):
-    def __init__(self, dtype: str, quantization: str, layer_kernels: bool = True):
-        self.name = f"langrt_{dtype}_{'blocks' if quantization == 'auto' else 'dequantized'}"
-        if not layer_kernels:  # the quantized products stay; attention, norms, rotary in plain torch
-            self.name += "_torch_layers"
-        # the engine's processes inherit the environment as it is when they start
-        os.environ[LAYER_DISABLE_ENV] = "1" if layer_kernels else "0"
+    def __init__(self, dtype: str, quantization: str, variant: str = ""):
+        self.name = f"langrt_{dtype}_{'blocks' if quantization == 'auto' else 'dequantized'}{variant}"
+        saved = dict(os.environ)
+        os.environ.update(VARIANTS[variant])
         self.engine = langrt.Engine(dtype=dtype, quantization=quantization, log_level="warning", max_total_tokens=65536)
-        del os.environ[LAYER_DISABLE_ENV]
+        os.environ.clear()
+        os.environ.update(saved)
         self.tokenizer = self.engine.tokenizer
 
     def first_token_seconds(self, ids: list[int]) -> float:
@@ -115,11 +124,11 @@ def long_prompt_ids(tokenizer, n: int) -> list[int]:
 
 
 def run_langrt(results: dict, args, threads: int) -> None:
-    configs = [("bfloat16", "auto", True), ("float32", "auto", True), ("bfloat16", "none", True)]
+    configs = [("bfloat16", "auto", ""), ("bfloat16", "auto", "_layer_loop"), ("float32", "auto", ""), ("bfloat16", "none", "")]
     if args.avx2:
-        configs = [("float32", "auto", True), ("float32", "auto", False), ("float32", "none", True)]
-    for dtype, quantization, layer_kernels in configs:
-        runner = QuantLangrtRunner(dtype, quantization, layer_kernels)
+        configs = [("float32", "auto", ""), ("float32", "auto", "_layer_loop"), ("float32", "auto", "_torch_layers"), ("float32", "none", "")]
+    for dtype, quantization, variant in configs:
+        runner = QuantLangrtRunner(dtype, quantization, variant)
         for batch in (1, 32):
             row = timed(runner, prompts(runner.tokenizer, batch), args.new_tokens, args.repeats)
             results["batches"][str(batch)][runner.name] = row
@@ -168,10 +177,11 @@ def summarize(results: dict, threads: int) -> None:
         s["ttft_llama_cpp_over_langrt"] = results["ttft_s"]["llama_cpp"] / results["ttft_s"][ours]
     if hf32:
         s["batch32_langrt_over_hf"] = b32[ours]["tok_s"] / b32[hf32]["tok_s"]
-    if ours + "_torch_layers" in b1:
-        s["batch1_layer_kernels_over_torch_layers"] = b1[ours]["tok_s"] / b1[ours + "_torch_layers"]["tok_s"]
-        s["batch32_layer_kernels_over_torch_layers"] = b32[ours]["tok_s"] / b32[ours + "_torch_layers"]["tok_s"]
-        s["ttft_torch_layers_over_layer_kernels"] = results["ttft_s"][ours + "_torch_layers"] / results["ttft_s"][ours]
+    for variant in ("_torch_layers", "_layer_loop"):
+        if ours + variant in b1:
+            s[f"batch1_over{variant}"] = b1[ours]["tok_s"] / b1[ours + variant]["tok_s"]
+            s[f"batch32_over{variant}"] = b32[ours]["tok_s"] / b32[ours + variant]["tok_s"]
+            s[f"ttft{variant}_over_ours"] = results["ttft_s"][ours + variant] / results["ttft_s"][ours]
     dequantized = ours.replace("blocks", "dequantized")
     if dequantized in b1:
         s["batch1_blocks_over_dequantized"] = b1[ours]["tok_s"] / b1[dequantized]["tok_s"]

@@ -69,3 +69,20 @@ class RunnerDriver:
             [len(self.seqs[i]) for i in indices], [1] * len(indices), self.runner.device,
         )  # fmt: skip
         return self.runner.compute_logits(self.runner.forward(batch))
+
+    def extend(self, indices: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
+        """Append several tokens to each listed sequence in one pass (as a token with its drafts
+        rides); -> per sequence [n_i, V] logits."""
+        lens = [len(t) for t in tokens]
+        slots = self.runner.kv_pool.alloc(sum(lens))
+        start = 0
+        for i, new, n in zip(indices, tokens, lens):
+            self.runner.req_pool.write(self.rows[i], len(self.seqs[i]), slots[start : start + n])
+            self.seqs[i] += new
+            start += n
+        batch = ForwardBatch.build(
+            ForwardMode.EXTEND, [t for new in tokens for t in new], slots, [self.rows[i] for i in indices],
+            [len(self.seqs[i]) for i in indices], lens, self.runner.device,
+        )  # fmt: skip
+        logits = self.runner.compute_logits(self.runner.forward(batch))
+        return [logits[s : s + n] for s, n in zip(batch.extend_starts, batch.extend_lens)]

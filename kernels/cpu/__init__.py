@@ -27,7 +27,7 @@ import torch
 
 from langrt.cpu_features import avx2_unavailable_reason, avx512_unavailable_reason
 
-SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp", "decode_layers.cpp")]
+SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp", "fused_layers.cpp")]
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
 LAYER_DISABLE_ENV = "LANGRT_CPU_LAYER_KERNELS"  # =0: this library off, the quantized products on (for comparisons)
 ISA_ENV = "LANGRT_CPU_ISA"

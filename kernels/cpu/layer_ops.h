@@ -1,5 +1,5 @@
 // The layer kernels' entry points (layer_ops.cpp, paged_attention.cpp), for the ops that chain them
-// (decode_layers.cpp). Each build of the library names them under its own namespace, LANGRT_CPU_NS
+// (fused_layers.cpp). Each build of the library names them under its own namespace, LANGRT_CPU_NS
 // (langrt_cpu for AVX-512, langrt_cpu_avx2), which is also its torch op namespace: two builds in one
 // process never share a symbol.
 #pragma once

@@ -17,8 +17,8 @@ from langrt.cpu_features import separate_compile_cache
 from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
-from langrt.model import decode_layers
-from langrt.model.decode_layers import LayerTensors
+from langrt.model import fused_layers
+from langrt.model.fused_layers import LayerTensors
 from langrt.model.quant import BLOCK, QuantizedWeight
 from langrt.model.layers import (
     Embedding,
@@ -132,7 +132,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head = Linear(config.hidden_size, config.vocab_size)
         self.lm_head_packed: torch.Tensor | None = None
         self.compiled = compiled
-        self._layer_tensors: LayerTensors | None | bool = False  # decode_layers' tensors, once asked
+        self._layer_tensors: LayerTensors | None | bool = False  # fused_layers' tensors, once asked
 
     def pack_for_cpu(self, dense_budget: int = 0) -> bool:
         """Adds oneDNN-packed copies of the layers' and the LM head's weights where that pays
@@ -177,8 +177,8 @@ class LlamaForCausalLM(nn.Module):
         x = self.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
         if self._layer_tensors is False:  # the weights are final by the first pass
-            self._layer_tensors = None if self.compiled else decode_layers.layer_tensors(self)
-        whole = decode_layers.run(self._layer_tensors, x, rope, attn)
+            self._layer_tensors = None if self.compiled else fused_layers.layer_tensors(self)
+        whole = fused_layers.run(self._layer_tensors, x, rope, attn)
         if whole is not None:
             x, residual = whole
         else:

@@ -91,7 +91,7 @@ class _KernelAttention(Attention):
         self.ends = torch.tensor(ends, dtype=torch.int32)
 
     def pool_args(self) -> tuple | None:
-        """What a caller running the layers itself (langrt.model.decode_layers) needs to do what
+        """What a caller running the layers itself (langrt.model.fused_layers) needs to do what
         `attend` does, every row through the kernel: (k_buffers, v_buffers, slots, req_to_token,
         rows, reqs, starts, ends, heads, kv_heads, scale); None where some rows take SDPA."""
         if self.extends or not self.rows.numel():

@@ -1,11 +1,11 @@
-"""A one-row decode pass through every layer in one C++ call (kernels/cpu/decode_layers.cpp).
+"""A forward pass through every layer in one C++ call (kernels/cpu/fused_layers.cpp).
 
 At batch 1 the layers' products take about half of a CPU decode step; the rest was Python
 dispatching ~10 small ops per layer. The C++ op runs the same ops in the same order, so it gives
-the per-layer loop's bits (tests/numerics/test_decode_layers.py). It takes the passes where that
-loop would run langrt's CPU kernels throughout: one row of a decode pass, CPU, bfloat16 or
-float32, eager layers, every attention row through the paged kernel. LANGRT_CPU_DECODE_LAYERS=0
-keeps the per-layer loop (for comparisons).
+the per-layer loop's bits (tests/numerics/test_fused_layers.py). It takes the passes where that
+loop would run langrt's CPU kernels throughout: CPU, bfloat16 or float32, eager layers, every
+attention row through the paged kernel (prompts up to its length limit, decodes, drafts).
+LANGRT_CPU_FUSED_LAYERS=0 keeps the per-layer loop (for comparisons).
 """
 
 from __future__ import annotations
@@ -16,18 +16,20 @@ from dataclasses import dataclass
 import torch
 
 from langrt.model import quant
-from langrt.model.layers import Linear, _load_cpu_kernels
+from langrt.model.layers import PACKED_MAX_ROWS, Linear, _load_cpu_kernels
 
-ENV = "LANGRT_CPU_DECODE_LAYERS"
+ENV = "LANGRT_CPU_FUSED_LAYERS"
 
 
 @dataclass(frozen=True)
 class LayerTensors:
-    """Per layer, in decode_layers' order: the qkv, o, gate_up and down weights (GGUF blocks or
-    plain) with their GGML types (0: plain), the qkv bias or None, the two norms' weights."""
+    """Per layer, in fused_layers' order: the qkv, o, gate_up and down weights (GGUF blocks or
+    plain) with their GGML types (0: plain) and packed copies (or None: see layers.Linear), the
+    qkv bias or None, the two norms' weights."""
 
     weights: list[torch.Tensor]
     qtypes: list[int]
+    packed: list[torch.Tensor | None]
     qkv_biases: list[torch.Tensor | None]
     norms: list[torch.Tensor]
     eps: float
@@ -35,7 +37,7 @@ class LayerTensors:
 
 
 def layer_tensors(model) -> LayerTensors | None:
-    """The tensors decode_layers takes, or None where the model is not one it runs (an odd size
+    """The tensors fused_layers takes, or None where the model is not one it runs (an odd size
     or dtype, a Linear with a bias other than qkv's). Not for compiled layers (graphs of their own)."""
     c = model.config
     dtype = model.embed_tokens.weight.dtype
@@ -43,7 +45,7 @@ def layer_tensors(model) -> LayerTensors | None:
         return None
     if c.hidden_size % 32 or c.head_dim % 32 or (2 * c.intermediate_size) % 32:
         return None
-    weights, qtypes, biases, norms = [], [], [], []
+    weights, qtypes, packed, biases, norms = [], [], [], [], []
     for layer in model.layers:
         a, mlp = layer.self_attn, layer.mlp
         linears = (a.qkv_proj, a.o_proj, mlp.gate_up_proj, mlp.down_proj)
@@ -51,12 +53,13 @@ def layer_tensors(model) -> LayerTensors | None:
             return None
         weights += [m.packed.data if m.quantized else m.weight for m in linears]
         qtypes += [m.packed.ggml_type if m.quantized else 0 for m in linears]
+        packed += [m.packed.dense if m.quantized else m.packed for m in linears]
         biases.append(a.qkv_proj.bias)
         norms += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
     if any(n.dtype != dtype for n in norms) or any(b is not None and b.dtype != dtype for b in biases):
         return None
     eps = model.layers[0].input_layernorm.eps
-    return LayerTensors(weights, qtypes, biases, norms, eps, [c.q_size, c.kv_size, c.head_dim])
+    return LayerTensors(weights, qtypes, packed, biases, norms, eps, [c.q_size, c.kv_size, c.head_dim])
 
 
 def _servable(module: Linear, dtype: torch.dtype) -> bool:
@@ -64,8 +67,8 @@ def _servable(module: Linear, dtype: torch.dtype) -> bool:
 
 
 def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(x, residual) after the last layer, or None where this pass is not one decode_layers takes."""
-    if tensors is None or x.shape[0] != 1 or not quant.is_decode_pass() or os.environ.get(ENV) == "0":
+    """(x, residual) after the last layer, or None where this pass is not one fused_layers takes."""
+    if tensors is None or os.environ.get(ENV) == "0":
         return None
     pool = getattr(attn, "pool_args", None)
     args = pool() if pool is not None else None
@@ -76,8 +79,9 @@ def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torc
     k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, heads, kv_heads, scale = args
     isa = 1 if quant_kernels.isa() == "avx2" else 0
     cos, sin = rope
-    x, residual = torch_ops().decode_layers(
-        x, tensors.weights, tensors.qtypes, tensors.qkv_biases, tensors.norms, tensors.eps, cos, sin,
-        tensors.sizes + [heads, kv_heads], k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, scale, isa,
+    x, residual = torch_ops().fused_layers(
+        x, tensors.weights, tensors.qtypes, tensors.packed, tensors.qkv_biases, tensors.norms, tensors.eps, cos, sin,
+        tensors.sizes + [heads, kv_heads], k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, scale,
+        quant.is_decode_pass(), PACKED_MAX_ROWS, isa,
     )  # fmt: skip
     return x, residual
