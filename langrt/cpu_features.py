@@ -1,12 +1,14 @@
 """What this CPU runs fast, asked once and answered in one place.
 
-langrt takes one of two CPU paths:
+langrt takes one of three CPU paths:
 
 - AVX-512 (with AVX512-BF16 or AMX for bfloat16): the C++ kernels (kernels/cpu) built for
   AVX-512, bfloat16 by default, bf16 weights packed once into oneDNN's blocked layout.
 - AVX2 (most laptops, AMD EPYC/Ryzen before Zen 4): the same kernels built for AVX2 + FMA,
   float32 by default; bfloat16 and float16 still run (torch's generic GEMMs, slower than float32
   there).
+- Neither (ARM, x86 before 2013): the same kernels as plain C++ on 4-float vectors (NEON on ARM),
+  float32 by default.
 
 The answers follow torch's own dispatch, so `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`
 makes an AVX-512 machine take exactly the AVX2 path (the test suite runs it that way in CI).
@@ -83,8 +85,11 @@ def fast_bf16() -> bool:
 def describe_path(dtype: str, kernels_off: str | None, kernels_isa: str | None = None) -> str:
     """One line for the log: which CPU path serves `dtype` here (`kernels_off`: why the C++
     kernels are not used, or None; `kernels_isa`: the build they run, 'avx512' or 'avx2')."""
-    reason = avx512_unavailable_reason()
-    line = "CPU path: AVX-512" if reason is None else f"CPU path: AVX2 ({reason})"
+    reason, avx2_reason = avx512_unavailable_reason(), avx2_unavailable_reason()
+    if reason is None:
+        line = "CPU path: AVX-512"
+    else:
+        line = f"CPU path: AVX2 ({reason})" if avx2_reason is None else f"CPU path: plain C++ ({avx2_reason})"
     if dtype == "float16":
         return line + ": float16 in plain torch ops (the C++ kernels take bfloat16 and float32; --dtype float32 is faster on a CPU)"
     line += f": C++ kernels on ({kernels_isa})" if kernels_off is None else f": C++ kernels off ({kernels_off}), plain torch ops"

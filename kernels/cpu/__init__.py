@@ -4,13 +4,14 @@ add + RMSNorm, rotary, SiLU-and-mul).
 
 The sources are written in vec.h's helpers and built once per instruction set: for AVX-512F
 (16 floats a vector) where the CPU has it and torch dispatches to it, else for AVX2 + FMA (8; any
-x86-64 since 2013-2015). Each is one library, compiled on first use with torch's extension
+x86-64 since 2013-2015), else as plain C++ on 8-float vectors (`scalar`: NEON on ARM, what the
+compiler makes of it elsewhere). Each is one library, compiled on first use with torch's extension
 builder (g++ and ninja; ~20 s) and cached under torch's extension directory
 ($TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), so later processes load it in well
-under a second; `scripts/install.sh` builds the ones this CPU runs. `LANGRT_CPU_ISA=avx2` takes
-the AVX2 library on an AVX-512 CPU, `LANGRT_CPU_ISA=scalar` neither. Where none can be used
-(another CPU, no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()` and `layer_ops()` return
-None and the reason is logged once; the model then runs in plain torch.
+under a second; `scripts/install.sh` builds the one this CPU runs. `LANGRT_CPU_ISA=avx2` or
+`=scalar` takes a lesser build than the CPU could run (for tests and comparisons). Where none can
+be used (no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()` and `layer_ops()` return None and
+the reason is logged once; the model then runs in plain torch.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ ISA_ENV = "LANGRT_CPU_ISA"
 LIBRARIES = {
     "avx512": ("langrt_cpu_kernels", "langrt_cpu", ["-mavx512f", "-mfma"]),
     "avx2": ("langrt_cpu_kernels_avx2", "langrt_cpu_avx2", ["-mavx2", "-mfma"]),
+    "scalar": ("langrt_cpu_kernels_scalar", "langrt_cpu_scalar", ["-DLANGRT_CPU_SCALAR"]),
 }
 # -fopenmp: at::parallel_for is a no-op without it. -ffp-contract=off: a product and a sum written
 # apart stay apart (rounded as torch rounds them), never fused into one FMA behind our back.
@@ -44,19 +46,20 @@ CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
 logger = logging.getLogger("langrt.kernels.cpu")
 
 
-def isa() -> str | None:
-    """'avx512' or 'avx2': the library this CPU runs (LANGRT_CPU_ISA caps it), None if neither."""
+def isa() -> str:
+    """'avx512', 'avx2' or 'scalar': the library this CPU runs (LANGRT_CPU_ISA caps it)."""
     cap = os.environ.get(ISA_ENV, "").lower()
-    if cap != "scalar" and cap != "avx2" and avx512_unavailable_reason() is None:
+    if cap not in ("scalar", "avx2") and avx512_unavailable_reason() is None:
         return "avx512"
     if cap != "scalar" and avx2_unavailable_reason() is None:
         return "avx2"
-    return None
+    return "scalar"
 
 
 def available_isas() -> list[str]:
     """Every build this CPU can run, best first (tests run each)."""
-    return [name for name, reason in (("avx512", avx512_unavailable_reason()), ("avx2", avx2_unavailable_reason())) if reason is None]
+    vector = [name for name, reason in (("avx512", avx512_unavailable_reason()), ("avx2", avx2_unavailable_reason())) if reason is None]
+    return vector + ["scalar"]
 
 
 def unavailable_reason() -> str | None:
@@ -64,10 +67,6 @@ def unavailable_reason() -> str | None:
     for env in (DISABLE_ENV, LAYER_DISABLE_ENV):
         if os.environ.get(env, "1") == "0":
             return f"{env}=0"
-    if os.environ.get(ISA_ENV, "").lower() == "scalar":
-        return f"{ISA_ENV}=scalar"
-    if isa() is None:
-        return f"{avx512_unavailable_reason()}, and {avx2_unavailable_reason()}"
     return None
 
 

@@ -30,6 +30,13 @@ namespace {
 // thread (waking the other costs more than it saves) and prefills spread over all.
 int64_t grain(int64_t row_elements) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elements)); }
 
+// The sum of squares goes into this many accumulators, taken in turn, chunk by chunk: with 4 lanes,
+// two, so that each lane sums the elements an 8-lane (AVX2) accumulator would and the total comes
+// out in the same order (vreduce_add of their sum), as the same float32.
+constexpr int kSquareAccs = kLanes == 4 ? 2 : 1;
+
+inline float sum_accs(const vfloat* acc) { return vreduce_add(kSquareAccs == 2 ? vadd(acc[0], acc[kSquareAccs - 1]) : acc[0]); }
+
 template <typename T>
 void rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor* residual,
                    at::Tensor& out, at::Tensor* summed) {
@@ -47,22 +54,25 @@ void rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps, co
     for (int64_t n = begin; n < end; ++n) {
       const T* xr = xp + n * xs;
       const T* src = xr;  // the row normalized: x, or x + residual as written to `summed`
-      vfloat squares = vzero();
+      vfloat squares[kSquareAccs];
+      for (int a = 0; a < kSquareAccs; ++a) squares[a] = vzero();
       if (rp) {
         T* sr = sp + n * ss;
         for (int64_t i = 0; i < hidden; i += kLanes) {
           const vfloat s = vround<T>(vadd(vload(xr + i), vload(rp + n * rs + i)));
           vstore(sr + i, s);
-          squares = vfmadd(s, s, squares);
+          vfloat& acc = squares[(i / kLanes) % kSquareAccs];
+          acc = vfmadd(s, s, acc);
         }
         src = sr;
       } else {
         for (int64_t i = 0; i < hidden; i += kLanes) {
           const vfloat s = vload(xr + i);
-          squares = vfmadd(s, s, squares);
+          vfloat& acc = squares[(i / kLanes) % kSquareAccs];
+          acc = vfmadd(s, s, acc);
         }
       }
-      const float scale = 1.0f / std::sqrt(vreduce_add(squares) * inv_hidden + epsf);
+      const float scale = 1.0f / std::sqrt(sum_accs(squares) * inv_hidden + epsf);
       const vfloat scale_v = vset1(scale);
       T* orow = op + n * os;
       for (int64_t i = 0; i < hidden; i += kLanes) {

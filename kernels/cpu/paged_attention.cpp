@@ -40,7 +40,7 @@ constexpr int64_t kChunkRows = 32;  // rows of one run per work item, at most
 constexpr int64_t kScoreBytes = 1 << 20;  // a work item's scores, at most (they stay in L2)
 constexpr int64_t kTransposeRows = 3;  // runs this long share each key block's transposition
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && !defined(LANGRT_CPU_SCALAR)
 
 // Lane i of the result: the sum of the 16 lanes of v[i]: per 128-bit lane L, q_L = (e0 + e2) +
 // (e1 + e3) of its four elements, then (q0 + q1) + (q2 + q3).
@@ -92,7 +92,22 @@ inline void transpose(const vfloat* r, vfloat* out) {
   }
 }
 
-#else  // AVX2: 8 lanes, two 128-bit lanes
+#else  // AVX2 (8 lanes, two 128-bit lanes of 4) or plain C++ (4 lanes)
+
+#if defined(LANGRT_CPU_SCALAR)  // 4 lanes: one group of four
+
+// Lane i of the result: the sum of the 4 lanes of v[i], as (e0 + e2) + (e1 + e3).
+inline vfloat sum_lanes(const vfloat* v) {
+  return lanes([&](int i) { return (v[i][0] + v[i][2]) + (v[i][1] + v[i][3]); });
+}
+
+inline vfloat sum_quads(const vfloat* q) { return q[0]; }
+
+inline void transpose(const vfloat* r, vfloat* out) {
+  for (int j = 0; j < kLanes; ++j) out[j] = lanes([&](int t) { return r[t][j]; });
+}
+
+#else
 
 // Lane i of the result: the sum of the 8 lanes of v[i]: q_L = (e0 + e2) + (e1 + e3) per 128-bit
 // lane L, then q0 + q1.
@@ -130,6 +145,7 @@ inline void transpose(const vfloat* r, vfloat* out) {
   }
 }
 
+#endif  // LANGRT_CPU_SCALAR
 #endif
 
 // The key (one head's) in pool slot `slot`, which must lie in the pool.

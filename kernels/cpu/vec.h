@@ -1,6 +1,7 @@
 // The vector helpers langrt's layer kernels (paged_attention.cpp, layer_ops.cpp) are written in,
-// for the instruction set the library is compiled for: AVX-512F (kLanes = 16 floats) or AVX2 +
-// FMA (kLanes = 8). kernels/cpu builds the same sources once per ISA, each library under its own
+// for the instruction set the library is compiled for: AVX-512F (kLanes = 16 floats), AVX2 + FMA
+// (kLanes = 8), or neither (LANGRT_CPU_SCALAR: plain C++ on 4-float GCC vectors, which the
+// compiler turns into NEON on ARM and SSE2 on older x86; kLanes = 4). kernels/cpu builds the same sources once per ISA, each library under its own
 // namespace (LANGRT_CPU_NS, layer_ops.h), and loads the one the CPU runs.
 //
 // Everything here is in an anonymous namespace: the two libraries may sit in one process, and no
@@ -8,13 +9,109 @@
 #pragma once
 
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 
+#include <cstring>
 #include <type_traits>
+
+#if !defined(LANGRT_CPU_SCALAR)
+#include <immintrin.h>
+#endif
 
 namespace {
 
-#if defined(__AVX512F__)
+#if defined(LANGRT_CPU_SCALAR)
+
+constexpr int kLanes = 4;  // 128 bits: a NEON (or SSE) register
+typedef float vfloat __attribute__((vector_size(16)));
+
+// Lane-wise f(a[i], ...) for every lane: loops the compiler vectorizes.
+template <typename F>
+inline vfloat lanes(F f) {
+  vfloat r;
+  for (int i = 0; i < kLanes; ++i) r[i] = f(i);
+  return r;
+}
+
+inline vfloat vset1(float x) { return lanes([&](int) { return x; }); }
+inline vfloat vzero() { return vset1(0.0f); }
+inline vfloat vadd(vfloat a, vfloat b) { return a + b; }
+inline vfloat vsub(vfloat a, vfloat b) { return a - b; }
+inline vfloat vmul(vfloat a, vfloat b) { return a * b; }
+inline vfloat vdiv(vfloat a, vfloat b) { return a / b; }
+#if defined(__FMA__) || defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
+inline vfloat vfmadd(vfloat a, vfloat b, vfloat c) { return lanes([&](int i) { return __builtin_fmaf(a[i], b[i], c[i]); }); }
+#else  // no FMA in hardware (fmaf would be a library call, ~50x slower): the product exact in
+// double, one rounding to double for the sum, one to float; that differs from a fused
+// multiply-add only where the two roundings of the sum land differently
+inline vfloat vfmadd(vfloat a, vfloat b, vfloat c) {
+  return lanes([&](int i) { return static_cast<float>(static_cast<double>(a[i]) * b[i] + c[i]); });
+}
+#endif
+inline vfloat vmax(vfloat a, vfloat b) { return lanes([&](int i) { return a[i] > b[i] ? a[i] : b[i]; }); }
+
+inline float vreduce_add(vfloat x) { return (x[0] + x[2]) + (x[1] + x[3]); }
+
+inline float vreduce_max(vfloat x) {
+  float m = x[0];
+  for (int i = 1; i < kLanes; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+inline vfloat vload(const float* p) {
+  vfloat r;
+  std::memcpy(&r, p, sizeof(r));
+  return r;
+}
+
+inline void vstore(float* p, vfloat x) { std::memcpy(p, &x, sizeof(x)); }
+
+inline float bf16_bits_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint32_t rounded_bf16_bits(float f) {  // round to nearest even (finite f)
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+}
+
+inline vfloat vload(const c10::BFloat16* p) { return lanes([&](int i) { return bf16_bits_to_float(p[i].x); }); }
+
+inline void vstore(c10::BFloat16* p, vfloat x) {
+  for (int i = 0; i < kLanes; ++i) p[i].x = static_cast<uint16_t>(rounded_bf16_bits(x[i]));
+}
+
+inline vfloat vround_bf16(vfloat x) {
+  return lanes([&](int i) { return bf16_bits_to_float(static_cast<uint16_t>(rounded_bf16_bits(x[i]))); });
+}
+
+inline vfloat vfirst(int count, vfloat x, vfloat fill) { return lanes([&](int i) { return i < count ? x[i] : fill[i]; }); }
+
+inline vfloat vzero_where_neg_inf(vfloat s, vfloat x) {
+  return lanes([&](int i) { return s[i] != -__builtin_inff() ? x[i] : 0.0f; });
+}
+
+// to the nearest integer, ties to even, for |x| < 2^22 (vexp's range): adding 1.5 * 2^23 leaves no
+// fraction bits, and the float addition rounds as asked (no library call, which SSE2 would need)
+inline vfloat vround_nearest(vfloat x) {
+  const vfloat magic = vset1(12582912.0f);
+  return (x + magic) - magic;
+}
+
+// p * 2^n for integral n >= -126 (exact where 2^n is a float, as scalef; inf from n = 128 on)
+inline vfloat vscale2(vfloat p, vfloat n) {
+  return lanes([&](int i) {
+    const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n[i] < 128.0f ? n[i] : 128.0f) + 127) << 23;
+    float two_n;
+    std::memcpy(&two_n, &bits, 4);
+    return p[i] * two_n;
+  });
+}
+
+#elif defined(__AVX512F__)
 
 constexpr int kLanes = 16;
 using vfloat = __m512;
@@ -130,7 +227,7 @@ inline vfloat vscale2(vfloat p, vfloat n) {
 }
 
 #else
-#error "langrt's layer kernels are built for AVX-512F or AVX2 + FMA"
+#error "langrt's layer kernels are built for AVX-512F, AVX2 + FMA, or plain C++ (LANGRT_CPU_SCALAR)"
 #endif
 
 // exp(x) for x <= 88 (inf above; below -87, exp(-87)); x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor polynomial of degree 6.
