@@ -59,6 +59,26 @@ def encode_tensor(values: np.ndarray, qtype: Q) -> tuple[np.ndarray, Q]:
     return gguf.quants.quantize(values, qtype), qtype
 
 
+def random_k_quant_rows(qtype: Q, n: int, k: int, seed: int) -> np.ndarray:
+    """n rows of k weights as random Q4_K / Q6_K super-blocks (gguf-py has no quantizer for them):
+    random quants, scales and minimums, and fp16 super-block scales that keep the weights near
+    +-0.1. uint8 [n, k / 256 * super-block bytes]."""
+    rng = np.random.default_rng(seed)
+    size = {Q.Q4_K: 144, Q.Q6_K: 210}[qtype]
+    raw = rng.integers(0, 256, (n, k // 256, size), dtype=np.uint8)
+
+    def put(offset: int, low: float, high: float) -> None:
+        values = rng.uniform(low, high, (n, k // 256, 1)).astype(np.float16)
+        raw[..., offset : offset + 2] = values.view(np.uint8)
+
+    if qtype == Q.Q4_K:
+        put(0, 2e-5, 1e-4)  # d: times a 6-bit scale and a 4-bit quant
+        put(2, 2e-5, 1e-4)  # dmin: times a 6-bit minimum
+    else:
+        put(208, 5e-6, 2e-5)  # d: times an int8 scale and a quant in [-32, 31]
+    return raw.reshape(n, -1)
+
+
 def write_gguf(
     path: str | Path,
     state_dict: Mapping[str, torch.Tensor],
@@ -69,12 +89,15 @@ def write_gguf(
     extra_tensors: Mapping[str, np.ndarray] | None = None,
     name: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    raw: Mapping[str, tuple[np.ndarray, Q]] | None = None,
 ) -> Path:
     """Write an HF Llama / Mistral / Qwen2 model (its state dict and PretrainedConfig) as GGUF.
 
     Matrices are stored as `qtype`; vectors (norms, biases) as F32, as llama.cpp does. A tied
     `lm_head.weight` is left out. `tokenizer_metadata` holds `tokenizer.*` keys to copy (e.g.
-    from the built-in model's file); `metadata` any further keys.
+    from the built-in model's file); `metadata` any further keys. `raw` maps HF names to bytes
+    written as they are, in their GGUF type (already in llama.cpp's q/k row order); their values
+    in `state_dict` are then not used.
     """
     arch = "qwen2" if config.model_type == "qwen2" else "llama"
     permute = arch == "llama"
@@ -101,6 +124,10 @@ def write_gguf(
     tied = getattr(config, "tie_word_embeddings", False)
     for hf_name, tensor in state_dict.items():
         if tied and hf_name == "lm_head.weight":
+            continue
+        if raw and hf_name in raw:
+            data, raw_type = raw[hf_name]
+            writer.add_tensor(gguf_name(hf_name), data, raw_dtype=raw_type)
             continue
         values = tensor.detach().to(torch.float32).numpy()
         if permute and ".self_attn.q_proj." in hf_name:

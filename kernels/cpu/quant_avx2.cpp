@@ -52,7 +52,7 @@ struct Quants {
 template <int QT>
 LANGRT_AVX2 inline Quants decode(const uint8_t* quants) {
   Quants q;
-  if constexpr (QT == kQ8_0) {
+  if constexpr (QT == kQ8_0 || QT == kQ6_K) {
     q.w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants)));
     q.w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 16)));
   } else {
@@ -71,11 +71,49 @@ LANGRT_AVX2 inline __m256i dot32(const Quants& w, const int16_t* x) {
   return _mm256_add_epi32(_mm256_madd_epi16(w.w0, x0), _mm256_madd_epi16(w.w1, x1));
 }
 
+// The sums of w[i] * x[i] over weights 0-15 and 16-31 of a block, as 8 int32 partial sums each.
+LANGRT_AVX2 inline void dot16x2(const Quants& w, const int16_t* x, __m256i* low, __m256i* high) {
+  *low = _mm256_madd_epi16(w.w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  *high = _mm256_madd_epi16(w.w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
+}
+
+// prepare (below) for the K-quants' float32 scales: Q4_K as Q4_1; Q6_K's two scales per block,
+// scales[2b + h] = d_w[2b + h] * d_x[b].
+template <int QT>
+LANGRT_AVX2 float prepare_float(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales) {
+  int64_t b = 0;
+  if constexpr (QT == kQ6_K) {
+    const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    for (; b + 4 <= blocks; b += 4) {
+      const __m256 x = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(xd + b)), pairs);
+      _mm256_storeu_ps(scales + 2 * b, _mm256_mul_ps(_mm256_loadu_ps(row.df + 2 * b), x));
+    }
+    for (; b < blocks; ++b) {
+      scales[2 * b] = row.df[2 * b] * xd[b];
+      scales[2 * b + 1] = row.df[2 * b + 1] * xd[b];
+    }
+    return 0.0f;
+  } else {
+    __m256 extra = _mm256_setzero_ps();
+    for (; b + 8 <= blocks; b += 8) {
+      _mm256_storeu_ps(scales + b, _mm256_mul_ps(_mm256_loadu_ps(row.df + b), _mm256_loadu_ps(xd + b)));
+      extra = _mm256_fmadd_ps(_mm256_loadu_ps(row.mf + b), _mm256_loadu_ps(xs + b), extra);
+    }
+    float tail = 0.0f;
+    for (; b < blocks; ++b) {
+      scales[b] = row.df[b] * xd[b];
+      tail += row.mf[b] * xs[b];
+    }
+    return hsum(extra) + tail;
+  }
+}
+
 // One weight row against one activation row, ahead of the dot products: scales[b] = d_w[b] *
 // d_x[b] for every block, and the return value sum_b offset_w[b] * s_x[b] (offset: Q4_1's m,
 // Q4_0's -8 d), 8 blocks at a time.
 template <int QT>
 LANGRT_AVX2 float prepare(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales) {
+  if constexpr (QT == kQ4_K || QT == kQ6_K) return prepare_float<QT>(row, xd, xs, blocks, scales);
   __m256 extra = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= blocks; b += 8) {
@@ -100,10 +138,11 @@ LANGRT_AVX2 float prepare(const RowLayout& row, const float* xd, const float* xs
 
 // RN weight rows (n0 ..) against RM activation rows (m0 ..): RN * RM independent sums, so the
 // FMAs of one block do not wait on each other, and each decoded weight block and loaded
-// activation block serves several products. `scales` has room for RN * RM * blocks floats.
+// activation block serves several products. `scales` has room for RN * RM * blocks * S floats.
 template <int QT, int RN, int RM>
 LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const QuantizedRows& x, int64_t m0,
                           const OutRows& out, float* scales) {
+  constexpr int S = QT == kQ6_K ? 2 : 1;  // scales per block
   const int64_t blocks = x.k / kBlock, quants = quant_bytes(QT);
   RowLayout rows[RN];
   __m256 acc[RN][RM];
@@ -113,7 +152,7 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
     for (int j = 0; j < RM; ++j) {
       acc[i][j] = _mm256_setzero_ps();
       const int64_t first = (m0 + j) * blocks;
-      extra[i][j] = prepare<QT>(rows[i], x.d + first, x.s + first, blocks, scales + (i * RM + j) * blocks);
+      extra[i][j] = prepare<QT>(rows[i], x.d + first, x.s + first, blocks, scales + (i * RM + j) * blocks * S);
     }
   }
   for (int64_t b = 0; b < blocks; ++b) {
@@ -122,8 +161,15 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
     for (int j = 0; j < RM; ++j) {
       const int16_t* xb = x.q + (m0 + j) * x.k + b * kBlock;
       for (int i = 0; i < RN; ++i) {
-        const __m256 dot = _mm256_cvtepi32_ps(dot32(wq[i], xb));
-        acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scales + (i * RM + j) * blocks + b), dot, acc[i][j]);
+        const float* scale = scales + ((i * RM + j) * blocks + b) * S;
+        if constexpr (S == 2) {
+          __m256i low, high;
+          dot16x2(wq[i], xb, &low, &high);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale), _mm256_cvtepi32_ps(low), acc[i][j]);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale + 1), _mm256_cvtepi32_ps(high), acc[i][j]);
+        } else {
+          acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale), _mm256_cvtepi32_ps(dot32(wq[i], xb)), acc[i][j]);
+        }
       }
     }
   }
@@ -139,7 +185,7 @@ constexpr int64_t kAhead = 1;  // tiles; 2 and 3 measured no faster
 template <int QT>
 LANGRT_AVX2 void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                           int64_t m0, int64_t m1, const OutRows& out) {
-  std::vector<float> scales(8 * (x.k / kBlock));
+  std::vector<float> scales(16 * (x.k / kBlock));  // the largest tile (8 products) at 2 scales a block
   int64_t m = m0;
   for (; m + 4 <= m1; m += 4) {
     int64_t n = n0;
@@ -199,6 +245,8 @@ LANGRT_AVX2 void dot_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, i
     case kQ4_0: return dot_rows<kQ4_0>(w, row_bytes, n0, n1, x, m0, m1, out);
     case kQ4_1: return dot_rows<kQ4_1>(w, row_bytes, n0, n1, x, m0, m1, out);
     case kQ8_0: return dot_rows<kQ8_0>(w, row_bytes, n0, n1, x, m0, m1, out);
+    case kQ4_K: return dot_rows<kQ4_K>(w, row_bytes, n0, n1, x, m0, m1, out);
+    case kQ6_K: return dot_rows<kQ6_K>(w, row_bytes, n0, n1, x, m0, m1, out);
     default: return;
   }
 }

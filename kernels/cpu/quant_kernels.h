@@ -1,4 +1,4 @@
-// Matrix products on GGUF's quantized weight blocks (Q4_0, Q4_1, Q8_0) without dequantizing
+// Matrix products on GGUF's quantized weight blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) without dequantizing
 // them: each block's integers multiply the activations in integers, and the sum is scaled once.
 //
 // The activations are quantized to int16 per block of 32 (scale d = max|x| / 32767, and d * the
@@ -19,35 +19,53 @@
 namespace langrt_quant {
 
 // GGML's type numbers.
-enum QType : int { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };
-constexpr int64_t kBlock = 32;  // weights per block, all three types
+enum QType : int { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14 };
+constexpr int64_t kBlock = 32;  // weights per block, all types (K-quants: their 32-weight sub-blocks)
 
+// Bytes per block of 32 weights in langrt's row layout (below). Q4_0, Q4_1 and Q8_0 take as many
+// as GGUF; the K-quants' super-blocks of 256 are unpacked at load (langrt.model.quant) into
+// blocks of 32 with float32 scales, so their products need no scale arithmetic beyond Q4_1's and
+// Q8_0's and their values are exactly GGUF's.
 inline int64_t block_bytes(int qtype) {
   switch (qtype) {
     case kQ4_0: return 18;  // fp16 d, 16 bytes of nibbles: w = d * (q - 8)
     case kQ4_1: return 20;  // fp16 d, fp16 m, 16 bytes of nibbles: w = d * q + m
     case kQ8_0: return 34;  // fp16 d, 32 int8: w = d * q
+    case kQ4_K: return 24;  // float d, float m, 16 bytes of nibbles: w = d * q + m (d = d * scale, m = -dmin * min)
+    case kQ6_K: return 40;  // two float d (weights 0-15, 16-31), 32 int8 (q - 32): w = d * q
     default: return 0;
   }
 }
 
+// Types stored as in GGUF, repacked by repack_rows (the K-quants are unpacked in Python).
+inline bool gguf_sized(int qtype) { return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0; }
+
 // langrt's layout of a quantized weight row (repack_rows makes it from GGUF's blocks): the quants
-// of all the row's blocks first (16 bytes per Q4 block, 32 per Q8_0 block), then the blocks' fp16
-// scales d, then (Q4_1) their fp16 minimums m. As many bytes per row as GGUF's; the scales sit
-// together, so the kernels convert and multiply them 8 at a time ahead of the dot products.
-inline int64_t quant_bytes(int qtype) { return qtype == kQ8_0 ? 32 : 16; }
+// of all the row's blocks first (16 bytes per 4-bit block, 32 per 8-bit one), then the blocks'
+// scales d, then (Q4_1, Q4_K) their minimums m; fp16 as in GGUF, float32 for the K-quants (Q6_K:
+// two per block, one per 16 weights). The scales sit together, so the kernels convert and
+// multiply them 8 at a time ahead of the dot products.
+inline int64_t quant_bytes(int qtype) { return qtype == kQ8_0 || qtype == kQ6_K ? 32 : 16; }
+
+// Scales per block: Q6_K's sub-blocks are 16 weights.
+inline int64_t scales_per_block(int qtype) { return qtype == kQ6_K ? 2 : 1; }
 
 struct RowLayout {
   const uint8_t* quants;
-  const uint16_t* d;
-  const uint16_t* m;  // Q4_1 only
+  const uint16_t* d;  // fp16 types
+  const uint16_t* m;  // Q4_1
+  const float* df;    // K-quants
+  const float* mf;    // Q4_K
 };
 
 inline RowLayout row_layout(int qtype, const uint8_t* row, int64_t blocks) {
   RowLayout r;
+  const uint8_t* scales = row + blocks * quant_bytes(qtype);
   r.quants = row;
-  r.d = reinterpret_cast<const uint16_t*>(row + blocks * quant_bytes(qtype));
+  r.d = reinterpret_cast<const uint16_t*>(scales);
   r.m = qtype == kQ4_1 ? r.d + blocks : nullptr;
+  r.df = reinterpret_cast<const float*>(scales);
+  r.mf = qtype == kQ4_K ? r.df + blocks : nullptr;
   return r;
 }
 

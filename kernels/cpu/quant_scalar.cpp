@@ -13,13 +13,19 @@ float load_x(const void* x, bool bf16, int64_t i) {
   return bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
 }
 
-// Block b of a weight row (langrt's layout) as 32 integers and its scale d, offset m:
-// w[i] = d * q[i] + m.
+// Block b of a weight row (langrt's layout) as 32 integers, its scales d (d[0] for weights 0-15,
+// d[1] for 16-31: the same but in Q6_K) and offset m: w[i] = d[i / 16] * q[i] + m.
 void unpack_block(int qtype, const RowLayout& row, int64_t b, int32_t* q, float* d, float* m) {
-  *d = half_bits_to_float(row.d[b]);
-  *m = row.m ? half_bits_to_float(row.m[b]) : 0.0f;
+  if (qtype == kQ4_K || qtype == kQ6_K) {
+    d[0] = row.df[scales_per_block(qtype) * b];
+    d[1] = row.df[scales_per_block(qtype) * b + scales_per_block(qtype) - 1];
+    *m = row.mf ? row.mf[b] : 0.0f;
+  } else {
+    d[0] = d[1] = half_bits_to_float(row.d[b]);
+    *m = row.m ? half_bits_to_float(row.m[b]) : 0.0f;
+  }
   const uint8_t* quants = row.quants + b * quant_bytes(qtype);
-  if (qtype == kQ8_0) {
+  if (qtype == kQ8_0 || qtype == kQ6_K) {
     for (int i = 0; i < kBlock; ++i) q[i] = static_cast<int8_t>(quants[i]);
     return;
   }
@@ -62,11 +68,19 @@ void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0,
       float acc = 0.0f;
       const RowLayout row = row_layout(qtype, w + n * row_bytes, blocks);
       for (int64_t b = 0; b < blocks; ++b) {
-        float dw, mw;
-        unpack_block(qtype, row, b, q, &dw, &mw);
+        float dw[2], mw;
+        unpack_block(qtype, row, b, q, dw, &mw);
+        const int16_t* xb = x.q + m * x.k + b * kBlock;
+        if (qtype == kQ6_K) {  // a scale per 16 weights
+          int32_t dot[2] = {0, 0};
+          for (int i = 0; i < kBlock; ++i) dot[i / 16] += q[i] * xb[i];
+          const float xd = x.d[m * blocks + b];
+          acc += dw[0] * xd * static_cast<float>(dot[0]) + dw[1] * xd * static_cast<float>(dot[1]);
+          continue;
+        }
         int32_t dot = 0;
-        for (int i = 0; i < kBlock; ++i) dot += q[i] * x.q[m * x.k + b * kBlock + i];
-        acc += dw * x.d[m * blocks + b] * static_cast<float>(dot) + mw * x.s[m * blocks + b];
+        for (int i = 0; i < kBlock; ++i) dot += q[i] * xb[i];
+        acc += dw[0] * x.d[m * blocks + b] * static_cast<float>(dot) + mw * x.s[m * blocks + b];
       }
       store_out(out, m, n, acc);
     }
@@ -79,9 +93,9 @@ void dequantize_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int6
   for (int64_t n = n0; n < n1; ++n) {
     const RowLayout row = row_layout(qtype, w + n * row_bytes, k / kBlock);
     for (int64_t b = 0; b < k / kBlock; ++b) {
-      float d, m;
-      unpack_block(qtype, row, b, q, &d, &m);
-      for (int i = 0; i < kBlock; ++i) store_out(out, n, b * kBlock + i, d * static_cast<float>(q[i]) + m);
+      float d[2], m;
+      unpack_block(qtype, row, b, q, d, &m);
+      for (int i = 0; i < kBlock; ++i) store_out(out, n, b * kBlock + i, d[i / 16] * static_cast<float>(q[i]) + m);
     }
   }
 }

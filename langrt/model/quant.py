@@ -1,4 +1,4 @@
-"""Weights kept in GGUF's quantized blocks (Q4_0, Q4_1, Q8_0), multiplied by langrt's C++ kernels
+"""Weights kept in GGUF's quantized blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), multiplied by langrt's C++ kernels
 (kernels/cpu/quant.py) without being dequantized.
 
 At batch 1 a decode step reads every weight once, so bytes per weight set the speed: SmolLM2's
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 # GGML type -> (name, bytes per block of 32 weights)
-BLOCK_TYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34)}
+# (the K-quants in langrt's layout: unpacked into blocks of 32 with float32 scales, see kquants)
+BLOCK_TYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34), 12: ("Q4_K", 24), 14: ("Q6_K", 40)}
 BLOCK = 32
 Q4_1, Q8_0 = 3, 8
 # --quantization for plain weights -> the GGML types of (the layers, the LM head). Groups of 32
@@ -54,7 +55,10 @@ class QuantizedWeight:
     def from_gguf(cls, rows: torch.Tensor, ggml_type: int, in_features: int) -> "QuantizedWeight":
         """From a GGUF tensor's bytes, uint8 [out, row bytes]."""
         from kernels.cpu.quant import repack
+        from langrt.model import kquants
 
+        if ggml_type in kquants.SUPER_BYTES:
+            return cls(torch.from_numpy(kquants.unpack(rows.numpy(), ggml_type, in_features)), ggml_type, in_features)
         return cls(repack(rows, ggml_type), ggml_type, in_features)
 
     @classmethod
@@ -218,4 +222,4 @@ def serve_gguf_blocks(args, source) -> tuple[bool, str]:
 
     if not quant.available():
         return False, f"{dequantized} (quantized kernels off: {quant.unavailable_reason() or 'they could not be built'})"
-    return True, f"Q4_0/Q4_1/Q8_0 blocks served as stored, {quant.isa()} kernels, activations in {args.dtype}"
+    return True, f"Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks served as stored, {quant.isa()} kernels, activations in {args.dtype}"

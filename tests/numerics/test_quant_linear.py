@@ -17,25 +17,33 @@ import numpy as np
 import pytest
 import torch
 
-from gguf_utils import Q, write_gguf
+from gguf_utils import Q, random_k_quant_rows, write_gguf
 from kernels.cpu import quant
 from langrt.model.quant import QuantizedWeight
 
 pytestmark = pytest.mark.skipif(not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)")
 
-TYPES = ["Q4_0", "Q4_1", "Q8_0"]
+TYPES = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
+K_QUANTS = ("Q4_K", "Q6_K")  # super-blocks of 256: rows of 512 here
 ISAS = ["avx2", "scalar"] if quant.isa() == "avx2" else ["scalar"]
 REL = {torch.float32: 1e-4, torch.bfloat16: 6e-3}
 MODEL_REL = 5e-4
 
 
 def _weights(qtype: str, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(blocks in the kernels' layout, uint8 [n, row bytes]; their values float32 [n, k]), from
-    gguf's own quantizer."""
-    rng = np.random.default_rng(seed)
-    raw = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), Q[qtype])
+    """(blocks in the kernels' layout, uint8 [n, row bytes]; their values float32 [n, k], as
+    gguf-py dequantizes them), from gguf-py's quantizer, or random super-blocks for the K-quants
+    (k then becomes 512)."""
+    if qtype in K_QUANTS:
+        k = 512
+        raw = random_k_quant_rows(Q[qtype], n, k, seed)
+        data = QuantizedWeight.from_gguf(torch.from_numpy(raw), int(Q[qtype]), k).data
+    else:
+        rng = np.random.default_rng(seed)
+        raw = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), Q[qtype])
+        data = quant.repack(torch.from_numpy(raw.reshape(n, -1).copy()), int(Q[qtype]))
     values = gguf.quants.dequantize(raw, Q[qtype]).reshape(n, k)
-    return quant.repack(torch.from_numpy(raw.reshape(n, -1).copy()), int(Q[qtype])), torch.from_numpy(values.copy())
+    return data, torch.from_numpy(values.copy())
 
 
 def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -52,8 +60,9 @@ def isa(request, monkeypatch):
 @pytest.mark.parametrize("qtype", TYPES)
 def test_dequantize_gives_gguf_values_exactly(qtype):
     blocks, values = _weights(qtype, 37, 96, seed=1)
-    assert torch.equal(quant.dequantize(blocks, quant.GGML_TYPES[qtype], 96, torch.float32), values)
-    assert torch.equal(quant.dequantize(blocks, quant.GGML_TYPES[qtype], 96, torch.bfloat16), values.bfloat16())
+    k = values.shape[1]
+    assert torch.equal(quant.dequantize(blocks, quant.GGML_TYPES[qtype], k, torch.float32), values)
+    assert torch.equal(quant.dequantize(blocks, quant.GGML_TYPES[qtype], k, torch.bfloat16), values.bfloat16())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
@@ -61,7 +70,7 @@ def test_dequantize_gives_gguf_values_exactly(qtype):
 @pytest.mark.parametrize("qtype", TYPES)
 def test_quant_linear_matches_the_dequantized_product(qtype, rows, dtype, isa):
     blocks, values = _weights(qtype, 37, 160, seed=rows)
-    x = torch.randn(rows, 160, generator=torch.Generator().manual_seed(rows)).to(dtype)
+    x = torch.randn(rows, values.shape[1], generator=torch.Generator().manual_seed(rows)).to(dtype)
     got = quant.quant_linear(x, blocks, quant.GGML_TYPES[qtype])
     assert got.dtype == dtype and got.shape == (rows, 37)
     want = x.double() @ values.double().T
@@ -90,7 +99,9 @@ def test_bad_inputs_are_refused():
     with pytest.raises(RuntimeError, match="do not hold"):
         quant.quant_linear(torch.randn(1, 64), blocks, 3)
     with pytest.raises(RuntimeError, match="unsupported GGML type"):
-        quant.quant_linear(torch.randn(1, 64), blocks, 12)
+        quant.quant_linear(torch.randn(1, 64), blocks, 10)  # Q2_K: not served as blocks
+    with pytest.raises(RuntimeError, match="not one repacked here"):
+        quant.repack(torch.zeros(2, 144, dtype=torch.uint8), 12)  # the K-quants are unpacked in Python
 
 
 def test_logits_of_equals_matmul_at_those_places():
@@ -113,7 +124,7 @@ def _tiny_gguf(tmp_path, kind: str, qtype: str):
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])  # q/k rows permuted and untied; biases and tied
-@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("qtype", [t for t in TYPES if t not in K_QUANTS])  # gguf-py quantizes these
 def test_tiny_models_on_blocks_match_the_dequantized_model(tmp_path, kind, qtype):
     from runner_driver import RunnerDriver, make_runner
 
@@ -125,6 +136,36 @@ def test_tiny_models_on_blocks_match_the_dequantized_model(tmp_path, kind, qtype
     assert layer.self_attn.qkv_proj.weight.numel() == 0  # the dequantized copy is not kept
     assert isinstance(blocks.model.lm_head_packed, QuantizedWeight)
     assert not dense.model.layers[0].self_attn.qkv_proj.quantized
+    prompts = [[5, 9, 17, 33, 2, 101, 64, 8], [70, 3]]
+    got, want = RunnerDriver(blocks), RunnerDriver(dense)
+    for a, b in zip(got.prefill(prompts), want.prefill(prompts)):
+        assert _rel(a, b) < MODEL_REL
+    for step in range(3):
+        a, b = got.decode([0, 1], [step, 40 + step]), want.decode([0, 1], [step, 40 + step])
+        assert _rel(a, b) < MODEL_REL
+
+
+def test_a_q4_k_m_like_file_is_served_as_blocks(tmp_path):
+    """Q4_K_M's mix (Q4_K attention and gate/up, Q6_K down projections and output, a Q8_0
+    embedding) on a tiny Llama (q/k rows permuted, as llama.cpp writes them): every matrix served
+    as blocks, and the logits within MODEL_REL of the dequantized model's."""
+    from runner_driver import RunnerDriver, make_runner
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "unit"))
+    import test_gguf
+
+    config, state = test_gguf.tiny_llama(hidden_size=256, intermediate_size=512)
+    raw = {}
+    for seed, (name, tensor) in enumerate(state.items()):
+        if tensor.dim() == 2 and name != "model.embed_tokens.weight":
+            qtype = Q.Q6_K if "down_proj" in name or name == "lm_head.weight" else Q.Q4_K
+            raw[name] = (random_k_quant_rows(qtype, tensor.shape[0], tensor.shape[1], seed), qtype)
+    path = write_gguf(tmp_path / "tiny-q4_k_m.gguf", state, config, Q.Q8_0, raw=raw)
+    blocks = make_runner(path, quantization="auto", max_total_tokens=512)
+    dense = make_runner(path, quantization="none", max_total_tokens=512)
+    layer = blocks.model.layers[1]
+    assert layer.self_attn.qkv_proj.packed.type_name == "Q4_K" and layer.mlp.down_proj.packed.type_name == "Q6_K"
+    assert blocks.model.lm_head_packed.type_name == "Q6_K"
     prompts = [[5, 9, 17, 33, 2, 101, 64, 8], [70, 3]]
     got, want = RunnerDriver(blocks), RunnerDriver(dense)
     for a, b in zip(got.prefill(prompts), want.prefill(prompts)):

@@ -28,7 +28,7 @@ def _randomize(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
 
 
 def tiny_llama(seed: int = 0, **overrides):
-    config = transformers.LlamaConfig(
+    settings = dict(
         vocab_size=128,
         hidden_size=64,
         intermediate_size=96,
@@ -39,8 +39,8 @@ def tiny_llama(seed: int = 0, **overrides):
         rms_norm_eps=1e-5,
         rope_theta=50000.0,
         tie_word_embeddings=False,
-        **overrides,
     )
+    config = transformers.LlamaConfig(**{**settings, **overrides})
     return config, _randomize(transformers.LlamaForCausalLM(config), seed)
 
 
