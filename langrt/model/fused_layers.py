@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from langrt.model import quant
+from langrt.model.quant import StackedQuantizedWeight
 from langrt.model.layers import PACKED_MAX_ROWS, Linear, _load_cpu_kernels
 
 ENV = "LANGRT_CPU_FUSED_LAYERS"
@@ -63,7 +64,10 @@ def layer_tensors(model) -> LayerTensors | None:
 
 
 def _servable(module: Linear, dtype: torch.dtype) -> bool:
-    return module.quantized or (module.weight.dtype == dtype and module.weight.dim() == 2)
+    """Blocks of one type (the C++ op takes one type per matrix), or a plain weight in `dtype`."""
+    if module.quantized:
+        return not isinstance(module.packed, StackedQuantizedWeight)
+    return module.weight.dtype == dtype and module.weight.dim() == 2
 
 
 def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torch.Tensor, torch.Tensor] | None:

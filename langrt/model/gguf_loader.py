@@ -59,7 +59,8 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
-# Matrices one fused projection of langrt's model holds: served as blocks only if all share a type.
+# Matrices one fused projection of langrt's model holds: served as blocks only if all are blocks
+# (of one type or several: langrt.model.quant.StackedQuantizedWeight).
 _FUSED_GROUPS = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 # Tensors that carry no parameter: llama3 rope factors (folded into `rope_scaling`).
@@ -227,8 +228,7 @@ class GGUFFile:
         for layer in range(self._hf_config["num_hidden_layers"]):
             for group in _FUSED_GROUPS:
                 names = [f"blk.{layer}.{part}.weight" for part in group]
-                types = {self.tensors[n].ggml_type for n in names if n in self.tensors}
-                if len(types) != 1 or not all(n in kept for n in names if n in self.tensors):
+                if not all(n in kept for n in names if n in self.tensors):
                     kept.difference_update(names)
         return kept
 

@@ -23,7 +23,7 @@ from torch import nn
 
 from langrt.cpu_features import bf16_gemm_packing
 from langrt.errors import ModelLoadError
-from langrt.model.quant import QuantizedWeight, row_bytes
+from langrt.model.quant import QuantizedWeight, stack_parts
 
 
 class RMSNorm(nn.Module):
@@ -77,6 +77,7 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
         self.packed: torch.Tensor | QuantizedWeight | None = None
+        self._parts: dict[int, QuantizedWeight] | None = None  # quantized rows by offset, while loading
 
     @property
     def weights(self) -> tuple[torch.Tensor, torch.Tensor | QuantizedWeight | None]:
@@ -97,17 +98,17 @@ class Linear(nn.Module):
 
     def fill_quantized(self, offset: int, part: QuantizedWeight) -> None:
         """Rows offset.. of W from quantized blocks. The first part turns this layer quantized
-        (its plain weight is dropped); every part must have the first one's type."""
-        out_features, in_features = self.weight.shape if not self.quantized else self.packed.shape
-        if part.in_features != in_features or offset + part.out_features > out_features:
-            raise ModelLoadError(f"quantized rows {offset}+{part.shape} do not fit a [{out_features}, {in_features}] layer")
-        if not self.quantized:
-            data = torch.empty((out_features, row_bytes(part.ggml_type, in_features)), dtype=torch.uint8)
-            self.packed = QuantizedWeight(data, part.ggml_type, in_features)
+        (its plain weight is dropped); once the parts cover W it is served (stack_parts)."""
+        if self._parts is None:
+            self._parts, self._shape = {}, tuple(self.weight.shape)
             self.weight = nn.Parameter(torch.empty(0, dtype=self.weight.dtype), requires_grad=False)
-        if part.ggml_type != self.packed.ggml_type:
-            raise ModelLoadError(f"a fused layer mixes {self.packed.type_name} and {part.type_name} blocks")
-        self.packed.data.narrow(0, offset, part.out_features).copy_(part.data)
+        out_features, in_features = self._shape
+        if part.in_features != in_features or offset + part.out_features > out_features or offset in self._parts:
+            raise ModelLoadError(f"quantized rows {offset}+{part.shape} do not fit a [{out_features}, {in_features}] layer")
+        self._parts[offset] = part
+        if sum(p.out_features for p in self._parts.values()) == out_features:
+            self.packed = stack_parts([self._parts[k] for k in sorted(self._parts)])
+            self._parts = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, self.packed)

@@ -10,7 +10,7 @@ the same blocks (Q8_0; Q4_1 with a Q8_0 LM head), so both take one set of kernel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -93,14 +93,19 @@ class QuantizedWeight:
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, in] -> x W^T [T, out] in x's dtype (float32 or bfloat16)."""
-        from kernels.cpu.quant import quant_linear
-
         single_decode_row = _decode_pass and x.shape[0] == 1
         if self.dense is not None and not single_decode_row and x.dtype == torch.bfloat16:
             return torch.ops.mkldnn._linear_pointwise(x, self.dense, None, "none", [], "")
-        if x.stride(-1) != 1:
-            x = x.contiguous()
+        return self._blocks_matmul(x.contiguous() if x.stride(-1) != 1 else x)
+
+    def _blocks_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        from kernels.cpu.quant import quant_linear
+
         return quant_linear(x, self.data, self.ggml_type)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel()
 
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
         """The weight's values, [out, in] in `dtype` (exact in float32)."""
@@ -120,8 +125,46 @@ class QuantizedWeight:
             out[places] = part[0]
         return out
 
-    def narrow_rows(self, start: int, length: int) -> "QuantizedWeight":
-        return QuantizedWeight(self.data.narrow(0, start, length), self.ggml_type, self.in_features)
+
+
+@dataclass(eq=False)
+class StackedQuantizedWeight(QuantizedWeight):
+    """A fused matrix whose row ranges are blocks of different types (Q4_K_M files keep some
+    layers' v projection in Q6_K beside Q4_K q and k): each part multiplies its own rows and the
+    outputs sit side by side. `data` is empty; `ggml_type` is the first part's."""
+
+    parts: list[QuantizedWeight] = field(default_factory=list)
+
+    @property
+    def out_features(self) -> int:
+        return sum(p.out_features for p in self.parts)
+
+    @property
+    def type_name(self) -> str:
+        return "+".join(dict.fromkeys(p.type_name for p in self.parts))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def _blocks_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([p._blocks_matmul(x) for p in self.parts], dim=-1)
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        return torch.cat([p.dequantize(dtype) for p in self.parts])
+
+    def logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.matmul(hidden[r : r + 1])[0, t] for r, t in zip(rows.tolist(), token_ids.tolist())])
+
+
+def stack_parts(parts: list[QuantizedWeight]) -> QuantizedWeight:
+    """Row ranges of one matrix, in order, as one weight: their rows joined where they share a type."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    if all(p.ggml_type == first.ggml_type for p in parts):
+        return QuantizedWeight(torch.cat([p.data for p in parts]), first.ggml_type, first.in_features)
+    return StackedQuantizedWeight(torch.empty(0, dtype=torch.uint8), first.ggml_type, first.in_features, parts=list(parts))
 
 
 def quantize_blocks(weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
@@ -171,15 +214,11 @@ def describe_blocks(model) -> str:
     weights += [head] if isinstance(head, QuantizedWeight) and head not in weights else []
     copies = sum(w.dense is not None for w in weights)
     types = sorted({w.type_name for w in weights})
-    line = f"{len(weights)} matrices served as {'/'.join(types)} blocks ({sum(w.data.numel() for w in weights) / 1e6:.0f} MB)"
+    line = f"{len(weights)} matrices served as {'/'.join(types)} blocks ({sum(w.nbytes for w in weights) / 1e6:.0f} MB)"
     if copies:
         copy_mb = 2 * sum(w.out_features * w.in_features for w in weights) / 1e6
         line += f"; bfloat16 copies ({copy_mb:.0f} MB) for every pass but single-request decodes, where oneDNN's GEMM is faster"
     return line
-
-
-def row_bytes(ggml_type: int, in_features: int) -> int:
-    return in_features // BLOCK * BLOCK_TYPES[ggml_type][1]
 
 
 def plain_quantization(args, source) -> tuple[str | None, str]:

@@ -146,9 +146,10 @@ def test_tiny_models_on_blocks_match_the_dequantized_model(tmp_path, kind, qtype
 
 
 def test_a_q4_k_m_like_file_is_served_as_blocks(tmp_path):
-    """Q4_K_M's mix (Q4_K attention and gate/up, Q6_K down projections and output, a Q8_0
-    embedding) on a tiny Llama (q/k rows permuted, as llama.cpp writes them): every matrix served
-    as blocks, and the logits within MODEL_REL of the dequantized model's."""
+    """Q4_K_M's mix (Q4_K attention and gate/up, Q6_K down projections and output, and in some
+    layers a Q6_K v projection beside Q4_K q and k; a Q8_0 embedding) on a tiny Llama (q/k rows
+    permuted, as llama.cpp writes them): every matrix served as blocks, and the logits within
+    MODEL_REL of the dequantized model's."""
     from runner_driver import RunnerDriver, make_runner
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "unit"))
@@ -158,13 +159,15 @@ def test_a_q4_k_m_like_file_is_served_as_blocks(tmp_path):
     raw = {}
     for seed, (name, tensor) in enumerate(state.items()):
         if tensor.dim() == 2 and name != "model.embed_tokens.weight":
-            qtype = Q.Q6_K if "down_proj" in name or name == "lm_head.weight" else Q.Q4_K
+            more_bits = "down_proj" in name or name == "lm_head.weight" or "layers.0.self_attn.v_proj" in name
+            qtype = Q.Q6_K if more_bits else Q.Q4_K
             raw[name] = (random_k_quant_rows(qtype, tensor.shape[0], tensor.shape[1], seed), qtype)
     path = write_gguf(tmp_path / "tiny-q4_k_m.gguf", state, config, Q.Q8_0, raw=raw)
     blocks = make_runner(path, quantization="auto", max_total_tokens=512)
     dense = make_runner(path, quantization="none", max_total_tokens=512)
     layer = blocks.model.layers[1]
     assert layer.self_attn.qkv_proj.packed.type_name == "Q4_K" and layer.mlp.down_proj.packed.type_name == "Q6_K"
+    assert blocks.model.layers[0].self_attn.qkv_proj.packed.type_name == "Q4_K+Q6_K"  # q, k | v
     assert blocks.model.lm_head_packed.type_name == "Q6_K"
     prompts = [[5, 9, 17, 33, 2, 101, 64, 8], [70, 3]]
     got, want = RunnerDriver(blocks), RunnerDriver(dense)
