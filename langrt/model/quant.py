@@ -63,9 +63,14 @@ class QuantizedWeight:
 
     @classmethod
     def quantize(cls, weight: torch.Tensor, ggml_type: int) -> "QuantizedWeight":
-        """From plain values [out, in] (in a multiple of 32), rounded into blocks as llama.cpp's
-        quantizer rounds them (see quantize_blocks)."""
-        rows = torch.cat([quantize_blocks(part, ggml_type) for part in weight.detach().split(4096)])
+        """From plain values [out, in] (in a multiple of 32), rounded into blocks by gguf-py's
+        quantizer (llama.cpp's rounding), 4,096 rows at a time."""
+        import gguf
+        import numpy as np
+
+        qtype = gguf.GGMLQuantizationType(ggml_type)
+        parts = [gguf.quants.quantize(part.float().numpy(), qtype) for part in weight.detach().split(4096)]
+        rows = torch.from_numpy(np.concatenate(parts).reshape(weight.shape[0], -1))
         return cls.from_gguf(rows, ggml_type, weight.shape[1])
 
     @property
@@ -165,35 +170,6 @@ def stack_parts(parts: list[QuantizedWeight]) -> QuantizedWeight:
     if all(p.ggml_type == first.ggml_type for p in parts):
         return QuantizedWeight(torch.cat([p.data for p in parts]), first.ggml_type, first.in_features)
     return StackedQuantizedWeight(torch.empty(0, dtype=torch.uint8), first.ggml_type, first.in_features, parts=list(parts))
-
-
-def quantize_blocks(weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
-    """[N, K] values -> GGUF's blocks of `ggml_type` (Q8_0 or Q4_1), uint8 [N, K / 32 * block bytes].
-
-    Q8_0: d = max|w| / 127, q = round(w / d), stored as fp16 d and 32 int8. Q4_1: d = (max - min)
-    / 15, m = min, q = the nearest of 0..15 to (w - m) / d, stored as fp16 d, fp16 m and 16 bytes
-    whose low nibbles are weights 0-15 and high nibbles 16-31. The integers come from the float32
-    scale and the stored scale is its fp16 rounding, as in llama.cpp."""
-    n, k = weight.shape
-    if k % BLOCK:
-        raise ValueError(f"quantize_blocks: {k} columns are not a whole number of blocks of {BLOCK}")
-    blocks = weight.float().reshape(n, k // BLOCK, BLOCK)
-    out = torch.empty(n, k // BLOCK, BLOCK_TYPES[ggml_type][1], dtype=torch.uint8)
-    if ggml_type == Q8_0:
-        d = blocks.abs().amax(-1, keepdim=True) / 127
-        q = (blocks * torch.where(d > 0, 1 / d, 0)).round().clamp(-127, 127).to(torch.int8)
-        out[..., :2] = d.half().view(torch.uint8)
-        out[..., 2:] = q.view(torch.uint8)
-    elif ggml_type == Q4_1:
-        low, high = blocks.amin(-1, keepdim=True), blocks.amax(-1, keepdim=True)
-        d = (high - low) / 15
-        q = ((blocks - low) * torch.where(d > 0, 1 / d, 0) + 0.5).floor().clamp(0, 15).to(torch.uint8)
-        out[..., :2] = d.half().view(torch.uint8)
-        out[..., 2:4] = low.half().view(torch.uint8)
-        out[..., 4:] = q[..., :16] | (q[..., 16:] << 4)
-    else:
-        raise ValueError(f"quantize_blocks: GGML type {ggml_type} is not one langrt quantizes to (Q8_0, Q4_1)")
-    return out.reshape(n, -1)
 
 
 def dense_copy_budget() -> int:

@@ -123,19 +123,10 @@ def _tiny_gguf(tmp_path, kind: str, qtype: str):
     return write_gguf(tmp_path / f"{kind}-{qtype}.gguf", state, config, Q[qtype])
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])  # q/k rows permuted and untied; biases and tied
-@pytest.mark.parametrize("qtype", [t for t in TYPES if t not in K_QUANTS])  # gguf-py quantizes these
-def test_tiny_models_on_blocks_match_the_dequantized_model(tmp_path, kind, qtype):
-    from runner_driver import RunnerDriver, make_runner
+def _assert_logits_agree(blocks, dense) -> None:
+    """Two prompts, then three decode steps: logits within MODEL_REL of each other."""
+    from runner_driver import RunnerDriver
 
-    path = _tiny_gguf(tmp_path, kind, qtype)
-    blocks = make_runner(path, quantization="auto", max_total_tokens=512)
-    dense = make_runner(path, quantization="none", max_total_tokens=512)
-    layer = blocks.model.layers[0]
-    assert layer.self_attn.qkv_proj.quantized and layer.mlp.down_proj.quantized
-    assert layer.self_attn.qkv_proj.weight.numel() == 0  # the dequantized copy is not kept
-    assert isinstance(blocks.model.lm_head_packed, QuantizedWeight)
-    assert not dense.model.layers[0].self_attn.qkv_proj.quantized
     prompts = [[5, 9, 17, 33, 2, 101, 64, 8], [70, 3]]
     got, want = RunnerDriver(blocks), RunnerDriver(dense)
     for a, b in zip(got.prefill(prompts), want.prefill(prompts)):
@@ -145,12 +136,28 @@ def test_tiny_models_on_blocks_match_the_dequantized_model(tmp_path, kind, qtype
         assert _rel(a, b) < MODEL_REL
 
 
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])  # q/k rows permuted and untied; biases and tied
+@pytest.mark.parametrize("qtype", [t for t in TYPES if t not in K_QUANTS])  # gguf-py quantizes these
+def test_tiny_models_on_blocks_match_the_dequantized_model(tmp_path, kind, qtype):
+    from runner_driver import make_runner
+
+    path = _tiny_gguf(tmp_path, kind, qtype)
+    blocks = make_runner(path, quantization="auto", max_total_tokens=512)
+    dense = make_runner(path, quantization="none", max_total_tokens=512)
+    layer = blocks.model.layers[0]
+    assert layer.self_attn.qkv_proj.quantized and layer.mlp.down_proj.quantized
+    assert layer.self_attn.qkv_proj.weight.numel() == 0  # the dequantized copy is not kept
+    assert isinstance(blocks.model.lm_head_packed, QuantizedWeight)
+    assert not dense.model.layers[0].self_attn.qkv_proj.quantized
+    _assert_logits_agree(blocks, dense)
+
+
 def test_a_q4_k_m_like_file_is_served_as_blocks(tmp_path):
     """Q4_K_M's mix (Q4_K attention and gate/up, Q6_K down projections and output, and in some
     layers a Q6_K v projection beside Q4_K q and k; a Q8_0 embedding) on a tiny Llama (q/k rows
     permuted, as llama.cpp writes them): every matrix served as blocks, and the logits within
     MODEL_REL of the dequantized model's."""
-    from runner_driver import RunnerDriver, make_runner
+    from runner_driver import make_runner
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "unit"))
     import test_gguf
@@ -169,13 +176,7 @@ def test_a_q4_k_m_like_file_is_served_as_blocks(tmp_path):
     assert layer.self_attn.qkv_proj.packed.type_name == "Q4_K" and layer.mlp.down_proj.packed.type_name == "Q6_K"
     assert blocks.model.layers[0].self_attn.qkv_proj.packed.type_name == "Q4_K+Q6_K"  # q, k | v
     assert blocks.model.lm_head_packed.type_name == "Q6_K"
-    prompts = [[5, 9, 17, 33, 2, 101, 64, 8], [70, 3]]
-    got, want = RunnerDriver(blocks), RunnerDriver(dense)
-    for a, b in zip(got.prefill(prompts), want.prefill(prompts)):
-        assert _rel(a, b) < MODEL_REL
-    for step in range(3):
-        a, b = got.decode([0, 1], [step, 40 + step]), want.decode([0, 1], [step, 40 + step])
-        assert _rel(a, b) < MODEL_REL
+    _assert_logits_agree(blocks, dense)
 
 
 @pytest.mark.slow
@@ -206,7 +207,7 @@ def test_bf16_passes_of_several_rows_use_the_dense_copy(tmp_path):
     passes of several rows) the copy, the dequantized model's own GEMM."""
     from langrt.model import quant as model_quant
 
-    from runner_driver import RunnerDriver, make_runner
+    from runner_driver import make_runner
 
     path = _tiny_gguf(tmp_path, "llama", "Q4_1")
     blocks = make_runner(path, "bfloat16", quantization="auto", max_total_tokens=512)

@@ -1,12 +1,12 @@
 """--quantization int8 / int4 on plain (safetensors) weights: quantized at load into GGUF's Q8_0 /
-Q4_1 blocks and served by the same kernels as GGUF files.
+Q4_1 blocks (by gguf-py's quantizer, llama.cpp's rounding) and served by the same kernels as GGUF
+files.
 
-The quantizer is checked byte for byte against gguf-py's (llama.cpp's rounding); a quantized
-model's logits against the same model with its weights replaced by the blocks' values (what is
-left is the kernels' own error: within 5e-4 relative through a tiny model in float32, as for GGUF
-files in test_quant_linear.py); the built-in model,
-saved as safetensors and quantized at load, still answers "Paris"; and what cannot be served is
-refused with a reason.
+The served values are checked against gguf-py's blocks; a quantized model's logits against the
+same model with its weights replaced by the blocks' values (what is left is the kernels' own
+error: within 5e-4 relative through a tiny model in float32, as for GGUF files in
+test_quant_linear.py); the built-in model, saved as safetensors and quantized at load, still
+answers "Paris"; and what cannot be served is refused with a reason.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from kernels.cpu import quant
 from langrt.errors import ModelLoadError
 from langrt.model.layers import Linear
-from langrt.model.quant import PLAIN_QUANTIZATIONS, Q4_1, Q8_0, QuantizedWeight, quantize_blocks
+from langrt.model.quant import PLAIN_QUANTIZATIONS, Q4_1, Q8_0, QuantizedWeight
 from langrt.server_args import ServerArgs
 from runner_driver import RunnerDriver, make_runner
 
@@ -38,16 +38,20 @@ def _weights(seed: int, shape=(48, 256)) -> torch.Tensor:
     return w
 
 
+@needs_kernels
 @pytest.mark.parametrize("ggml_type", [Q8_0, Q4_1], ids=["Q8_0", "Q4_1"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_quantizer_writes_gguf_pys_bytes(ggml_type, seed):
+def test_quantized_weights_hold_gguf_pys_values(ggml_type, seed):
+    """What QuantizedWeight.quantize serves (quantized in chunks of 4,096 rows, then repacked) is
+    exactly the values of gguf-py's blocks for the whole matrix."""
     from gguf import GGMLQuantizationType
-    from gguf.quants import quantize
+    from gguf.quants import dequantize, quantize
 
-    w = _weights(seed)
-    ours = quantize_blocks(w, ggml_type).numpy()
-    theirs = quantize(w.numpy(), GGMLQuantizationType(ggml_type))
-    assert ours.shape == theirs.shape and np.array_equal(ours, theirs)
+    w = torch.cat([_weights(seed), _weights(seed + 10, (4100, 256))])  # past one chunk
+    got = QuantizedWeight.quantize(w, ggml_type).dequantize(torch.float32).numpy()
+    qtype = GGMLQuantizationType(ggml_type)
+    want = dequantize(quantize(w.numpy(), qtype), qtype).reshape(w.shape)
+    assert np.array_equal(got, want)
 
 
 @needs_kernels
