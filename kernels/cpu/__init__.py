@@ -4,7 +4,7 @@ add + RMSNorm, rotary, SiLU-and-mul).
 
 The sources are written in vec.h's helpers and built once per instruction set: for AVX-512F
 (16 floats a vector) where the CPU has it and torch dispatches to it, else for AVX2 + FMA (8; any
-x86-64 since 2013-2015), else as plain C++ on 8-float vectors (`scalar`: NEON on ARM, what the
+x86-64 since 2013-2015), else as plain C++ on 4-float vectors (`scalar`: NEON on ARM, what the
 compiler makes of it elsewhere). Each is one library, compiled on first use with torch's extension
 builder (g++ and ninja; ~20 s) and cached under torch's extension directory
 ($TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), so later processes load it in well
@@ -77,7 +77,8 @@ def paged_attention():
     paged_attention(q [T, H, D], k, v [S, Hkv, D], req_to_token [R, C] int32, rows, reqs [N] int64,
     starts, ends [N] int32, out [T, H, D], scale): for each i, row rows[i] of out gets row rows[i]
     of q attending to the keys at req_to_token[reqs[i], starts[i]:ends[i]]."""
-    return torch_ops().paged_attention if _ready() else None
+    ops = _ops()
+    return None if ops is None else ops.paged_attention
 
 
 def layer_ops() -> SimpleNamespace | None:
@@ -87,7 +88,11 @@ def layer_ops() -> SimpleNamespace | None:
     rms_norm(x [N, hidden], weight, eps, residual=None) -> norm(x), or with residual
         (norm(x + residual), x + residual); rotary(x [T, heads, D], None, cos, sin [T, D/2]) rotates
         x in place; silu_and_mul(gate_up [T, 2I]) -> [T, I]."""
-    return SimpleNamespace(rms_norm=_rms_norm, rotary=_rotary, silu_and_mul=_silu_and_mul) if _ready() else None
+    ops = _ops()
+    if ops is None:
+        return None
+    bound = functools.partial
+    return SimpleNamespace(rms_norm=bound(_rms_norm, ops), rotary=bound(_rotary, ops), silu_and_mul=bound(_silu_and_mul, ops))
 
 
 def reset() -> None:
@@ -100,12 +105,15 @@ def torch_ops():
     return getattr(torch.ops, LIBRARIES[isa()][1])
 
 
-def _ready() -> bool:
-    return _library_ready(unavailable_reason(), isa())
+def _ops():
+    """torch_ops() once the library is built and loaded; None where it cannot be used. The ops
+    are looked up here, once: the wrappers layer_ops() returns carry them."""
+    chosen = isa()
+    return getattr(torch.ops, LIBRARIES[chosen][1]) if _library_ready(unavailable_reason(), chosen) else None
 
 
 @functools.cache
-def _library_ready(reason: str | None, chosen: str | None) -> bool:
+def _library_ready(reason: str | None, chosen: str) -> bool:
     reason = reason or build_failure(lambda: _build(chosen))
     if reason is None:
         return True
@@ -123,22 +131,22 @@ def build_failure(build) -> str | None:
         return f"could not build it ({type(exc).__name__}: {last_line})"
 
 
-def _rms_norm(x, weight, eps: float, residual=None):
+def _rms_norm(ops, x, weight, eps: float, residual=None):
     out = torch.empty(x.shape, dtype=x.dtype)
     summed = None if residual is None else torch.empty(x.shape, dtype=x.dtype)
-    torch_ops().rms_norm(x, weight, eps, residual, out, summed)
+    ops.rms_norm(x, weight, eps, residual, out, summed)
     return out if residual is None else (out, summed)
 
 
-def _rotary(x, k, cos, sin) -> None:
+def _rotary(ops, x, k, cos, sin) -> None:
     if k is not None:
         raise ValueError("the CPU rotary takes q and k as one tensor (k=None)")
-    torch_ops().rotary(x, cos, sin)
+    ops.rotary(x, cos, sin)
 
 
-def _silu_and_mul(gate_up):
+def _silu_and_mul(ops, gate_up):
     out = torch.empty((gate_up.shape[0], gate_up.shape[1] // 2), dtype=gate_up.dtype)
-    torch_ops().silu_and_mul(gate_up, out)
+    ops.silu_and_mul(gate_up, out)
     return out
 
 
