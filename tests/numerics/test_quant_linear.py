@@ -207,7 +207,7 @@ def test_bf16_passes_of_several_rows_use_the_dense_copy(tmp_path):
     passes of several rows) the copy, the dequantized model's own GEMM."""
     from langrt.model import quant as model_quant
 
-    from runner_driver import make_runner
+    from runner_driver import RunnerDriver, make_runner
 
     path = _tiny_gguf(tmp_path, "llama", "Q4_1")
     blocks = make_runner(path, "bfloat16", quantization="auto", max_total_tokens=512)
