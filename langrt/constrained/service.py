@@ -67,13 +67,38 @@ class _Worker:
         self.process.wait(5)
 
 
+class FutureCache:
+    """The futures of the last `size` specs asked for, least recently asked dropped first (touched
+    by the scheduler thread and a compile thread, hence the lock)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._futures: OrderedDict[GrammarSpec, Future] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, spec: GrammarSpec) -> tuple[Future, bool]:
+        """(`spec`'s future, whether it is new: then the caller must compile it)."""
+        with self._lock:
+            future = self._futures.get(spec)
+            if future is not None:
+                self._futures.move_to_end(spec)
+                return future, False
+            future = self._futures[spec] = Future()
+            if len(self._futures) > self.size:
+                self._futures.popitem(last=False)
+            return future, True
+
+    def forget(self, spec: GrammarSpec) -> None:
+        with self._lock:
+            self._futures.pop(spec, None)
+
+
 class GrammarService:
     def __init__(self, vocab: TokenVocabulary, timeout_s: float = COMPILE_TIMEOUT_S, cache_size: int = CACHE_SIZE):
         self.vocab = vocab
         self.timeout_s = timeout_s
         self.cache_size = cache_size
-        self._cache: OrderedDict[GrammarSpec, Future] = OrderedDict()
-        self._lock = threading.Lock()  # the cache is touched by the scheduler and the compile thread
+        self._cache = FutureCache(cache_size)
         self._jobs: queue.Queue = queue.Queue()
         self._worker: _Worker | None = None
         self._rules = RuleCache()  # touched by the compile thread only
@@ -82,16 +107,9 @@ class GrammarService:
 
     def submit(self, spec: GrammarSpec) -> Future:
         """A future Grammar for `spec` (shared with every earlier request for the same spec)."""
-        with self._lock:
-            future = self._cache.get(spec)
-            if future is not None:
-                self._cache.move_to_end(spec)
-                return future
-            future = Future()
-            self._cache[spec] = future
-            if len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        self._jobs.put((spec, future))
+        future, new = self._cache.get(spec)
+        if new:
+            self._jobs.put((spec, future))
         return future
 
     def _run(self) -> None:
@@ -107,8 +125,7 @@ class GrammarService:
                 logger.exception("grammar compile failed")
                 future.set_exception(InvalidRequest(f"grammar compile failed: {e}", param="regex"))
             if future.exception() is not None:
-                with self._lock:
-                    self._cache.pop(spec, None)  # a later request may retry (e.g. after a timeout)
+                self._cache.forget(spec)  # a later request may retry (e.g. after a timeout)
 
     def _grammar(self, spec: GrammarSpec) -> Grammar:
         source = spec.translate()
