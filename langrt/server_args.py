@@ -16,6 +16,7 @@ LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 QUANTIZATIONS = ("auto", "none", "int8", "int4", "fp8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
+GRAMMAR_BACKENDS = ("langrt", "xgrammar", "llguidance")
 
 
 def _flag(help: str, choices: tuple[str, ...] | None = None, **kw):
@@ -37,6 +38,7 @@ class ServerArgs:
     chunked_prefill_size: int | None = _flag("prompt tokens computed per forward pass at most; longer prompts are prefilled in chunks (-1: no limit); default 8192 cuda, 2048 cpu", default=None)
     disable_radix_cache: bool = _flag("do not reuse KV across requests (the baseline for benchmarks)", default=False)
     grammar_compile_timeout: float = _flag("seconds a grammar may take to compile before its request fails (a regex whose automaton explodes)", default=10.0)
+    grammar_backend: str = _flag("engine for regex / json_schema / ebnf / choices / structural_tag constraints: langrt's own (the only one with jump-forward), or the xgrammar or llguidance package (docs/grammar_backends.md)", GRAMMAR_BACKENDS, default="langrt")
     disable_jump_forward: bool = _flag("decode grammar-forced text token by token instead of appending it in one step", default=False)
     schedule_policy: str = _flag("admission order of waiting requests", SCHEDULE_POLICIES, default="lpm")
     max_queued_requests: int = _flag("requests waiting beyond the running batch at most; more get HTTP 503", default=4096)
@@ -83,6 +85,11 @@ class ServerArgs:
             raise ValueError(f"--port must be in 1..65535; got {self.port}")
         if not self.grammar_compile_timeout > 0:
             raise ValueError(f"--grammar-compile-timeout must be positive; got {self.grammar_compile_timeout}")
+        from langrt.constrained.backend import missing_package
+
+        missing = missing_package(self.grammar_backend)
+        if missing is not None:
+            raise ValueError(missing)
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
             raise ValueError(f"--mem-fraction-static must be in (0, 1); got {self.mem_fraction_static}")
 

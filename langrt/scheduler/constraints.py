@@ -2,11 +2,12 @@
 masking and advancing of grammar matchers.
 
 A request with a regex / JSON schema / choices waits in the GrammarQueue until its grammar is
-compiled (off the scheduler thread, see constrained/service.py); only then does it join the
-waiting queue. A compile failure fails that request alone.
+compiled (off the scheduler thread, by the --grammar-backend engine: constrained/backend.py);
+only then does it join the waiting queue. A compile failure fails that request alone.
 
 Jump-forward asks the request's matcher (constrained/jump_forward.py) and adds what belongs to
 the request: its budget (max_new_tokens), whether it is finished, whether it wants logprobs.
+Matchers of the other engines draft nothing, so their requests decode token by token.
 """
 
 from __future__ import annotations
@@ -75,20 +76,18 @@ def mask_logits(reqs: list[Req], logits: torch.Tensor) -> None:
     apply_token_bitmask(logits, bitmask.to(logits.device), torch.tensor(rows, device=logits.device))
 
 
-def advance_grammar(req: Req, token: int, eos_token_id: int | None) -> int | None:
-    """Feed the sampled token to the request's matcher (which learns it as its grammar's
+def advance_grammar(req: Req, token: int, eos_token_id: int | None) -> None:
+    """Feed the sampled token to the request's matcher (langrt's learns it as its grammar's
     spelling there, for jump-forward drafts); finish the request when its grammar is complete
-    and admits nothing more (generation stops, type `stop`). Returns the matcher's state before
-    the token (None for an unconstrained or finished request)."""
+    and admits nothing more (generation stops, type `stop`). Nothing for an unconstrained or
+    finished request."""
     matcher = req.matcher
     if matcher is None or req.finished:
-        return None
-    before = matcher.state
+        return
     if not matcher.accept_sampled(token):
         raise RuntimeError(f"request {req.rid}: sampled token {token} that its grammar forbids")
     if matcher.is_terminated():
         req.finish(FinishReason.by_stop(token if token in matcher.grammar.vocab.eos_token_ids else eos_token_id))
-    return before
 
 
 def certain_tail(req: Req) -> list[int]:

@@ -103,7 +103,7 @@ class Req:
     decoder: IncrementalDecoder | None = None  # only when stop strings need the text
     stop_patterns: list | None = None  # params.stop_regex, compiled on first use
     text_end: int | None = None  # a stop string matched: the output text ends here
-    matcher: Any = None  # a GrammarMatcher when the output is constrained
+    matcher: Any = None  # a grammar matcher (constrained/backend.GrammarMatcherLike) when the output is constrained
     draft_ids: list[int] = field(default_factory=list)  # jump-forward proposals, not yet output
     input_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     output_logprobs: LogprobRecord = field(default_factory=LogprobRecord)

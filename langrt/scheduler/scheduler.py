@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from langrt.constrained.backend import prechecked
 from langrt.constrained.spec import GrammarSpec
 from langrt.errors import InvalidRequest
 from langrt.scheduler.constraints import GrammarQueue
@@ -78,6 +79,7 @@ class Scheduler:
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.grammar_queue = GrammarQueue(self._make_grammar_service)
         self.grammar_timeout_s = args.grammar_compile_timeout
+        self.grammar_backend = args.grammar_backend
         self.failed: list[tuple[Req, InvalidRequest]] = []  # refused after arrival (grammar errors)
         self.stats = SchedulerStats()
         self.emitter = TokenEmitter(self.stop_checker, tokenizer, not args.disable_jump_forward, self.stats)
@@ -88,7 +90,7 @@ class Scheduler:
 
     def validate(self, req: Req) -> None:
         """Refuse what can never run: raise InvalidRequest / CapacityExceeded naming the cause."""
-        validate_request(req.input_ids, req.params, self.limits)
+        validate_request(req.input_ids, req.params, self.limits, grammar=prechecked(self.grammar_backend))
 
     def add_request(self, req: Req) -> None:
         self.validate(req)
@@ -106,12 +108,12 @@ class Scheduler:
             self.grammar_queue.add(req, spec)
 
     def _make_grammar_service(self):
-        from langrt.constrained.service import GrammarService
+        from langrt.constrained.backend import make_grammar_service
         from langrt.constrained.vocab import vocabulary_from_decoder
 
         eos = self.stop_checker.eos_token_ids
         vocab = vocabulary_from_decoder(self.tokenizer, self.runner.vocab_size, eos)
-        return GrammarService(vocab, timeout_s=self.grammar_timeout_s)
+        return make_grammar_service(self.grammar_backend, vocab, self.tokenizer.encode, self.grammar_timeout_s)
 
     @property
     def has_work(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from langrt.constrained.backend import prechecked
 from langrt.errors import CapacityExceeded, InvalidRequest, Overloaded, ServerUnavailable
 from langrt.ipc import AsyncPullQueue, PushQueue
 from langrt.server.generate_input import GenerateInput
@@ -39,6 +40,18 @@ from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
+
+class CompiledOnly:
+    """The grammar check of an engine whose compile is its check (backend.prechecked): none
+    here; the scheduler's compile refuses a bad grammar with a 400."""
+
+    async def check(self, params) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
 class TokenizerManager:
     def __init__(self, args: ServerArgs, tokenizer, children: ChildProcesses):
         self.args = args
@@ -54,7 +67,9 @@ class TokenizerManager:
         self.ready: SchedulerReady | None = None
         self.limits: Limits | None = None
         self.failure: str | None = None  # why the runtime stopped serving
-        self.grammar_checker = GrammarChecker(args.grammar_compile_timeout)
+        self.grammar_checker = (
+            GrammarChecker(args.grammar_compile_timeout) if prechecked(args.grammar_backend) else CompiledOnly()
+        )
         # No token spells more characters than the longest vocabulary entry (byte-level entries
         # have one character per byte), so a text longer than context x this cannot fit: it is
         # refused before tokenizing, which runs on the event loop (~1 s per MB).
