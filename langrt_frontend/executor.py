@@ -6,6 +6,9 @@ Threads: the program body (user code) submits nodes and reads results; the worke
 nodes. Everything the two share (text, variables, meta info, messages) is guarded by `lock`,
 a Condition notified whenever text or a variable grows, so streaming readers can follow.
 Text only ever grows; `fork_start` marks where a forked child's own text begins.
+
+`gen` and `select` become native /generate payloads for a `Backend`; a `PrimitiveBackend`
+(OpenAI's API) gets them whole, with the state's `Context`, and builds its own requests.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from langrt_frontend import ir
-from langrt_frontend.backends.base import caches_prefixes
+from langrt_frontend.backends.base import Context, caches_prefixes, stream_increments, takes_native_payloads
 from langrt_frontend.config import global_config
 from langrt_frontend.params import GenParams
 from langrt_frontend.select import score_choices
@@ -72,6 +75,8 @@ class Executor:
             ir.Video: self._video,
             ir.ConcatAndAppend: self._concat_and_append,
         }
+        if not takes_native_payloads(backend):
+            self.handlers.update({ir.Gen: self._gen_primitive, ir.Select: self._select_primitive})
         if start:
             threading.Thread(target=self._work, name="langrt-frontend-state", daemon=True).start()
 
@@ -257,21 +262,24 @@ class Executor:
             payload["image_data"] = self.images[0] if len(self.images) == 1 else list(self.images)
 
     def _gen_streaming(self, name: str | None, prompt: str, payload: dict) -> None:
+        value, meta = self._stream_into(name, stream_increments(self.backend.generate_stream(payload)))
+        if meta is not None:
+            self._learn_tokens(prompt, meta)
+        if name is not None:
+            self.set(name, value, meta)
+
+    def _stream_into(self, name: str | None, pieces: Iterator[tuple[str, dict | None]]) -> tuple[str, dict | None]:
+        """Append (increment, meta or None) pieces as they come, to the text and to `name`."""
         value, meta = "", None
-        for event in self.backend.generate_stream(payload):
-            text = event["text"]
-            delta = text[len(value) :] if text.startswith(value) else text
+        for delta, piece_meta in pieces:
             value += delta
-            meta = event.get("meta_info")
+            meta = piece_meta if piece_meta is not None else meta
             with self.lock:
                 self.text += delta
                 if name is not None:
                     self.variables[name] = value
                 self.lock.notify_all()
-        if meta is not None:
-            self._learn_tokens(prompt, meta)
-        if name is not None:
-            self.set(name, value, meta)
+        return value, meta
 
     def _learn_tokens(self, prompt: str, meta: dict) -> None:
         if meta and meta.get("prompt_tokens"):
@@ -288,6 +296,31 @@ class Executor:
         decision, meta = score_choices(
             self.backend, self.text, node.choices, node.method, self._known_tokens(), self._attach_images
         )
+        self._append(decision)
+        if node.name is not None:
+            self.set(node.name, decision, meta)
+
+    # ---- a PrimitiveBackend's gen and select ---------------------------------------------------
+
+    def context(self) -> Context:
+        with self.lock:
+            role_text = self.text[self.role_start :] if self.role is not None else ""
+            return Context(self.text, tuple(dict(m) for m in self.messages), self.role, role_text, tuple(self.images))
+
+    def _gen_primitive(self, node: ir.Gen) -> None:
+        params = node.params.over(self.defaults).with_extra_stops(self.template.stop_str)
+        if self.stream and (params.n or 1) == 1:
+            value, meta = self._stream_into(node.name, self.backend.gen_stream(self.context(), params))
+        else:
+            value, meta = self.backend.gen(self.context(), params)
+            self._append(value[0] if isinstance(value, list) else value)
+        if node.name is not None:
+            self.set(node.name, value, meta)
+
+    def _select_primitive(self, node: ir.Select) -> None:
+        if node.temperature != 0:
+            raise ValueError(f"select: temperature must be 0 (choices are scored, not sampled), got {node.temperature}")
+        decision, meta = self.backend.select(self.context(), node.choices, node.method)
         self._append(decision)
         if node.name is not None:
             self.set(node.name, decision, meta)

@@ -10,7 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
-from langrt_frontend.backends.base import Backend
+from langrt_frontend.backends.base import Backend, PrimitiveBackend, takes_native_payloads
 from langrt_frontend.config import global_config
 from langrt_frontend.executor import Executor
 from langrt_frontend.params import RUN_DEFAULTS, GenParams
@@ -123,7 +123,7 @@ class SglFunction:
         (prefix, its token count) for select to start its logprobs there."""
         # Sent even to a runtime without a prefix cache: one request per batch, and the token
         # count it returns lets every item's select start its logprobs at the shared prefix's end.
-        if not global_config.enable_precache_with_tracing:
+        if not global_config.enable_precache_with_tracing or not takes_native_payloads(backend):
             return None
         prefix = shared_prefix(self, backend.chat_template, items)
         if len(prefix) < global_config.precache_min_chars:
@@ -148,8 +148,8 @@ def _backend(backend):
     backend = backend or global_config.default_backend
     if backend is None:
         raise RuntimeError("no backend: pass backend=... or call set_default_backend(RuntimeEndpoint(url))")
-    if not isinstance(backend, Backend):
-        raise TypeError(f"not a backend: {backend!r}; use RuntimeEndpoint(url), Runtime(...) or EngineBackend(...)")
+    if not isinstance(backend, (Backend, PrimitiveBackend)):
+        raise TypeError(f"not a backend: {backend!r}; use RuntimeEndpoint(url), Runtime(...), EngineBackend(...) or OpenAI(model)")
     return backend
 
 

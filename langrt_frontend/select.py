@@ -44,13 +44,20 @@ def score_choices(
     metas = [r["meta_info"] for r in responses]
     prefix_entries = metas.pop(0)["input_token_logprobs"] if prefix else []
     k = len(choices)
-    conditional = [choice_tokens(prefix_entries, m["input_token_logprobs"]) for m in metas[:k]]
-    unconditional = [m["input_token_logprobs"] for m in metas[k:]] or None
+    rows = [m["input_token_logprobs"] for m in metas]
+    outputs = [m.get("output_token_logprobs", []) for m in metas[:k]]
+    return decide(choices, method, prefix_entries, rows[:k], rows[k:] or None, outputs)
+
+
+def decide(choices: Sequence[str], method, prefix_entries: list, rows: list, unconditional=None, outputs=None) -> tuple[str, dict]:
+    """The winner and the meta info, from the prefix's entries, each `prefix + choice` row's
+    (both from the same start) and, for methods that need them, each choice's scored alone."""
+    conditional = [choice_tokens(prefix_entries, row) for row in rows]
     result = method(conditional, unconditional)
     meta = {
         "normalized_prompt_logprobs": [mean_logprob(c) for c in conditional],
         "input_token_logprobs": conditional,
-        "output_token_logprobs": [m.get("output_token_logprobs", []) for m in metas[:k]],
+        "output_token_logprobs": outputs if outputs is not None else [[] for _ in choices],
         **result.meta,
     }
     return choices[result.index], meta
