@@ -12,7 +12,8 @@ Module map: api (the functions below), ir (nodes), params (gen settings), execut
 interpreter: one thread per program state), state (ProgramState, ForkedStates), function
 (SglFunction: run, run_batch, bind), tracing (shared-prefix warm-up), select (one-request
 choice scoring), choices (choice methods), chat_template, backends/ (RuntimeEndpoint over HTTP,
-Runtime = a launched server, EngineBackend = an in-process langrt.Engine).
+Runtime = a launched server, EngineBackend = an in-process langrt.Engine, OpenAI = any
+OpenAI-compatible server).
 """
 
 from langrt_frontend.api import (
@@ -37,7 +38,9 @@ from langrt_frontend.api import (
     video,
 )
 from langrt_frontend.backends.endpoint import RuntimeEndpoint
+from langrt_frontend.backends.constraints import UnsupportedPrimitive
 from langrt_frontend.backends.engine import EngineBackend
+from langrt_frontend.backends.openai_backend import OpenAI
 from langrt_frontend.backends.runtime import Runtime
 from langrt_frontend.chat_template import ChatTemplate, get_chat_template
 from langrt_frontend.choices import (
@@ -52,7 +55,8 @@ from langrt_frontend.state import ForkedStates, ProgramState
 __all__ = [
     "assistant", "assistant_begin", "assistant_end", "flush_cache", "function", "gen", "gen_int", "gen_string",
     "get_server_info", "image", "select", "set_default_backend", "system", "system_begin", "system_end", "user",
-    "user_begin", "user_end", "video", "RuntimeEndpoint", "EngineBackend", "Runtime", "ChatTemplate",
+    "user_begin", "user_end", "video", "RuntimeEndpoint", "EngineBackend", "Runtime", "OpenAI", "UnsupportedPrimitive",
+    "ChatTemplate",
     "get_chat_template", "greedy_token_selection", "token_length_normalized", "unconditional_likelihood_normalized",
     "global_config", "SglFunction", "ForkedStates", "ProgramState",
 ]  # fmt: skip
