@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import langrt_frontend as sgl
-from server_utils import LaunchedServer, free_port
+from server_utils import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +22,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
-def server():
-    # One torch thread: on a shared 2-core machine two threads spin against other load and
-    # run many times slower; alone, one thread costs little on this 135M model.
-    s = LaunchedServer("--max-total-tokens", "32768", "--num-threads", "1")
-    yield s
-    assert s.stop() == 0
+def server(frontend_server):
+    return frontend_server  # conftest.py: one server for this module and the OpenAI backend's
 
 
 @pytest.fixture(scope="module")
