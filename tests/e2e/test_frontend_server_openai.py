@@ -166,6 +166,20 @@ def test_regex_and_dtype(server_url):
     assert state.messages()[-1]["content"] == f"The caller is {state['age']} years old."
 
 
+def test_output_logprobs(server_url):
+    @sgl.function
+    def hello(s):
+        s += sgl.user("Hi") + sgl.assistant(sgl.gen("x", max_tokens=3, return_logprob=True, top_logprobs_num=2))
+
+    state = hello.run(temperature=0, backend=openai(server_url))
+    meta = state.get_meta_info("x")
+    assert state.error() is None and len(meta["output_token_logprobs"]) == meta["completion_tokens"] == 3
+    assert "".join(text for _, _, text in meta["output_token_logprobs"]) == state["x"]
+    for (value, _, token), top in zip(meta["output_token_logprobs"], meta["output_top_logprobs"]):
+        assert value <= 0 and len(top) == 2 and top[0][0] >= top[1][0], "greedy: the top entry first"
+        assert top[0][2] == token
+
+
 # ---- langrt: the same results as the native backend --------------------------------------------
 
 
