@@ -80,8 +80,10 @@ def _wait_for(url: str, process, log, timeout_s: float = 120.0) -> None:
 
 
 @pytest.fixture(params=["langrt", "llama.cpp"], scope="module")
-def server_url(request):
-    return request.getfixturevalue("langrt_server").url if request.param == "langrt" else request.getfixturevalue("llama_server")
+def server_url(request, langrt_server):
+    # langrt_server is asked for in both cases: the conftest stops it after its last user,
+    # which it finds among the fixtures a test names.
+    return langrt_server.url if request.param == "langrt" else request.getfixturevalue("llama_server")
 
 
 def openai(url: str, **kw) -> sgl.OpenAI:
