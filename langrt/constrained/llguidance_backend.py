@@ -115,13 +115,7 @@ def structural_tag_lark(text: str) -> str:
     spec = json.loads(text)
     limit, free_text = spec.get("max_tags"), spec.get("free_text", True)
     triggers = grammar_dialects.minimal_triggers(spec["triggers"]) if free_text else []
-    lines, options = ["%llguidance {}"], []
-    for s in spec["structures"]:
-        trigger = next((i for i, t in enumerate(triggers) if s["begin"].startswith(t)), None)
-        head = [f"trig_{trigger}", _literal(s["begin"][len(triggers[trigger]) :])] if trigger is not None else [_literal(s["begin"])]
-        schema = dict(close_objects(s["schema"]), **{"x-guidance": JSON_OPTIONS}) if isinstance(s["schema"], dict) else {"x-guidance": JSON_OPTIONS}
-        options.append(" ".join(filter(None, [*head, "%json " + json.dumps(schema), _literal(s["end"])])))
-    lines.append("tag: " + " | ".join(options))
+    lines = ["%llguidance {}", "tag: " + " | ".join(_tag(s, triggers) for s in spec["structures"])]
     if free_text:
         lines.append(f"start: tag{_count(0, limit)} FREE")
         lines += [f"trig_{i}[lazy]: FREE {_literal(t)}" for i, t in enumerate(triggers)]
@@ -135,6 +129,22 @@ def structural_tag_lark(text: str) -> str:
     else:
         lines.append(f"start: tag{_count(1, limit)}")
     return "\n".join(lines) + "\n"
+
+
+def _tag(structure: dict, triggers: list[str]) -> str:
+    """One structure: its begin (through the lexeme of the trigger it starts with, if any), its
+    JSON with the json_schema kind's whitespace and closed objects, its end."""
+    begin = structure["begin"]
+    head = [_literal(begin)]
+    for i, trigger in enumerate(triggers):
+        if begin.startswith(trigger):
+            head = [f"trig_{i}", _literal(begin[len(trigger) :])]
+    schema = structure["schema"]
+    if schema is False:
+        body = "%json false"  # llguidance refuses it (unsatisfiable), naming it
+    else:
+        body = "%json " + json.dumps({**(close_objects(schema) if isinstance(schema, dict) else {}), "x-guidance": JSON_OPTIONS})
+    return " ".join(filter(None, [*head, body, _literal(structure["end"])]))
 
 
 # Keys after which a schema is not closed: it says how unlisted properties go, or its properties

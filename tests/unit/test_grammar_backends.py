@@ -192,6 +192,14 @@ def test_errors_are_invalid_requests_naming_the_kind(backend, spec, says):
     assert info.value.param == spec.kind and says in info.value.message
 
 
+def test_a_tag_schema_nothing_satisfies_is_refused(backend):
+    spec = json.loads(tag_spec().text)
+    spec["structures"][1]["schema"] = False
+    with pytest.raises(InvalidRequest) as info:
+        backend.compile(GrammarSpec("structural_tag", json.dumps(spec, sort_keys=True)))
+    assert info.value.param == "structural_tag" and "refused the structural_tag" in info.value.message
+
+
 def test_json_schema_options(backend, decoder):
     """Unlisted properties are kept out unless open_objects lets them in (langrt's default);
     properties come in the schema's order; xgrammar takes any_order, llguidance refuses it."""
