@@ -59,6 +59,17 @@ def documents(n: int, seed: int = 0) -> list[str]:
     return docs
 
 
+def chat_prompts(tokenizer, n: int) -> list[str]:
+    """The workload's prompts: each of `n` documents with the extraction request, in the chat
+    template."""
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"Extract the person's details as JSON.\n\n{doc}"}], tokenize=False, add_generation_prompt=True
+        )
+        for doc in documents(n)
+    ]
+
+
 def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
     """The prompts in waves of `batch` requests (each wave one generate call)."""
     before = engine.cache_stats()
@@ -126,13 +137,7 @@ def main() -> None:
     n = 4 if args.quick else 16
     batches = [int(b) for b in (args.batches or ("1,4" if args.quick else "1,4,16")).split(",")]
     with langrt.Engine(log_level="warning", max_total_tokens=4096) as probe:
-        tok = probe.tokenizer
-    prompts = [
-        tok.apply_chat_template(
-            [{"role": "user", "content": f"Extract the person's details as JSON.\n\n{doc}"}], tokenize=False, add_generation_prompt=True
-        )
-        for doc in documents(n)
-    ]
+        prompts = chat_prompts(probe.tokenizer, n)
     measured = run_both(prompts, 160, args.dtype, 1 if args.quick else 5, batches)
     results = {"requests": n, "dtype": args.dtype, "by_batch": {}}
     for batch, (on, off) in measured.items():
