@@ -74,9 +74,9 @@ class LLGuidanceBackend:
         """The grammar of `spec`; InvalidRequest naming what llguidance refused."""
         try:
             text = self.grammar_text(spec)
-        except ValueError as e:
-            if isinstance(e, InvalidRequest):
-                raise
+        except InvalidRequest:
+            raise
+        except ValueError as e:  # a schema llguidance cannot read as JSON
             raise InvalidRequest(f"llguidance refused the {spec.kind}: {e}", param=spec.kind) from None
         matcher = self.llg.LLMatcher(self.tokenizer, text, log_level=0)
         if matcher.is_error():
