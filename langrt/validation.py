@@ -57,7 +57,7 @@ def validate_request(input_ids: Sequence[int], params: SamplingParams, limits: L
 
 def check_grammar_size(params: SamplingParams) -> None:
     """Refuse an oversized grammar before any work on it (cheap: run on the event loop)."""
-    sizes = {kind: len(getattr(params, kind) or "") for kind in ("regex", "json_schema", "ebnf")}
+    sizes = {kind: len(getattr(params, kind) or "") for kind in ("regex", "json_schema", "ebnf", "structural_tag")}
     sizes["choices"] = sum(map(len, params.choices or ()))
     for kind, size in sizes.items():
         if size > MAX_GRAMMAR_CHARS:

@@ -251,6 +251,19 @@ class GrammarCompiler:
 
         return self._grammar(ebnf_rules(ebnf), ebnf, "ebnf")
 
+    def compile_structural_tag(self, structures: list[dict], triggers: list[str], **options) -> Grammar:
+        """SGLang's structural tag: free text whose tagged regions ({begin, schema, end}, each
+        begin starting with a trigger) hold JSON valid against their schema; options free_text,
+        separator, max_tags (structural_tag.py)."""
+        from langrt.constrained.json_schema import schema_to_grammar
+        from langrt.constrained.structural_tag import canonical, structural_tag_grammar
+
+        text = canonical({"structures": structures, "triggers": triggers, **options})
+        source = structural_tag_grammar(text, schema_to_grammar)
+        if isinstance(source, str):
+            return self._regex_grammar(source)
+        return self._grammar(source, text, "structural_tag")
+
     def compile_rules(self, rules: dict, start: str = "root") -> Grammar:
         """A grammar given as trees (cfg/ast.py nodes by rule name), starting at `start`."""
         from langrt.constrained.cfg.rules import compile_rules

@@ -47,7 +47,7 @@ _META = set(r"\.^$|?*+()[]{}-#&~")
 class GrammarSpec:
     """What a request constrains its output to, hashable (the grammar cache's key)."""
 
-    kind: str  # "regex" | "json_schema" | "ebnf" | "choices"
+    kind: str  # "regex" | "json_schema" | "ebnf" | "structural_tag" | "choices"
     text: str  # the regex, the schema's JSON, the grammar, or the choices as a JSON list
     options: tuple[str, ...] = ()  # a json_schema's options on (sampling_params.JSON_SCHEMA_OPTIONS)
 
@@ -55,7 +55,7 @@ class GrammarSpec:
     def from_params(cls, params) -> GrammarSpec | None:
         if params.json_schema is not None:
             return cls("json_schema", params.json_schema, params.json_schema_options or ())
-        for kind in ("regex", "ebnf"):
+        for kind in ("regex", "ebnf", "structural_tag"):
             if getattr(params, kind) is not None:
                 return cls(kind, getattr(params, kind))
         if params.choices is not None:
@@ -99,6 +99,11 @@ def _translate(spec: GrammarSpec) -> str:
         from langrt.constrained.json_schema import schema_to_grammar
 
         return schema_to_grammar(json.loads(spec.text), **dict.fromkeys(spec.options, True))
+    if spec.kind == "structural_tag":
+        from langrt.constrained.json_schema import schema_to_grammar
+        from langrt.constrained.structural_tag import structural_tag_grammar
+
+        return structural_tag_grammar(spec.text, schema_to_grammar)
     if spec.kind == "ebnf":
         from langrt.constrained.cfg.build import ebnf_rules
 

@@ -31,7 +31,7 @@ _BOOL_FIELDS = (
     "spaces_between_special_tokens",
     "no_stop_trim",
 )
-_GRAMMAR_FIELDS = ("regex", "json_schema", "ebnf")
+_GRAMMAR_FIELDS = ("regex", "json_schema", "ebnf", "structural_tag")
 _STR_TUPLE_FIELDS = ("stop", "stop_regex")
 # How a JSON schema may be read beyond its default (listed properties only, in the schema's
 # order): json_schema/compiler.py's schema_to_grammar options.
@@ -70,6 +70,7 @@ class SamplingParams:
     json_schema: str | None = None
     json_schema_options: tuple[str, ...] | None = None  # some of JSON_SCHEMA_OPTIONS, sorted
     ebnf: str | None = None
+    structural_tag: str | None = None  # SGLang's structural tag, canonical JSON (constrained/structural_tag.py)
     choices: tuple[str, ...] | None = None  # output is exactly one of these strings
     seed: int | None = None
 
@@ -103,7 +104,7 @@ class SamplingParams:
 
     @property
     def is_constrained(self) -> bool:
-        """The output must follow a grammar (regex, JSON schema, choices, EBNF)."""
+        """The output must follow a grammar (regex, JSON schema, choices, EBNF, structural tag)."""
         return any(getattr(self, name) is not None for name in (*_GRAMMAR_FIELDS, "choices"))
 
     # ---- derived values ---------------------------------------------------------------------
@@ -136,6 +137,10 @@ class SamplingParams:
             self._set("stop_token_ids", tuple(self.stop_token_ids))
         if isinstance(self.json_schema, (dict, bool)):
             self._set("json_schema", json.dumps(self.json_schema))
+        if self.structural_tag is not None:
+            from langrt.constrained.structural_tag import canonical
+
+            self._set("structural_tag", canonical(self.structural_tag))
         if self.json_schema_options is not None:
             self._set("json_schema_options", _schema_options(self.json_schema_options))
         if isinstance(self.choices, list):
@@ -214,7 +219,7 @@ class SamplingParams:
         given = [name for name in (*_GRAMMAR_FIELDS, "choices") if getattr(self, name) is not None]
         if len(given) > 1:
             raise InvalidRequest(
-                f"at most one of regex, json_schema, ebnf, choices may be set, got {', '.join(given)}",
+                f"at most one of regex, json_schema, ebnf, structural_tag, choices may be set, got {', '.join(given)}",
                 param=given[1],
             )
         if self.regex is not None:

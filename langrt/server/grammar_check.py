@@ -93,7 +93,7 @@ class GrammarChecker:
             reply = worker.check(params, self.timeout_s)
         except _Timeout:
             self._drop(worker)
-            kind = next(k for k in ("regex", "json_schema", "ebnf", "choices") if getattr(params, k) is not None)
+            kind = next(k for k in ("regex", "json_schema", "ebnf", "structural_tag", "choices") if getattr(params, k) is not None)
             raise InvalidRequest(
                 f"grammar compile exceeded the time limit of {self.timeout_s:g} s (the {kind} is too large or "
                 "complex; simplify it)",
