@@ -9,7 +9,11 @@ from typing import Any
 
 from aiohttp import web
 
+from langrt.entrypoints.chat_messages import chat_prompt
 from langrt.entrypoints.native_api import read_json, send_event, stream_events, wait_all
+from langrt.entrypoints.tool_calls import constraint as tool_constraint
+from langrt.entrypoints.tool_calls import parse_tools, syntax_for
+from langrt.entrypoints.tool_parser import ToolCallParser
 from langrt.errors import InvalidRequest
 from langrt.server.req_state import ReqState
 from langrt.messages import RequestOptions
@@ -17,8 +21,15 @@ from langrt.server.generate_input import MAX_TOP_LOGPROBS, GenerateInput, check_
 from langrt.server.tokenizer_manager import TokenizerManager
 from langrt.sampling.sampling_params import SamplingParams
 
-# Fields every OpenAI request may carry that change nothing here.
-_IGNORED = {"model", "user", "store", "metadata", "service_tier", "stream_options"}
+# Fields of OpenAI's request types that change nothing on a self-hosted model (the SDK's
+# completion_create_params): accepted and ignored.
+_IGNORED = {
+    "model", "user", "store", "metadata", "service_tier", "stream_options", "safety_identifier", "prompt_cache_key",
+    "prompt_cache_retention", "reasoning_effort", "verbosity", "prediction",
+}  # fmt: skip
+# OpenAI fields langrt cannot honour: accepted only at the values that ask for nothing.
+_NEUTRAL = {"logit_bias": [{}], "suffix": [""], "best_of": [1], "modalities": [["text"]], "audio": [], "web_search_options": []}
+_UNSUPPORTED_WHY = {"functions": "use tools", "function_call": "use tool_choice"}
 _SAMPLING = {
     # OpenAI name -> langrt sampling parameter
     "temperature": "temperature", "top_p": "top_p", "n": "n", "stop": "stop", "seed": "seed",
@@ -26,12 +37,25 @@ _SAMPLING = {
     "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty", "regex": "regex",
     "json_schema": "json_schema", "ignore_eos": "ignore_eos", "stop_token_ids": "stop_token_ids",
     "min_tokens": "min_new_tokens", "skip_special_tokens": "skip_special_tokens", "no_stop_trim": "no_stop_trim",
-    "json_schema_options": "json_schema_options",
+    "json_schema_options": "json_schema_options", "ebnf": "ebnf",
 }  # fmt: skip
-COMPLETION_FIELDS = _IGNORED | set(_SAMPLING) | {"prompt", "max_tokens", "stream", "logprobs", "echo"}
+COMPLETION_FIELDS = _IGNORED | set(_SAMPLING) | {"prompt", "max_tokens", "stream", "logprobs", "echo", "logit_bias", "suffix", "best_of"}
 CHAT_FIELDS = _IGNORED | set(_SAMPLING) | {
     "messages", "max_tokens", "max_completion_tokens", "stream", "logprobs", "top_logprobs", "response_format",
+    "tools", "tool_choice", "parallel_tool_calls", "logit_bias", "modalities", "audio", "web_search_options",
+    "functions", "function_call",
 }  # fmt: skip
+
+
+def refuse_unsupported(body: dict) -> None:
+    """OpenAI fields langrt cannot honour are a 400 naming them, unless they ask for nothing."""
+    for name, why in _UNSUPPORTED_WHY.items():
+        if body.get(name) is not None:
+            raise InvalidRequest(f"{name} is not supported ({why})", param=name)
+    for name, neutral in _NEUTRAL.items():
+        value = body.get(name)
+        if value is not None and value not in neutral and not (name == "best_of" and value == body.get("n")):
+            raise InvalidRequest(f"{name} is not supported by this server", param=name)
 
 
 def model_name(request: web.Request) -> str:
@@ -93,6 +117,7 @@ def _top_n(value, name: str) -> int:
 async def completions(request: web.Request) -> web.StreamResponse:
     manager: TokenizerManager = request.app["manager"]
     body = await read_json(request, COMPLETION_FIELDS)
+    refuse_unsupported(body)
     prompts = _completion_prompts(manager, body.get("prompt"))
     max_tokens = _max_tokens(body, "max_tokens", default=16)
     logprobs = _top_n(body.get("logprobs"), "logprobs")
@@ -180,7 +205,10 @@ def _completion_logprobs(tokenizer, state: ReqState, echo: bool) -> dict:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     manager: TokenizerManager = request.app["manager"]
     body = await read_json(request, CHAT_FIELDS)
-    prompt = _chat_prompt(request, body.get("messages"))
+    refuse_unsupported(body)
+    tools = parse_tools(body)
+    template = request.app["chat_template"]
+    prompt = chat_prompt(manager, template, body.get("messages"), tools)
     max_tokens = _max_tokens(body, "max_completion_tokens", "max_tokens", default=None)
     if max_tokens is None:  # as much as the context leaves
         max_tokens = max(0, manager.ready.context_len - len(prompt))
@@ -188,6 +216,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     want_logprobs = bool(body.get("logprobs"))
     sampling = sampling_dict(body, max_tokens)
     _apply_response_format(sampling, body.get("response_format"))
+    syntax = None if tools is None or tools.choice == "none" else syntax_for(template)
+    if syntax is not None:
+        _constrain_calls(sampling, tool_constraint(tools, syntax))
     params = SamplingParams.from_dict(sampling)
     options = RequestOptions(
         return_logprob=want_logprobs, top_logprobs_num=top if want_logprobs else 0, stream=bool(body.get("stream"))
@@ -196,14 +227,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     states = await manager.submit(inp)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if inp.stream:
-        return await _stream_chat(request, manager, states, rid, created, stream_options(body))
+        return await _stream_chat(request, manager, states, rid, created, stream_options(body), syntax)
     await wait_all(manager, states)
     choices = [
         {
             "index": i,
-            "message": {"role": "assistant", "content": s.text},
+            **_chat_message(s, syntax),
             "logprobs": _chat_logprobs(manager.tokenizer, s) if want_logprobs else None,
-            "finish_reason": finish_reason(s),
         }
         for i, s in enumerate(states)
     ]
@@ -212,37 +242,33 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     )
 
 
-def _chat_prompt(request: web.Request, messages) -> list[int]:
-    manager: TokenizerManager = request.app["manager"]
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages must be a non-empty list", param="messages")
-    if len(messages) >= manager.ready.context_len:  # each message is at least one token
-        raise InvalidRequest(f"{len(messages)} messages cannot fit the context of {manager.ready.context_len} tokens", param="messages")
-    normalized = []
-    for m in messages:
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "developer"):
-            raise InvalidRequest("each message needs a role of system, developer, user or assistant", param="messages")
-        normalized.append({"role": "system" if m["role"] == "developer" else m["role"], "content": _content(m.get("content"))})
-    chars = sum(len(m["content"]) for m in normalized)
-    if chars > manager.max_prompt_chars:  # before the template renders and the tokenizer runs
-        raise InvalidRequest(f"the messages hold {chars} characters, more than the context can hold", param="messages")
-    template = request.app["chat_template"]
-    tokenizer = manager.tokenizer
-    if template is None:
-        raise InvalidRequest("this model has no chat template; use /v1/completions or --chat-template", param="messages")
-    try:
-        text = tokenizer.apply_chat_template(normalized, chat_template=template, tokenize=False, add_generation_prompt=True)
-    except Exception as e:  # jinja errors: the template refused these messages
-        raise InvalidRequest(f"the chat template rejected the messages: {e}", param="messages") from e
-    return manager.tokenize(text, add_special_tokens=False, param="messages")
+def _constrain_calls(sampling: dict, tag: dict) -> None:
+    if any(sampling.get(k) is not None for k in ("json_schema", "regex", "ebnf", "structural_tag")):
+        raise InvalidRequest(
+            "tools with tool_choice auto or required cannot be combined with response_format or another grammar "
+            "(the calls' grammar is the output's); use tool_choice none",
+            param="tool_choice",
+        )
+    sampling["structural_tag"] = tag
 
 
-def _content(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-        return "".join(str(p.get("text", "")) for p in content)
-    raise InvalidRequest("message content must be a string or a list of text parts (this model is text-only)", param="messages")
+def _chat_message(state: ReqState, syntax) -> dict:
+    """The choice's message and finish_reason: the calls parsed out of the text, if any."""
+    reason = finish_reason(state)
+    if syntax is None:
+        return {"message": {"role": "assistant", "content": state.text}, "finish_reason": reason}
+    parser = ToolCallParser(syntax)
+    parser.feed(state.text, final=True)
+    message = {"role": "assistant", "content": parser.content or None}
+    calls = [c for c in parser.calls if c.complete]  # not one cut short by max_tokens (a stream has sent its start)
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+        ]
+        reason = "tool_calls" if reason == "stop" else reason
+    elif message["content"] is None:
+        message["content"] = ""
+    return {"message": message, "finish_reason": reason}
 
 
 def _apply_response_format(sampling: dict, response_format) -> None:
@@ -258,8 +284,12 @@ def _apply_response_format(sampling: dict, response_format) -> None:
         if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
             raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object", param="response_format")
         sampling["json_schema"] = json.dumps(spec["schema"])
+    elif kind == "structural_tag":  # SGLang's: {"type", "structures", "triggers"}
+        sampling["structural_tag"] = json.dumps(response_format)
     else:
-        raise InvalidRequest("response_format.type must be text, json_object or json_schema", param="response_format")
+        raise InvalidRequest(
+            "response_format.type must be text, json_object, json_schema or structural_tag", param="response_format"
+        )
 
 
 def _chat_logprobs(tokenizer, state: ReqState) -> dict:
@@ -274,9 +304,10 @@ def _chat_logprobs(tokenizer, state: ReqState) -> dict:
     }
 
 
-async def _stream_chat(request, manager, states, rid, created, include_usage):
-    sent = [0] * len(states)
+async def _stream_chat(request, manager, states, rid, created, include_usage, syntax):
     role_sent = [False] * len(states)
+    sent = [0] * len(states)
+    parsers = [None if syntax is None else ToolCallParser(syntax) for _ in states]
     name = model_name(request)
 
     def render(i: int, state: ReqState) -> dict | None:
@@ -284,16 +315,39 @@ async def _stream_chat(request, manager, states, rid, created, include_usage):
         if not role_sent[i]:
             delta["role"] = "assistant"
             role_sent[i] = True
-        text = state.text[sent[i] :]
+        reason = finish_reason(state)
+        if parsers[i] is None:
+            text = state.text[sent[i] :]
+            sent[i] = len(state.text)
+        else:
+            update = parsers[i].feed(state.text, final=state.finish_reason is not None)
+            text = update.content
+            if update.calls:
+                delta["tool_calls"] = [_call_delta(k, part) for k, part in sorted(update.calls.items())]
+            if parsers[i].calls and reason == "stop":
+                reason = "tool_calls"
         if text:
             delta["content"] = text
-        sent[i] = len(state.text)
         if not delta and state.finish_reason is None:
             return None
-        choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": finish_reason(state)}
+        choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}
         return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": name, "choices": [choice]}
 
     return await _stream_with_usage(request, manager, states, states[:1], render, include_usage, rid, created, name, "chat.completion.chunk")
+
+
+def _call_delta(index: int, part: dict) -> dict:
+    """One call's piece of a chunk, as OpenAI streams it: id, type and name first, then the
+    arguments in pieces."""
+    delta: dict[str, Any] = {"index": index}
+    function: dict[str, str] = {}
+    if "id" in part:
+        delta.update(id=part["id"], type="function")
+        function.update(name=part["name"], arguments="")
+    if "arguments" in part:
+        function["arguments"] = part["arguments"]
+    delta["function"] = function
+    return delta
 
 
 async def _stream_with_usage(request, manager, states, firsts, render, include_usage, rid, created, name, kind):
