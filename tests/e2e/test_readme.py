@@ -80,6 +80,8 @@ def test_openai_snippet(tmp_path):
     try:
         code = snippet("import openai").replace("127.0.0.1:30000", f"127.0.0.1:{server.port}")
         assert f":{server.port}/v1" in code
-        assert run_script(tmp_path, code).strip()
+        lines = run_script(tmp_path, code).strip().splitlines()
+        name, arguments = lines[-1].split(" ", 1)
+        assert name == "get_weather" and isinstance(json.loads(arguments)["city"], str)
     finally:
         server.stop()
