@@ -52,6 +52,20 @@ class ControlRequest:
     request_id: int
 
 
+@dataclass(frozen=True)
+class SnapshotRequest:
+    """Asks the scheduler for the dashboard's state (scheduler/snapshot.py), answered by a
+    SnapshotReply with the same `request_id`. The bounds keep it cheap to compute and send."""
+
+    request_id: int
+    max_nodes: int = 200  # radix tree nodes, the largest first
+    max_depth: int = 16
+    max_requests: int = 64  # of the running batch, and of the waiting queue
+
+    def __post_init__(self):
+        assert self.max_nodes >= 0 and self.max_depth >= 1 and self.max_requests >= 0
+
+
 # ---- scheduler -> detokenizer -> main -------------------------------------------------------
 
 
@@ -126,3 +140,15 @@ class RequestFailed:
     message: str
     status: int = 400
     param: str | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotReply:
+    """The scheduler's state for the dashboard, and what its loop has spent: seconds in steps
+    (`busy_s`, over `steps`) and in snapshots (`snapshot_s`, this one included)."""
+
+    request_id: int
+    state: dict[str, Any]
+    busy_s: float
+    steps: int
+    snapshot_s: float

@@ -55,6 +55,7 @@ class ServerArgs:
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
     num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
     disable_malloc_tuning: bool = _flag("leave the C allocator of the model process at its defaults (by default it keeps freed memory for the next pass, so CPU passes stop refaulting their activations; it holds on to its peak heap)", default=False)
+    disable_dashboard: bool = _flag("do not serve the live dashboard (GET /dashboard, /dashboard/state, /dashboard/events; docs/dashboard.md)", default=False)
     log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")
 
     def __post_init__(self):

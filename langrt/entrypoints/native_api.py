@@ -9,6 +9,7 @@ import time
 from aiohttp import web
 
 from langrt.errors import InvalidRequest
+from langrt.server.metrics import RateMeter, sglang_lines
 from langrt.server.req_state import ReqState, merged_snapshots
 from langrt.server.generate_input import GenerateCall, make_generate_input
 from langrt.server.tokenizer_manager import TokenizerManager
@@ -223,8 +224,21 @@ async def metrics(request: web.Request) -> web.Response:
         "kv_usage": 1 - stats["kv_available_tokens"] / total,
         "kv_cached_tokens": stats["kv_cached_tokens"],
         "kv_total_tokens": total,
+        "retractions": stats["retractions"],
     }
-    return web.Response(text=manager.metrics.render(gauges), content_type="text/plain", charset="utf-8")
+    now = time.monotonic()
+    generated = manager.metrics.generation_tokens + stats["live_output_tokens"]
+    sglang = {
+        "num_running_reqs": (stats["running_requests"], "The number of running requests."),
+        "num_queue_reqs": (stats["waiting_requests"], "The number of requests in the waiting queue."),
+        "num_grammar_queue_reqs": (stats["grammar_queue_requests"], "The number of requests waiting for their grammar."),
+        "num_used_tokens": (total - stats["kv_available_tokens"], "The number of KV slots in use by requests."),
+        "token_usage": (gauges["kv_usage"], "The token usage (fraction of the KV pool in use)."),
+        "cache_hit_rate": (stats["cache_hit_rate"], "The prefix cache hit rate (cached / prompt tokens)."),
+        "gen_throughput": (request.app["gen_rate"].update(generated, now), "The generation throughput (token/s)."),
+    }
+    text = manager.metrics.render(gauges) + "\n".join(sglang_lines(manager.metrics, sglang, request.app["served_model_name"])) + "\n"
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
 async def concate_and_append_request(request: web.Request) -> web.Response:
@@ -237,6 +251,7 @@ async def concate_and_append_request(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    app["gen_rate"] = RateMeter()  # sglang:gen_throughput, between scrapes
     app.router.add_post("/generate", generate)
     app.router.add_get("/get_model_info", get_model_info)
     app.router.add_get("/get_server_info", get_server_info)

@@ -131,6 +131,10 @@ class CacheManager:
         """Drop every cached prefix; False (nothing changes) while any is locked."""
         return self._prefixes.flush()
 
+    def snapshot(self, max_nodes: int, max_depth: int) -> dict:
+        """The prefix cache's bounded picture (mem/tree_snapshot.py)."""
+        return self._prefixes.snapshot(max_nodes, max_depth)
+
     def stats(self) -> dict:
         return {
             "kv_total_tokens": self._kv.size,

@@ -75,6 +75,11 @@ class PrefixCache(ABC):
     @abstractmethod
     def num_nodes(self) -> int: ...
 
+    def snapshot(self, max_nodes: int, max_depth: int) -> dict:
+        """A bounded picture of what is cached (mem/tree_snapshot.py); nothing for a cache that
+        keeps nothing."""
+        return {"nodes": [], "evictions": [], "evictable_tokens": 0, "locked_tokens": 0, "evicted_tokens": 0}
+
 
 class RadixPrefixCache(PrefixCache):
     reuses_prefixes = True
@@ -90,6 +95,8 @@ class RadixPrefixCache(PrefixCache):
     def adopt(self, req, match: PrefixMatch) -> None:
         self.req_pool.write(req.kv_row, 0, match.slots)
         self.tree.lock(match.node)
+        if match.length:
+            self.tree.record_hit(match.node)
         req.cache_node = match.node
         req.kv_len = req.cached_len = match.length
 
@@ -145,6 +152,11 @@ class RadixPrefixCache(PrefixCache):
     @property
     def num_nodes(self) -> int:
         return self.tree.num_nodes
+
+    def snapshot(self, max_nodes: int, max_depth: int) -> dict:
+        from langrt.mem.tree_snapshot import tree_snapshot
+
+        return tree_snapshot(self.tree, max_nodes, max_depth)
 
 
 class NoPrefixCache(PrefixCache):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -24,7 +25,7 @@ import torch
 
 
 class TreeNode:
-    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access", "id")
+    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access", "id", "hits", "last_hit")
     _ids = itertools.count()
 
     def __init__(self, parent: "TreeNode | None", key: tuple[int, ...], value: torch.Tensor):
@@ -35,6 +36,8 @@ class TreeNode:
         self.lock_ref = 0
         self.last_access = time.monotonic()
         self.id = next(TreeNode._ids)
+        self.hits = 0  # admissions that reused this node's tokens (for the dashboard)
+        self.last_hit: float | None = None
 
     def __lt__(self, other: "TreeNode") -> bool:  # heap order: least recently used first
         return (self.last_access, self.id) < (other.last_access, other.id)
@@ -42,6 +45,20 @@ class TreeNode:
     @property
     def is_leaf(self) -> bool:
         return not self.children
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """One evicted leaf, kept for the dashboard (`RadixCache.recent_evictions`)."""
+
+    at: float  # time.monotonic()
+    node_id: int
+    parent_id: int | None  # None: its parent was the root
+    tokens: int
+    head: tuple[int, ...]  # its first token ids
+
+
+EVICTION_LOG = 64  # evictions remembered for the dashboard
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,7 @@ class RadixCache:
         self.evictable_size = 0
         self.protected_size = 0
         self.evicted_tokens = 0
+        self.recent_evictions: deque[Eviction] = deque(maxlen=EVICTION_LOG)
 
     @property
     def total_size(self) -> int:
@@ -121,11 +139,20 @@ class RadixCache:
         upper = TreeNode(child.parent, child.key[:n], child.value[:n])
         upper.lock_ref = child.lock_ref
         upper.last_access = child.last_access
+        upper.hits, upper.last_hit = child.hits, child.last_hit
         child.parent.children[child.key[0]] = upper
         child.key, child.value = child.key[n:], child.value[n:]
         child.parent = upper
         upper.children[child.key[0]] = child
         return upper
+
+    def record_hit(self, node: TreeNode) -> None:
+        """A request reuses the path to `node`: count a hit on each node of it."""
+        now = time.monotonic()
+        while node is not self.root:
+            node.hits += 1
+            node.last_hit = now
+            node = node.parent
 
     # ---- locks -------------------------------------------------------------------------------
 
@@ -157,6 +184,7 @@ class RadixCache:
         while freed < num_tokens and heap:
             leaf = heapq.heappop(heap)
             self.free_slots(leaf.value)
+            self._log_eviction(leaf)
             freed += len(leaf.key)
             self.evictable_size -= len(leaf.key)
             parent = leaf.parent
@@ -165,6 +193,10 @@ class RadixCache:
                 heapq.heappush(heap, parent)
         self.evicted_tokens += freed
         return freed
+
+    def _log_eviction(self, leaf: TreeNode) -> None:
+        parent_id = None if leaf.parent is self.root else leaf.parent.id
+        self.recent_evictions.append(Eviction(time.monotonic(), leaf.id, parent_id, len(leaf.key), leaf.key[:8]))
 
     def _nodes(self):
         stack = [self.root]

@@ -12,7 +12,10 @@ Matchers of the other engines draft nothing, so their requests decode token by t
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -22,11 +25,27 @@ from langrt.errors import InvalidRequest
 from langrt.scheduler.req import FinishReason, Req
 
 
+COMPILE_LOG = 64  # compiled grammars remembered for the dashboard
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """One grammar the backend compiled: its kind (regex, json_schema, ...), the start of its
+    text, and the seconds from submission to result (queueing behind other compiles included)."""
+
+    kind: str
+    text: str
+    seconds: float
+    ok: bool
+
+
 class GrammarQueue:
     def __init__(self, make_service):
         self._make_service = make_service  # built on first use: the vocabulary takes ~0.3 s
         self._service = None
         self._pending: list[tuple[Req, Future]] = []
+        self.compiles: deque[CompileRecord] = deque(maxlen=COMPILE_LOG)
+        self.cache_hits = 0  # requests whose grammar was compiled (or compiling) already
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -34,7 +53,17 @@ class GrammarQueue:
     def add(self, req: Req, spec: GrammarSpec) -> None:
         if self._service is None:
             self._service = self._make_service()
-        self._pending.append((req, self._service.submit(spec)))
+        future = self._service.submit(spec)
+        if future.done() or any(f is future for _, f in self._pending):
+            self.cache_hits += 1
+        else:
+            start = time.perf_counter()
+            future.add_done_callback(lambda f: self._record(spec, f, time.perf_counter() - start))
+        self._pending.append((req, future))
+
+    def _record(self, spec: GrammarSpec, future: Future, seconds: float) -> None:
+        """On the compile thread: deque appends are atomic, so no lock."""
+        self.compiles.append(CompileRecord(spec.kind, str(spec.text)[:80], seconds, future.exception() is None))
 
     def collect(self) -> tuple[list[Req], list[tuple[Req, InvalidRequest]]]:
         """Requests whose grammar is ready (with a fresh matcher), and those whose compile failed."""
@@ -72,7 +101,10 @@ def mask_logits(reqs: list[Req], logits: torch.Tensor) -> None:
     words = (logits.shape[1] + 31) // 32
     bitmask = torch.empty((len(rows), words), dtype=torch.int32)
     for k, i in enumerate(rows):
+        start = time.perf_counter()
         reqs[i].matcher.fill_bitmask(bitmask, k)
+        reqs[i].grammar_mask_s += time.perf_counter() - start  # the dashboard's mask times
+        reqs[i].grammar_masks += 1
     apply_token_bitmask(logits, bitmask.to(logits.device), torch.tensor(rows, device=logits.device))
 
 

@@ -105,6 +105,8 @@ class Req:
     text_end: int | None = None  # a stop string matched: the output text ends here
     matcher: Any = None  # a grammar matcher (constrained/backend.GrammarMatcherLike) when the output is constrained
     draft_ids: list[int] = field(default_factory=list)  # jump-forward proposals, not yet output
+    grammar_mask_s: float = 0.0  # time spent filling its grammar's token masks (the dashboard's)
+    grammar_masks: int = 0
     input_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     output_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     sent: "SentMarks" = field(default_factory=lambda: SentMarks())

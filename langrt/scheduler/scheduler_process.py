@@ -18,6 +18,7 @@ from langrt.processes.child import configure_logging, exit_with_parent
 from langrt.tokenizer.incremental_decoder import CONTEXT_TOKENS
 from langrt.scheduler.req import Req
 from langrt.scheduler.scheduler import Scheduler
+from langrt.scheduler.snapshot import live_counts, scheduler_snapshot
 from langrt.mem.host_malloc import keep_freed_memory
 from langrt.messages import (
     AbortRequest,
@@ -27,6 +28,8 @@ from langrt.messages import (
     GenerateRequest,
     RequestFailed,
     SchedulerReady,
+    SnapshotReply,
+    SnapshotRequest,
     TokenUpdate,
     TokenUpdates,
 )
@@ -89,7 +92,11 @@ class SchedulerLoop:
             GenerateRequest: self._on_generate,
             AbortRequest: self._on_abort,
             ControlRequest: self._on_control,
+            SnapshotRequest: self._on_snapshot,
         }
+        self.busy_s = 0.0  # in steps: what the dashboard's snapshots are measured against
+        self.steps = 0
+        self.snapshot_s = 0.0
 
     def run(self) -> None:
         while True:
@@ -102,7 +109,11 @@ class SchedulerLoop:
         for message in messages:
             self.handlers[type(message)](message)
         if self.scheduler.has_work:
-            self._send(self.scheduler.step())
+            start = time.perf_counter()
+            changed = self.scheduler.step()
+            self.busy_s += time.perf_counter() - start
+            self.steps += 1
+            self._send(changed)
         for req, error in self.scheduler.take_failed():
             self.outbox.put(RequestFailed(req.rid, error.message, 400, error.param))
 
@@ -132,8 +143,18 @@ class SchedulerLoop:
         if m.kind == "flush_cache":
             payload = self.scheduler.flush_cache()
         else:
-            payload = self.scheduler.cache_stats()
+            payload = {**self.scheduler.cache_stats(), **live_counts(self.scheduler)}
         self.outbox.put(ControlReply(m.kind, m.request_id, payload))
+
+    def _on_snapshot(self, m: SnapshotRequest) -> None:
+        """The dashboard's state; its cost, sending included, is counted in `snapshot_s` (the
+        sending of this one is reported by the next reply)."""
+        start = time.perf_counter()
+        state = scheduler_snapshot(self.scheduler, m)
+        self.snapshot_s += time.perf_counter() - start
+        start = time.perf_counter()
+        self.outbox.put(SnapshotReply(m.request_id, state, self.busy_s, self.steps, self.snapshot_s))
+        self.snapshot_s += time.perf_counter() - start
 
     def _send(self, reqs: list[Req]) -> None:
         updates = [token_update(r) for r in reqs if r.stream or r.finished]

@@ -34,6 +34,8 @@ from langrt.messages import (
     GenerateRequest,
     RequestFailed,
     SchedulerReady,
+    SnapshotReply,
+    SnapshotRequest,
     TextUpdates,
 )
 from langrt.server_args import ServerArgs
@@ -225,6 +227,17 @@ class TokenizerManager:
         finally:
             self.replies.pop(request_id, None)
 
+    async def snapshot(self, **bounds) -> SnapshotReply:
+        """The scheduler's state for the dashboard (messages.SnapshotRequest's bounds)."""
+        request_id = next(self.request_ids)
+        future = asyncio.get_running_loop().create_future()
+        self.replies[request_id] = future
+        self.to_scheduler.put(SnapshotRequest(request_id, **bounds))
+        try:
+            return await future
+        finally:
+            self.replies.pop(request_id, None)
+
     # ---- replies -------------------------------------------------------------------------
 
     async def _receive_loop(self) -> None:
@@ -236,10 +249,10 @@ class TokenizerManager:
                     self._on_update(update)
             elif isinstance(message, RequestFailed):
                 self._on_failed(message)
-            elif isinstance(message, ControlReply):
+            elif isinstance(message, (ControlReply, SnapshotReply)):
                 future = self.replies.get(message.request_id)
                 if future is not None and not future.done():
-                    future.set_result(message.payload)
+                    future.set_result(message.payload if isinstance(message, ControlReply) else message)
 
     def _on_update(self, update) -> None:
         state = self.states.get(update.token.rid)
