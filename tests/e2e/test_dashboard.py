@@ -5,6 +5,7 @@ Chromium during a few-shot workload (skipped where no Chromium is installed)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import urllib.request
@@ -15,7 +16,9 @@ import pytest
 from headless_chromium import HeadlessChromium, find_chromium
 from server_utils import LaunchedServer
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+GRAFANA = ROOT / "deploy" / "grafana" / "langrt-dashboard.json"
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +71,7 @@ def test_events_stream_states(server):
 
 
 def test_metrics_have_sglang_names(server):
+    server.post("/generate", {"text": few_shot_prompts(2), "sampling_params": {"max_new_tokens": 2, "temperature": 0}})
     _, text = server.get("/metrics")
     for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate",
                  "sglang:gen_throughput", "sglang:prompt_tokens_total", "sglang:generation_tokens_total",
@@ -77,6 +81,17 @@ def test_metrics_have_sglang_names(server):
     hit_rate = next(line for line in text.splitlines() if line.startswith("sglang:cache_hit_rate{"))
     assert hit_rate.startswith('sglang:cache_hit_rate{model_name="SmolLM2-135M-Instruct"} ')
     assert 0 < float(hit_rate.split()[-1]) <= 1
+
+
+def test_grafana_dashboard_queries_metrics_the_server_has(server):
+    """Every series deploy/grafana's panels query is on /metrics (histograms by their _bucket)."""
+    server.post("/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 2}})  # per-reason counters exist
+    _, text = server.get("/metrics")
+    exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    panels = json.loads(GRAFANA.read_text())["panels"]
+    queried = {name for p in panels for t in p["targets"] for name in re.findall(r"\b(?:sglang:|langrt_)[a-z0-9_:]+", t["expr"])}
+    assert len(panels) >= 8 and len(queried) >= 10
+    assert sorted(queried - exported) == []
 
 
 def test_page_in_headless_chromium(server, tmp_path):
