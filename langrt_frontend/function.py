@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 from langrt_frontend.backends.base import Backend, PrimitiveBackend, takes_native_payloads
 from langrt_frontend.config import global_config
 from langrt_frontend.executor import Executor
+from langrt_frontend.recording import RecordingBackend
 from langrt_frontend.params import RUN_DEFAULTS, GenParams
 from langrt_frontend.state import ProgramState
 from langrt_frontend.tracing import shared_prefix
@@ -43,6 +44,8 @@ class SglFunction:
         set defaults for every gen; the rest go to the program."""
         defaults, program_kwargs = _split_kwargs(kwargs)
         backend = _backend(backend)
+        if takes_native_payloads(backend):  # its requests are recorded for state.report()
+            backend = RecordingBackend(backend)
         state = ProgramState(Executor(backend, defaults, stream))
         if stream:
             # The body runs on its own thread so that the caller can iterate the text now;

@@ -92,6 +92,13 @@ class ProgramState:
         self.executor.sync()
         return self
 
+    def report(self, path):
+        """Write this run's report to `path` (HTML): its requests on a timeline, their cached and
+        generated tokens, and the prefixes they share (langrt_frontend/report.py)."""
+        from langrt_frontend.report import write_report
+
+        return write_report(self, path)
+
     def error(self) -> Exception | None:
         """The exception that stopped this state's execution, or None."""
         self.executor.sync()
