@@ -33,6 +33,7 @@ def find_chromium() -> str | None:
 
 class HeadlessChromium:
     def __init__(self, binary: str, profile: Path, width: int = 1400, height: int = 1000, timeout_s: float = 30.0):
+        (profile / "DevToolsActivePort").unlink(missing_ok=True)  # a reused profile's is stale
         self.process = subprocess.Popen(
             [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
              f"--user-data-dir={profile}", "--remote-debugging-port=0", f"--window-size={width},{height}", "about:blank"],
