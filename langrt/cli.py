@@ -1,6 +1,7 @@
 """The `langrt` command. Server flags are generated from ServerArgs, so they cannot drift.
 
     langrt launch [--model-path PATH] [--port 30000]     # the HTTP server
+    langrt router --worker-urls http://127.0.0.1:30001 http://127.0.0.1:30002 --port 30000
     langrt generate "What is the capital of France?" --chat --max-new-tokens 32
 """
 
@@ -59,6 +60,31 @@ def _launch(ns: argparse.Namespace) -> int:
     return launch(server_args_from(ns))
 
 
+def _router(ns: argparse.Namespace) -> int:
+    from langrt.router.app import RouterArgs
+    from langrt.router.server import launch
+    from langrt.router.workers import HealthSettings
+
+    health = HealthSettings(interval_s=ns.health_check_interval, failure_threshold=ns.health_failure_threshold)
+    args = RouterArgs(
+        tuple(ns.worker_urls), ns.policy, ns.host, ns.port, health, ns.max_attempts, log_level=ns.log_level
+    )
+    return launch(args)
+
+
+def add_router_args(parser: argparse.ArgumentParser) -> None:
+    from langrt.router.policies import POLICIES
+
+    parser.add_argument("--worker-urls", nargs="*", default=[], help="worker base URLs (more can be added with POST /add_worker?url=)")
+    parser.add_argument("--policy", default="cache_aware", choices=POLICIES, help="cache_aware: longest prefix match unless the load is imbalanced")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP address to bind")
+    parser.add_argument("--port", type=int, default=30000, help="HTTP port")
+    parser.add_argument("--health-check-interval", type=float, default=5.0, help="seconds between health checks of each worker")
+    parser.add_argument("--health-failure-threshold", type=int, default=2, help="failed health checks in a row before a worker is taken out")
+    parser.add_argument("--max-attempts", type=int, default=3, help="workers a request is tried on at most when they die")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="langrt", description="langrt: a prefix-caching LLM runtime")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=0.0)
     add_server_args(gen)
     gen.set_defaults(handler=_generate)
+    router = commands.add_parser("router", help="route requests over langrt workers (cache-aware by prefix)")
+    add_router_args(router)
+    router.set_defaults(handler=_router)
     return parser
 
 
