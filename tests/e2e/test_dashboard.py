@@ -103,10 +103,11 @@ def test_page_in_headless_chromium(server, tmp_path):
         args=("/generate", {"text": few_shot_prompts(4, "Why?"), "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}}),
         kwargs={"timeout": 300},
     )
-    work.start()
     browser = HeadlessChromium(binary, tmp_path / "profile")
     try:
         browser.navigate(server.url + "/dashboard")
+        browser.wait_for("Number(document.body.dataset.seq) > 0")  # live before the workload starts
+        work.start()
         browser.wait_for("document.querySelectorAll('#tree g.node').length > 0")
         rows = browser.wait_for("document.querySelectorAll('#batch tbody tr').length")
         assert rows >= 1
@@ -124,4 +125,5 @@ def test_page_in_headless_chromium(server, tmp_path):
         browser.screenshot(tmp_path / "dashboard_idle.png")
     finally:
         browser.close()
-        work.join()
+        if work.is_alive():
+            work.join()
