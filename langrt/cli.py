@@ -55,9 +55,14 @@ def _generate(ns: argparse.Namespace) -> int:
 
 
 def _launch(ns: argparse.Namespace) -> int:
+    args = server_args_from(ns)
+    if args.dp_size > 1:
+        from langrt.router.replicas import launch_replicas
+
+        return launch_replicas(args)
     from langrt.entrypoints.http_server import launch
 
-    return launch(server_args_from(ns))
+    return launch(args)
 
 
 def _router(ns: argparse.Namespace) -> int:

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 class Engine:
     def __init__(self, model_path: str | None = None, **server_args: Any):
         self.args = ServerArgs(model_path=model_path, **server_args)  # resolved by the scheduler
+        if self.args.dp_size != 1:
+            raise ValueError("dp_size: an Engine runs one replica; `langrt launch --dp-size N` serves N behind a router")
         logging.basicConfig(level=self.args.log_level.upper(), format="[langrt] %(message)s")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="langrt-engine", daemon=True)

@@ -50,6 +50,7 @@ class ServerArgs:
     max_request_bytes: int = _flag("largest HTTP request body accepted; larger get 413", default=16 * 1024 * 1024)
     body_read_timeout: float = _flag("seconds a client may take to send its request body; slower ones get 408 (a stalled upload must not hold a connection forever)", default=30.0)
     tp_size: int = _flag("tensor parallel size (only 1: one device per server)", default=1)
+    dp_size: int = _flag("data parallel replicas: N whole servers (each its own scheduler, KV pool and radix cache) on private ports behind a cache-aware router on --port (langrt/router/)", default=1)
     quantization: str = _flag("weight format; auto = a GGUF file's Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks served as stored on CPU (where langrt's kernels build), else weights in --dtype; none = always --dtype; int8 / int4 = plain weights quantized at load (CPU) to int8 / int4 in groups of 32 (the LM head at int8); fp8 = not on CPUs", QUANTIZATIONS, default="auto")
     enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; see benchmarks/README.md for when it pays)", default=False)
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
@@ -64,7 +65,7 @@ class ServerArgs:
             value = getattr(self, f.name)
             if choices and value not in choices:
                 raise ValueError(f"--{_flag_name(f.name)} must be one of {', '.join(choices)}; got {value!r}")
-        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads", "max_request_bytes")
+        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads", "max_request_bytes", "dp_size")
         if not self.body_read_timeout > 0:
             raise ValueError(f"--body-read-timeout must be positive; got {self.body_read_timeout}")
         if self.max_queued_requests < 0:

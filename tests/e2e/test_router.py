@@ -116,3 +116,31 @@ def test_a_killed_worker_loses_no_request(cluster):
     assert listed["retries"] >= 1
     assert [w["healthy"] for w in listed["workers"] if w["url"] == victim.url] == [False]
     assert router.get("/health")[0] == 200
+
+
+def test_dp_size_two_replicas_behind_one_port():
+    server = LaunchedServer("--dp-size", "2", "--max-total-tokens", "4096")
+    try:
+        urls = server.get("/list_workers")[1]["urls"]
+        assert len(urls) == 2 and server.url not in urls
+        preamble = "You are a terse assistant for a bakery. " * 12
+        outs = [server.post("/generate", {"text": preamble + f"Q{i}:", "sampling_params": {"max_new_tokens": 3}})[1] for i in range(3)]
+        assert outs[2]["meta_info"]["cached_tokens"] > 80, "one replica got the shared preamble each time"
+        chunks = server.stream("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0, "stream": True})
+        assert chunks[-1] == "[DONE]" and "Paris" in "".join(c["choices"][0]["text"] for c in chunks[:-1])
+        info = server.get("/get_server_info")[1]
+        assert [w["url"] for w in info["workers"]] == urls and info["kv_total_tokens"] >= 2 * 4096 - 2
+    finally:
+        assert server.stop() == 0, "SIGTERM ends the launch cleanly"
+    for url in urls:
+        assert _down(url), f"replica {url} outlived the launch"
+
+
+def _down(url: str) -> bool:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(url + "/health", timeout=2)
+    except OSError:
+        return True
+    return False
