@@ -83,3 +83,19 @@ class LaunchedServer:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+class LaunchedRouter(LaunchedServer):
+    """`langrt router` as a subprocess on a free port; healthy once a worker is."""
+
+    def __init__(self, *flags: str, timeout_s: float = 30.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "langrt", "router", "--port", str(self.port), "--log-level", "warning", *flags]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + timeout_s
+        while self.get("/health", check=False)[0] != 200:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"langrt router did not start:\n{self.process.stdout.read()}")
+            time.sleep(0.1)

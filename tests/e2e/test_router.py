@@ -6,31 +6,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from server_utils import LaunchedServer, free_port
+from server_utils import LaunchedRouter, LaunchedServer
 
 pytestmark = pytest.mark.slow
 
 WORKER_FLAGS = ("--max-total-tokens", "8192", "--num-threads", "1")
-
-
-class LaunchedRouter(LaunchedServer):
-    def __init__(self, *flags: str, timeout_s: float = 30.0):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "langrt", "router", "--port", str(self.port), "--log-level", "warning", *flags]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + timeout_s
-        while self.get("/health", check=False)[0] != 200:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"langrt router did not start:\n{self.process.stdout.read()}")
-            time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
