@@ -100,6 +100,7 @@ class TokenUpdate:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    spec_accepted_tokens: int | None = None  # speculative drafts kept so far (None: speculation off)
     settings: DecodeSettings | None = None  # first update only
     finish_reason: dict[str, Any] | None = None
     text_end: int | None = None  # at finish: cut the output text here (a stop string matched)

@@ -17,6 +17,10 @@ ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 QUANTIZATIONS = ("auto", "none", "int8", "int4", "fp8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 GRAMMAR_BACKENDS = ("langrt", "xgrammar", "llguidance")
+SPECULATIVE_ALGORITHMS = ("NGRAM",)
+# Why 8: measured on SmolLM2 (CPU, bf16), a pass's cost grows with its rows; past ~8 drafts
+# the extra rows of a miss cost more than a long accepted run saves (benchmarks/README.md).
+SPEC_DRAFT_TOKENS = 8
 
 
 def _flag(help: str, choices: tuple[str, ...] | None = None, **kw):
@@ -40,6 +44,8 @@ class ServerArgs:
     grammar_compile_timeout: float = _flag("seconds a grammar may take to compile before its request fails (a regex whose automaton explodes)", default=10.0)
     grammar_backend: str = _flag("engine for regex / json_schema / ebnf / choices / structural_tag constraints: langrt's own (the only one with jump-forward), or the xgrammar or llguidance package (docs/grammar_backends.md)", GRAMMAR_BACKENDS, default="langrt")
     disable_jump_forward: bool = _flag("decode grammar-forced text token by token instead of appending it in one step", default=False)
+    speculative_algorithm: str | None = _flag("speculative decoding: NGRAM = drafts copied from where the request's last tokens occurred before (its prompt and output, recent outputs), verified in the next pass; outputs are what they would be without it (docs/architecture.md)", default=None)
+    speculative_num_draft_tokens: int = _flag("drafts per request and pass at most (with --speculative-algorithm; each request's length adapts below it to how its drafts fare)", default=SPEC_DRAFT_TOKENS)
     schedule_policy: str = _flag("admission order of waiting requests", SCHEDULE_POLICIES, default="lpm")
     max_queued_requests: int = _flag("requests waiting beyond the running batch at most; more get HTTP 503", default=4096)
     host: str = _flag("HTTP address to bind (127.0.0.1: this machine only)", default="127.0.0.1")
@@ -92,6 +98,7 @@ class ServerArgs:
         missing = missing_package(self.grammar_backend)
         if missing is not None:
             raise ValueError(missing)
+        _check_speculative(self)
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
             raise ValueError(f"--mem-fraction-static must be in (0, 1); got {self.mem_fraction_static}")
 
@@ -144,6 +151,17 @@ def _check_positive(args: ServerArgs, *names: str) -> None:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ValueError(f"--{_flag_name(name)} must be positive; got {value}")
+
+
+def _check_speculative(args: ServerArgs) -> None:
+    algorithm = args.speculative_algorithm
+    if algorithm is not None and algorithm not in SPECULATIVE_ALGORITHMS:
+        raise ValueError(
+            f"--speculative-algorithm {algorithm}: langrt has {', '.join(SPECULATIVE_ALGORITHMS)} "
+            "(DRAFT, a draft model, and EAGLE are not implemented yet)"
+        )
+    if args.speculative_num_draft_tokens < 1:
+        raise ValueError(f"--speculative-num-draft-tokens must be positive; got {args.speculative_num_draft_tokens}")
 
 
 def _attention_backend(asked: str, device: str) -> str:

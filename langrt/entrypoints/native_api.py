@@ -225,6 +225,10 @@ async def metrics(request: web.Request) -> web.Response:
         "kv_cached_tokens": stats["kv_cached_tokens"],
         "kv_total_tokens": total,
         "retractions": stats["retractions"],
+        "spec_accept_length": stats["spec_accept_length"],
+        "spec_accept_rate": stats["spec_accept_rate"],
+        "spec_draft_tokens": stats["spec_draft_tokens"],
+        "spec_accepted_tokens": stats["spec_accepted_tokens"],
     }
     now = time.monotonic()
     generated = manager.metrics.generation_tokens + stats["live_output_tokens"]
@@ -236,6 +240,8 @@ async def metrics(request: web.Request) -> web.Response:
         "token_usage": (gauges["kv_usage"], "The token usage (fraction of the KV pool in use)."),
         "cache_hit_rate": (stats["cache_hit_rate"], "The prefix cache hit rate (cached / prompt tokens)."),
         "gen_throughput": (request.app["gen_rate"].update(generated, now), "The generation throughput (token/s)."),
+        "spec_accept_length": (stats["spec_accept_length"], "The average acceptance length of speculative decoding."),
+        "spec_accept_rate": (stats["spec_accept_rate"], "The average acceptance rate of speculative decoding."),
     }
     text = manager.metrics.render(gauges) + "\n".join(sglang_lines(manager.metrics, sglang, request.app["served_model_name"])) + "\n"
     return web.Response(text=text, content_type="text/plain", charset="utf-8")

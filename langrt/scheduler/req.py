@@ -104,7 +104,10 @@ class Req:
     stop_patterns: list | None = None  # params.stop_regex, compiled on first use
     text_end: int | None = None  # a stop string matched: the output text ends here
     matcher: Any = None  # a grammar matcher (constrained/backend.GrammarMatcherLike) when the output is constrained
-    draft_ids: list[int] = field(default_factory=list)  # jump-forward proposals, not yet output
+    draft_ids: list[int] = field(default_factory=list)  # drafts for the next pass, not yet output
+    draft_source: Any = None  # the DraftSource of draft_ids, told how they fared (speculative/drafter.py)
+    draft_state: dict[str, Any] = field(default_factory=dict)  # what draft sources keep per request, by source
+    spec_accepted_tokens: int | None = None  # speculative drafts kept (meta_info); None: speculation off
     grammar_mask_s: float = 0.0  # time spent filling its grammar's token masks (the dashboard's)
     grammar_masks: int = 0
     input_logprobs: LogprobRecord = field(default_factory=LogprobRecord)

@@ -36,6 +36,7 @@ from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.model_runner import ModelRunner
 from langrt.scheduler.token_emitter import Emission, TokenEmitter
 from langrt.sampling.sampler import make_generator
+from langrt.speculative.drafter import make_speculative_sources
 from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -54,13 +55,28 @@ class SchedulerStats:
     retractions: int = 0
     forward_passes: int = 0
     forward_tokens: int = 0  # tokens the passes computed (prompts, decodes and drafts)
-    drafted_tokens: int = 0  # jump-forward drafts computed
-    jump_forward_tokens: int = 0  # drafts kept (the rest were computed in vain)
+    drafted_tokens: int = 0  # drafts computed (jump-forward's and speculative ones)
+    jump_forward_tokens: int = 0  # jump-forward drafts kept (the rest were computed in vain)
+    spec_verifications: int = 0  # a request's speculative drafts checked in one pass
+    spec_draft_tokens: int = 0  # speculative drafts computed
+    spec_accepted_tokens: int = 0  # speculative drafts kept
     certain_tail_tokens: int = 0  # output with no pass at all: the grammar's certain ends
 
     @property
     def cache_hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def spec_accept_rate(self) -> float:
+        """Speculative drafts kept of those computed (SGLang's spec_accept_rate)."""
+        return self.spec_accepted_tokens / self.spec_draft_tokens if self.spec_draft_tokens else 0.0
+
+    @property
+    def spec_accept_length(self) -> float:
+        """Tokens a request got from a pass that verified its speculative drafts, on average: the
+        kept drafts plus the token sampled after them (SGLang's spec_accept_length; 0: none yet)."""
+        n = self.spec_verifications
+        return (self.spec_accepted_tokens + n) / n if n else 0.0
 
 
 class Scheduler:
@@ -82,7 +98,10 @@ class Scheduler:
         self.grammar_backend = args.grammar_backend
         self.failed: list[tuple[Req, InvalidRequest]] = []  # refused after arrival (grammar errors)
         self.stats = SchedulerStats()
-        self.emitter = TokenEmitter(self.stop_checker, tokenizer, not args.disable_jump_forward, self.stats)
+        self.emitter = TokenEmitter(
+            self.stop_checker, tokenizer, not args.disable_jump_forward, self.stats,
+            speculative=make_speculative_sources(args),
+        )  # fmt: skip
         self._admit_seq = 0
         torch.manual_seed(args.random_seed)
 
@@ -94,6 +113,8 @@ class Scheduler:
 
     def add_request(self, req: Req) -> None:
         self.validate(req)
+        if self.emitter.drafter.speculative:
+            req.spec_accepted_tokens = 0
         p = req.params
         if p.stop or p.stop_regex:  # only stop strings need the text here
             req.decoder = IncrementalDecoder(
@@ -193,6 +214,9 @@ class Scheduler:
         """Give every running request slots for its uncomputed tokens (the last sampled one, and
         any jump-forward added), evicting or retracting."""
         retracted = False
+        if not self.cache.make_room(sum(len(r.pending_ids) for r in self.running)):
+            for req in self.running:  # drafts are the first thing given up
+                req.draft_ids = []
         while not self.cache.make_room(sum(len(r.pending_ids) for r in self.running)):
             victim = self.chunked or max(self.running, key=lambda r: r.admit_seq, default=None)
             if victim is None or (victim is not self.chunked and len(self.running) == 1):
@@ -334,6 +358,11 @@ class Scheduler:
             "forward_tokens": self.stats.forward_tokens,
             "drafted_tokens": self.stats.drafted_tokens,
             "jump_forward_tokens": self.stats.jump_forward_tokens,
+            "spec_verifications": self.stats.spec_verifications,
+            "spec_draft_tokens": self.stats.spec_draft_tokens,
+            "spec_accepted_tokens": self.stats.spec_accepted_tokens,
+            "spec_accept_rate": self.stats.spec_accept_rate,
+            "spec_accept_length": self.stats.spec_accept_length,
             "certain_tail_tokens": self.stats.certain_tail_tokens,
             "running_requests": len(self.running) + (self.chunked is not None),
             "waiting_requests": len(self.waiting),

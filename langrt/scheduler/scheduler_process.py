@@ -172,6 +172,7 @@ def token_update(req: Req) -> TokenUpdate:
         visible_new_ids=visible[sent.output_ids :],
         prompt_tokens=req.prompt_len,
         cached_tokens=req.cached_tokens,
+        spec_accepted_tokens=req.spec_accepted_tokens,
         completion_tokens=len(req.output_ids),
         finish_reason=req.finish_reason.to_json() if req.finished else None,
         text_end=req.text_end,

@@ -5,9 +5,10 @@ Where the rest of a request's output is certain (its grammar allows one token at
 its end), jump-forward outputs it at once and the request ends without another pass.
 
 A request may come with drafts: tokens guessed to follow its output, computed in the same
-forward pass as its last sampled token. Where drafts come from is a DraftSource's business (for
-now the grammar's forced text: constraints.GrammarDrafts); how they are verified is this
-module's, whatever their source. A request's logits rows are read in order: the token sampled
+forward pass as its last sampled token. Where drafts come from is the draft sources' business
+(the grammar's forced text: constraints.GrammarDrafts; n-grams: speculative/ngram.py; chosen
+per request by speculative.Drafter); how they are verified is this module's, whatever their
+source. A request's logits rows are read in order: the token sampled
 from row i is output, and if it equals draft i the next row (which was computed with that very
 token in context) is sampled too. The first mismatch ends the run. Each output token is thus
 sampled from the model's distribution given exactly the tokens before it, as without drafts;
@@ -21,7 +22,7 @@ masked full row), so the LM head and the masking are spent only on rows with man
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Sequence
 
 import torch
 
@@ -36,15 +37,7 @@ from langrt.scheduler.logprob_collector import OutputLogprobs
 from langrt.scheduler.req import Req, StopChecker
 from langrt.sampling.penalties import ban_tokens
 from langrt.sampling.sampler import SamplingBatch
-
-
-class DraftSource(Protocol):
-    """Where drafts come from: tokens guessed to follow a request's output (at most its
-    remaining budget less one, the token sampled after them). Any guess is safe, since
-    TokenEmitter.emit keeps only the drafts the model's own samples confirm; a good one saves
-    forward passes."""
-
-    def drafts(self, req: Req) -> list[int]: ...
+from langrt.speculative.drafter import Drafter, DraftSource, SpeculativeSource
 
 
 @dataclass
@@ -58,16 +51,28 @@ class Emission:
 
 class TokenEmitter:
     def __init__(
-        self, stop_checker: StopChecker, tokenizer, jump_forward: bool, stats, draft_source: DraftSource | None = None
+        self,
+        stop_checker: StopChecker,
+        tokenizer,
+        jump_forward: bool,
+        stats,
+        draft_source: DraftSource | None = None,
+        speculative: Sequence[SpeculativeSource] = (),
     ):
+        """`draft_source`: jump-forward's (the grammar's forced text by default; none without
+        jump-forward); `speculative`: the guessing sources, asked where it has no drafts."""
         self.stop_checker = stop_checker
         self.tokenizer = tokenizer
         self.jump_forward = jump_forward
         self.stats = stats
-        # the only source for now: the grammar's forced text (jump-forward)
         if draft_source is None and jump_forward:
             draft_source = GrammarDrafts(tokenizer.encode)
-        self.draft_source = draft_source
+        self.drafter = Drafter(draft_source if jump_forward else None, speculative)
+
+    @property
+    def draft_source(self) -> DraftSource | None:
+        """Jump-forward's draft source (None without jump-forward)."""
+        return self.drafter.grammar
 
     def emit(self, emissions: list[Emission], hidden: torch.Tensor, runner) -> None:
         """Choose and output tokens from the rows of `hidden` the emissions name, and verify
@@ -79,6 +84,7 @@ class TokenEmitter:
         logits = runner.compute_logits(hidden[torch.tensor(full, device=hidden.device)]) if full else None
         where = {row: i for i, row in enumerate(full)}
         active, position = list(range(len(emissions))), 0
+        kept = [0] * len(emissions)
         while active:
             chosen = {}
             sampled = [k for k in active if picks[k][position] is None]
@@ -93,24 +99,34 @@ class TokenEmitter:
             for k in active:
                 e = emissions[k]
                 if position < len(e.drafts) and chosen[k] == e.drafts[position] and not e.req.finished:
-                    self.stats.jump_forward_tokens += 1
+                    kept[k] += 1
                     still.append(k)
             active, position = still, position + 1
+        for e, n in zip(emissions, kept):
+            self._verified(e, n)
+
+    def _verified(self, emission: Emission, kept: int) -> None:
+        """Tell the drafts' source how many were kept, and count them as its kind."""
+        if self.drafter.verified(emission.req, len(emission.drafts), kept):
+            self.stats.spec_verifications += 1
+            self.stats.spec_draft_tokens += len(emission.drafts)
+            self.stats.spec_accepted_tokens += kept
+        else:
+            self.stats.jump_forward_tokens += kept
 
     def propose(self, req: Req) -> None:
         """Jump-forward, if the grammar forces text: where the rest of the output is certain
         (certain_tail: `"}` closing an object, say), its tokens are output now and the request
         ends without another pass, since no token after them needs computing; otherwise drafts
-        for the next pass, from the draft source."""
-        if not self.jump_forward or req.finished:
+        for the next pass, from the first draft source that has any."""
+        if req.finished:
             return
-        tail = certain_tail(req)
-        for token in tail:
+        for token in certain_tail(req) if self.jump_forward else []:
             self._output(req, token)
             self.stats.certain_tail_tokens += 1
             if req.finished:
                 return
-        req.draft_ids = self.draft_source.drafts(req)
+        self.drafter.propose(req)
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[int]:
         """Each request's next token from its [V] logits row; output it and check stops."""

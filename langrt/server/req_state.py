@@ -21,6 +21,7 @@ class ReqState:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    spec_accepted_tokens: int | None = None  # reported only with speculative decoding on
     finish_reason: dict | None = None
     first_token_at: float | None = None
     finished_at: float | None = None
@@ -40,6 +41,7 @@ class ReqState:
         self.prompt_tokens = t.prompt_tokens
         self.cached_tokens = t.cached_tokens
         self.completion_tokens = t.completion_tokens
+        self.spec_accepted_tokens = t.spec_accepted_tokens
         self.input_logprobs += t.input_logprobs
         self.output_logprobs += t.output_logprobs
         if t.new_ids and self.first_token_at is None:
@@ -83,6 +85,8 @@ class ReqState:
             "finish_reason": self.finish_reason,
             "e2e_latency": end - self.created,
         }
+        if self.spec_accepted_tokens is not None:
+            meta["spec_accepted_tokens"] = self.spec_accepted_tokens
         if self.options.return_logprob:
             with_text = self.options.return_text_in_logprobs
             meta["input_token_logprobs"] = [_entry(v, t, tokenizer, with_text) for v, t, _ in self.input_logprobs]

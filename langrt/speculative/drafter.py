@@ -1,0 +1,101 @@
+"""Draft sources and their composition: which source proposes a request's drafts, and what each
+source learns from their verification.
+
+A request takes its drafts from the first source that has any for it, in order of trust: the
+grammar's forced text (jump-forward) before a speculative guess (n-grams), so a request may take
+drafts from several sources over its life, one source per pass. The verification itself is the
+emitter's (scheduler/token_emitter.py), and the scheduler gives back the slots of rejected
+drafts (CacheManager.trim), whatever their source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from langrt.scheduler.req import Req
+
+
+class DraftSource(Protocol):
+    """Where drafts come from: tokens guessed to follow a request's output (at most its
+    remaining budget less one, the token sampled after them). Any guess is safe, since
+    TokenEmitter.emit keeps only the drafts the model's own samples confirm; a good one saves
+    forward passes. `drafts` reads the request and changes nothing of it but state the source
+    keeps there for itself (Req.draft_state)."""
+
+    def drafts(self, req: Req) -> list[int]: ...
+
+
+class SpeculativeSource(DraftSource, Protocol):
+    """A draft source that guesses (n-grams, a draft model) and is told how its guesses fared:
+    `verified(req, proposed, accepted)` after the pass that checked them, where of `proposed`
+    drafts the first `accepted` were kept. `name` labels its figures."""
+
+    name: str
+
+    def verified(self, req: Req, proposed: int, accepted: int) -> None: ...
+
+
+@dataclass
+class DraftCounts:
+    """Figures of the speculative sources' drafts: `verifications` counts a request's drafts
+    checked in one pass (its accepted length that pass is its kept drafts plus the token sampled
+    after them)."""
+
+    verifications: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def accept_length(self) -> float:
+        """Tokens a verifying pass gives a request on average (1.0: as without drafts)."""
+        return (self.accepted + self.verifications) / self.verifications if self.verifications else 0.0
+
+
+class Drafter:
+    """The sources a request's drafts may come from: `grammar` (jump-forward's forced text, or
+    None without it) first, then the speculative ones in order."""
+
+    def __init__(self, grammar: DraftSource | None, speculative: Sequence[SpeculativeSource] = ()):
+        self.grammar = grammar
+        self.speculative = list(speculative)
+        self.counts = DraftCounts()
+
+    @property
+    def sources(self) -> list[DraftSource]:
+        return ([self.grammar] if self.grammar is not None else []) + self.speculative
+
+    def propose(self, req: Req) -> None:
+        """Set req.draft_ids (and req.draft_source) from the first source with drafts for it."""
+        req.draft_ids, req.draft_source = [], None
+        for source in self.sources:
+            drafts = source.drafts(req)
+            if drafts:
+                req.draft_ids, req.draft_source = drafts, source
+                return
+
+    def verified(self, req: Req, proposed: int, accepted: int) -> bool:
+        """Tell the source of `req`'s last drafts how they fared; whether they were speculative
+        (their figures are counted here, and on the request: Req.spec_accepted_tokens)."""
+        source, req.draft_source = req.draft_source, None
+        if source is None or proposed == 0 or source is self.grammar:
+            return False
+        source.verified(req, proposed, accepted)
+        self.counts.verifications += 1
+        self.counts.drafted += proposed
+        self.counts.accepted += accepted
+        req.spec_accepted_tokens = (req.spec_accepted_tokens or 0) + accepted
+        return True
+
+
+def make_speculative_sources(args) -> list[SpeculativeSource]:
+    """The sources --speculative-algorithm asks for ([] without it)."""
+    if args.speculative_algorithm is None:
+        return []
+    from langrt.speculative.ngram import NgramDrafts, RecentOutputs
+
+    return [NgramDrafts(args.speculative_num_draft_tokens, RecentOutputs())]
