@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from langrt.router.forward import NoWorker, Outgoing, forwarded_headers
+from langrt.router.forward import Forwarder, NoWorker, Outgoing, forwarded_headers
 from langrt.router.policies import POLICIES
 from langrt.router.routing_text import is_stream, routing_text
 from langrt.router.workers import HealthSettings, UnknownWorker, WorkerSet
@@ -25,6 +25,10 @@ from langrt.router.workers import HealthSettings, UnknownWorker, WorkerSet
 logger = logging.getLogger(__name__)
 
 GENERATION_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+WORKERS = web.AppKey("workers", WorkerSet)
+FORWARDER = web.AppKey("forwarder", Forwarder)
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+MAX_ATTEMPTS = web.AppKey("max_attempts", int)
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ async def _forward(request: web.Request, retryable: bool, text: str = "", stream
         request.method, request.path_qs, forwarded_headers(request), await request.read(), text, stream, retryable
     )
     try:
-        return await request.app["forwarder"].send(request, out)
+        return await request.app[FORWARDER].send(request, out)
     except NoWorker as e:
         return _error(503, str(e))
 
@@ -74,7 +78,7 @@ async def any_worker(request: web.Request) -> web.StreamResponse:
 
 
 async def health(request: web.Request) -> web.Response:
-    workers: WorkerSet = request.app["workers"]
+    workers = request.app[WORKERS]
     if workers.healthy():
         return web.Response(text="OK")
     return _error(503, f"no healthy worker among {len(workers.all)}")
@@ -85,12 +89,12 @@ def _worker_view(w) -> dict:
 
 
 async def list_workers(request: web.Request) -> web.Response:
-    workers: WorkerSet = request.app["workers"]
+    workers = request.app[WORKERS]
     body = {
         "policy": workers.policy.name,
         "urls": [w.url for w in workers.all],
         "workers": [_worker_view(w) for w in workers.all],
-        "retries": request.app["forwarder"].retries,
+        "retries": request.app[FORWARDER].retries,
     }
     return web.json_response(body)
 
@@ -99,13 +103,13 @@ async def add_worker(request: web.Request) -> web.Response:
     url = request.query.get("url")
     if not url:
         return _error(400, "add_worker needs ?url=http://host:port")
-    workers: WorkerSet = request.app["workers"]
+    workers = request.app[WORKERS]
     try:
         worker = workers.add(url)
     except ValueError as e:
         return _error(400, str(e))
     worker.healthy = False  # in rotation once its /health answers 200
-    healthy = await workers.check(request.app["session"], worker)
+    healthy = await workers.check(request.app[SESSION], worker)
     return web.json_response({"added": worker.url, "healthy": healthy})
 
 
@@ -114,14 +118,14 @@ async def remove_worker(request: web.Request) -> web.Response:
     if not url:
         return _error(400, "remove_worker needs ?url=http://host:port")
     try:
-        worker = request.app["workers"].remove(url)
+        worker = request.app[WORKERS].remove(url)
     except UnknownWorker as e:
         return _error(404, str(e.args[0]))
     return web.json_response({"removed": worker.url})
 
 
 async def _each_worker(request: web.Request, method: str, path: str) -> list[dict]:
-    session: aiohttp.ClientSession = request.app["session"]
+    session = request.app[SESSION]
     headers = forwarded_headers(request)
 
     async def one(worker) -> dict:
@@ -136,13 +140,13 @@ async def _each_worker(request: web.Request, method: str, path: str) -> list[dic
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             return {"url": worker.url, "status": 0, "body": f"{type(e).__name__}: {e}"}
 
-    return list(await asyncio.gather(*(one(w) for w in request.app["workers"].healthy())))
+    return list(await asyncio.gather(*(one(w) for w in request.app[WORKERS].healthy())))
 
 
 async def flush_cache(request: web.Request) -> web.Response:
     replies = await _each_worker(request, "POST", "/flush_cache")
     for reply in replies:
-        request.app["workers"].policy.forget(reply["url"])
+        request.app[WORKERS].policy.forget(reply["url"])
     status = max((r["status"] for r in replies), default=503)
     status = 200 if replies and all(r["status"] == 200 for r in replies) else (status if status >= 400 else 503)
     lines = [f"{r['url']}: {r['status']} {r['body']}" for r in replies] or ["no healthy worker"]
@@ -158,6 +162,6 @@ async def server_info(request: web.Request) -> web.Response:
     for key in ("kv_total_tokens", "kv_available_tokens", "kv_cached_tokens", "running_requests", "waiting_requests"):
         if all(isinstance(info.get(key), int) for info in infos):
             body[key] = sum(info[key] for info in infos)
-    body["router"] = {"policy": request.app["workers"].policy.name, "retries": request.app["forwarder"].retries}
+    body["router"] = {"policy": request.app[WORKERS].policy.name, "retries": request.app[FORWARDER].retries}
     body["workers"] = [{"url": r["url"], "status": r["status"], "server_info": r["body"]} for r in replies]
     return web.json_response(body)

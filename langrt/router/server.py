@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp import web
 
 from langrt.router import app as handlers
-from langrt.router.app import GENERATION_PATHS, RouterArgs
+from langrt.router.app import FORWARDER, GENERATION_PATHS, MAX_ATTEMPTS, SESSION, WORKERS, RouterArgs
 from langrt.router.forward import Forwarder
 from langrt.router.policies import make_policy
 from langrt.router.workers import WorkerSet
@@ -22,8 +22,8 @@ CONNECT_TIMEOUT_S = 10.0
 
 def create_app(args: RouterArgs) -> web.Application:
     app = web.Application(client_max_size=args.max_request_bytes)
-    app["workers"] = WorkerSet(list(args.worker_urls), make_policy(args.policy), args.health)
-    app["max_attempts"] = args.max_attempts
+    app[WORKERS] = WorkerSet(list(args.worker_urls), make_policy(args.policy), args.health)
+    app[MAX_ATTEMPTS] = args.max_attempts
     app.cleanup_ctx.append(_session_and_health_checks)
     for path in GENERATION_PATHS:
         app.router.add_post(path, handlers.generation)
@@ -44,9 +44,9 @@ async def _session_and_health_checks(app: web.Application):
     # No connection reuse limit per host: every request in flight holds one connection.
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector, auto_decompress=False) as session:
-        app["session"] = session
-        app["forwarder"] = Forwarder(app["workers"], session, app["max_attempts"])
-        workers: WorkerSet = app["workers"]
+        app[SESSION] = session
+        app[FORWARDER] = Forwarder(app[WORKERS], session, app[MAX_ATTEMPTS])
+        workers = app[WORKERS]
         await asyncio.gather(*(workers.check(session, w) for w in workers.all))
         task = asyncio.create_task(workers.check_forever(session))
         yield
@@ -65,7 +65,7 @@ async def serve(args: RouterArgs, ready: asyncio.Event | None = None, stop: asyn
         print(f"langrt router: error: cannot listen on {args.host}:{args.port}: {e}", flush=True)
         await runner.cleanup()
         return 1
-    workers = ", ".join(w.url for w in app["workers"].all) or "none yet"
+    workers = ", ".join(w.url for w in app[WORKERS].all) or "none yet"
     print(f"langrt router: {args.policy} at http://{args.host}:{args.port} over {workers}", flush=True)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
