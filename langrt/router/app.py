@@ -153,15 +153,41 @@ async def flush_cache(request: web.Request) -> web.Response:
     return web.Response(status=status, text="\n".join(lines))
 
 
+# Counts that add up over replicas; the settings (model, dtype, ...) are the first replica's.
+SUMMED_INFO = (
+    "kv_total_tokens", "kv_available_tokens", "kv_free_tokens", "kv_cached_tokens", "running_requests",
+    "waiting_requests", "grammar_queue_requests", "in_flight_requests", "prompt_tokens", "cached_prompt_tokens",
+    "evicted_tokens", "retractions", "forward_passes",
+)
+
+
 async def server_info(request: web.Request) -> web.Response:
     replies = await _each_worker(request, "GET", "/get_server_info")
     infos = [r["body"] for r in replies if r["status"] == 200 and isinstance(r["body"], dict)]
     if not infos:
         return _error(503, "no healthy worker answered /get_server_info")
     body = dict(infos[0])
-    for key in ("kv_total_tokens", "kv_available_tokens", "kv_cached_tokens", "running_requests", "waiting_requests"):
+    for key in SUMMED_INFO:
         if all(isinstance(info.get(key), int) for info in infos):
             body[key] = sum(info[key] for info in infos)
+    if isinstance(body.get("prompt_tokens"), int) and isinstance(body.get("cached_prompt_tokens"), int):
+        body["cache_hit_rate"] = body["cached_prompt_tokens"] / body["prompt_tokens"] if body["prompt_tokens"] else 0.0
+    body["dp_size"] = len(infos)
     body["router"] = {"policy": request.app[WORKERS].policy.name, "retries": request.app[FORWARDER].retries}
     body["workers"] = [{"url": r["url"], "status": r["status"], "server_info": r["body"]} for r in replies]
     return web.json_response(body)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """The router's own series (Prometheus text); each worker's are on its own /metrics."""
+    workers, lines = request.app[WORKERS].all, []
+    for name, kind, help_text, value in (
+        ("langrt_router_requests_total", "counter", "Requests routed to the worker (retries included).", lambda w: w.sent),
+        ("langrt_router_in_flight_requests", "gauge", "Requests in flight at the worker.", lambda w: w.in_flight),
+        ("langrt_router_worker_healthy", "gauge", "1 while the worker is in rotation.", lambda w: int(w.healthy)),
+    ):
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        lines += [f'{name}{{worker="{w.url}"}} {value(w)}' for w in workers]
+    lines += ["# HELP langrt_router_retries_total Requests sent again after a worker died.", "# TYPE langrt_router_retries_total counter"]
+    lines.append(f"langrt_router_retries_total {request.app[FORWARDER].retries}")
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

@@ -35,6 +35,7 @@ def create_app(args: RouterArgs) -> web.Application:
     app.router.add_route("*", "/flush_cache", handlers.flush_cache)
     app.router.add_get("/get_server_info", handlers.server_info)
     app.router.add_get("/server_info", handlers.server_info)
+    app.router.add_get("/metrics", handlers.metrics)
     app.router.add_route("*", "/{tail:.*}", handlers.any_worker)
     return app
 

@@ -114,6 +114,9 @@ def test_dp_size_two_replicas_behind_one_port():
         assert chunks[-1] == "[DONE]" and "Paris" in "".join(c["choices"][0]["text"] for c in chunks[:-1])
         info = server.get("/get_server_info")[1]
         assert [w["url"] for w in info["workers"]] == urls and info["kv_total_tokens"] >= 2 * 4096 - 2
+        each = [w["server_info"] for w in info["workers"]]
+        assert info["dp_size"] == 2 and info["prompt_tokens"] == sum(e["prompt_tokens"] for e in each)
+        assert info["cache_hit_rate"] == pytest.approx(sum(e["cached_prompt_tokens"] for e in each) / info["prompt_tokens"])
     finally:
         assert server.stop() == 0, "SIGTERM ends the launch cleanly"
     for url in urls:

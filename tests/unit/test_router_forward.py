@@ -78,6 +78,8 @@ def test_a_reset_or_503_before_the_answer_is_retried_on_another_worker():
                 texts.append((await resp.json())["text"])
         async with client.get(url + "/list_workers") as resp:
             listed = await resp.json()
+        async with client.get(url + "/metrics") as resp:
+            listed["metrics"] = await resp.text()
         return statuses, texts, hits, listed
 
     statuses, texts, hits, listed = asyncio.run(_with_router(["reset", "503", "fine"], "round_robin", scenario))
@@ -85,6 +87,9 @@ def test_a_reset_or_503_before_the_answer_is_retried_on_another_worker():
     assert hits.count("reset") == 1, "the worker that reset is out of rotation after one failure"
     assert listed["retries"] >= 2
     assert [w["healthy"] for w in listed["workers"]] == [False, True, True]
+    healthy = [l for l in listed["metrics"].splitlines() if l.startswith("langrt_router_worker_healthy{")]
+    assert [l.rsplit(" ", 1)[1] for l in healthy] == ["0", "1", "1"]
+    assert f"langrt_router_retries_total {listed['retries']}" in listed["metrics"]
 
 
 def test_a_stream_that_began_is_ended_with_an_error_not_resent():
