@@ -72,7 +72,7 @@ def _router(ns: argparse.Namespace) -> int:
 
     health = HealthSettings(interval_s=ns.health_check_interval, failure_threshold=ns.health_failure_threshold)
     args = RouterArgs(
-        tuple(ns.worker_urls), ns.policy, ns.host, ns.port, health, ns.max_attempts, log_level=ns.log_level
+        tuple(ns.worker_urls), ns.policy, ns.host, ns.port, health, ns.max_attempts, log_level=ns.log_level, api_key=ns.api_key
     )
     return launch(args)
 
@@ -87,6 +87,7 @@ def add_router_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--health-check-interval", type=float, default=5.0, help="seconds between health checks of each worker")
     parser.add_argument("--health-failure-threshold", type=int, default=2, help="failed health checks in a row before a worker is taken out")
     parser.add_argument("--max-attempts", type=int, default=3, help="workers a request is tried on at most when they die")
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health (passed on to the workers)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 

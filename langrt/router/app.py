@@ -41,6 +41,9 @@ class RouterArgs:
     max_attempts: int = 3  # workers tried per request at most
     max_request_bytes: int = 16 * 1024 * 1024
     log_level: str = "info"
+    # Every route but /health needs 'Authorization: Bearer KEY' (it is passed on to the workers,
+    # which may check the same key); without it anyone who reaches the port could add a worker.
+    api_key: str | None = None
 
     def __post_init__(self):
         if self.policy not in POLICIES:

@@ -9,6 +9,7 @@ import signal
 import aiohttp
 from aiohttp import web
 
+from langrt.entrypoints.errors import auth_middleware
 from langrt.router import app as handlers
 from langrt.router.app import FORWARDER, GENERATION_PATHS, MAX_ATTEMPTS, SESSION, WORKERS, RouterArgs
 from langrt.router.forward import Forwarder
@@ -21,7 +22,7 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 def create_app(args: RouterArgs) -> web.Application:
-    app = web.Application(client_max_size=args.max_request_bytes)
+    app = web.Application(client_max_size=args.max_request_bytes, middlewares=[auth_middleware(args.api_key)])
     app[WORKERS] = WorkerSet(list(args.worker_urls), make_policy(args.policy), args.health)
     app[MAX_ATTEMPTS] = args.max_attempts
     app.cleanup_ctx.append(_session_and_health_checks)

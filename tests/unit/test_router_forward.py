@@ -56,10 +56,10 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}"
 
 
-async def _with_router(behaviours: list[str], policy: str, scenario):
+async def _with_router(behaviours: list[str], policy: str, scenario, api_key=None):
     hits: list = []
     servers = [await _serve(_fake_worker(b, hits)) for b in behaviours]
-    args = RouterArgs(tuple(url for _, url in servers), policy, health=HealthSettings(interval_s=60))
+    args = RouterArgs(tuple(url for _, url in servers), policy, health=HealthSettings(interval_s=60), api_key=api_key)
     router, url = await _serve(create_app(args))
     try:
         async with aiohttp.ClientSession() as client:
@@ -121,3 +121,17 @@ def test_no_healthy_worker_is_a_503_naming_the_cause():
 
     status, body = asyncio.run(_with_router(["reset", "reset"], "cache_aware", scenario))
     assert status == 503 and "no worker could serve the request (2 tried)" in body["error"]["message"]
+
+
+def test_with_an_api_key_only_health_is_open():
+    async def scenario(client, url, hits):
+        statuses = []
+        for path, headers in (("/health", {}), ("/list_workers", {}), ("/list_workers", {"Authorization": "Bearer k"})):
+            async with client.get(url + path, headers=headers) as resp:
+                statuses.append(resp.status)
+        async with client.post(url + "/add_worker?url=http://127.0.0.1:9", headers={"Authorization": "Bearer x"}) as resp:
+            statuses.append(resp.status)
+        return statuses, hits
+
+    statuses, hits = asyncio.run(_with_router(["fine"], "cache_aware", scenario, api_key="k"))
+    assert statuses == [200, 401, 200, 401] and hits == []
