@@ -88,8 +88,12 @@ def test_a_killed_worker_loses_no_request(cluster):
     body = lambda i: {"text": f"Count slowly, request {i}:", "sampling_params": {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}}
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(router.post, "/generate", body(i), check=False, timeout=120) for i in range(8)]
-        time.sleep(1.0)
-        busy = {w["url"]: w["in_flight"] for w in router.get("/list_workers")[1]["workers"]}
+        deadline = time.monotonic() + 30
+        while True:  # kill once the requests are at the workers (the router counts them until answered)
+            busy = {w["url"]: w["in_flight"] for w in router.get("/list_workers")[1]["workers"]}
+            if sum(busy.values()) >= 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         victim = max(workers, key=lambda w: busy[w.url])
         assert busy[victim.url] > 0
         victim.process.send_signal(signal.SIGKILL)
