@@ -62,6 +62,9 @@ def test_workers_are_ready_on_health_and_register_with_the_router_service():
     build_parser().parse_args(worker["args"])
     router = _container(deployments["langrt-router"], "router")
     build_parser().parse_args(router["args"])
+    # Workers register through the router's Service; a router ready only once it has a worker
+    # (its /health) would never get one.
+    assert router["readinessProbe"]["httpGet"]["path"] == "/list_workers"
     service = services["langrt-router"]
     assert service["spec"]["selector"].items() <= deployments["langrt-router"]["spec"]["template"]["metadata"]["labels"].items()
     register = _container(deployments["langrt-worker"], "register")
