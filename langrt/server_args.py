@@ -18,8 +18,9 @@ QUANTIZATIONS = ("auto", "none", "int8", "int4", "fp8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 GRAMMAR_BACKENDS = ("langrt", "xgrammar", "llguidance")
 SPECULATIVE_ALGORITHMS = ("NGRAM",)
-# Why 8: measured on SmolLM2 (CPU, bf16), a pass's cost grows with its rows; past ~8 drafts
-# the extra rows of a miss cost more than a long accepted run saves (benchmarks/README.md).
+# Why 8: on SmolLM2 (CPU, bf16, 2 cores) a pass with 8 drafts costs ~2.8x a one-row decode pass
+# and one with 16 ~4x; on bench_speculative's extraction workload 16 drafts gained ~3% over 8
+# (a copy often breaks within 8 tokens), while a miss costs a third more.
 SPEC_DRAFT_TOKENS = 8
 
 

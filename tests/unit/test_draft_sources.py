@@ -216,3 +216,20 @@ def test_verification_is_told_to_the_source_and_counted_as_speculative_only_for_
     assert (c.verifications, c.drafted, c.accepted) == (2, 6, 4)
     assert c.acceptance_rate == pytest.approx(4 / 6) and c.accept_length == pytest.approx(3.0)
     assert not drafter.verified(req, 0, 0), "nothing proposed: nothing to tell"
+
+
+# ---- the flags ----------------------------------------------------------------------------------
+
+
+def test_the_flags_take_ngram_and_refuse_what_is_not_there():
+    from langrt.cli import build_parser, server_args_from
+    from langrt.server_args import ServerArgs
+
+    ns = build_parser().parse_args(["launch", "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5"])
+    args = server_args_from(ns)
+    assert (args.speculative_algorithm, args.speculative_num_draft_tokens) == ("NGRAM", 5)
+    assert ServerArgs().speculative_algorithm is None
+    with pytest.raises(ValueError, match="DRAFT.*not implemented"):
+        ServerArgs(speculative_algorithm="DRAFT")
+    with pytest.raises(ValueError, match="--speculative-num-draft-tokens must be positive"):
+        ServerArgs(speculative_algorithm="NGRAM", speculative_num_draft_tokens=0)

@@ -1,0 +1,201 @@
+"""N-gram speculative decoding (--speculative-algorithm NGRAM) vs none, side by side in one run
+(built-in model, greedy, batch 1 by default).
+
+Two workloads:
+- extraction: a ~500-token report (seeded, invented facts), and a request to copy one of its
+  paragraphs or sentences word for word: outputs copy spans of the input, where n-gram drafts
+  should pay;
+- nothing to copy: short requests for new text (a poem, a story, advice): drafts rarely match,
+  and the adaptive draft length should make speculation cost (almost) nothing.
+
+Both engines are up at once; each wave runs on one and at once on the other, which goes first
+alternating (the machine is shared: a noisy moment lands on both sides of a wave).
+Reports output tok/s and the ratio, forward passes, the drafts' acceptance rate and accepted
+length per verifying pass, and whether outputs are identical (in float32 they must be; bf16
+products differ between a pass of one row and a pass of several, so a near-tie may flip).
+
+    .venv/bin/python benchmarks/bench_speculative.py [--quick] [--dtype float32] [--batches 1,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import langrt
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_offline import cpu_flags_summary  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+NAMES = ["Harbor Museum", "Linden Library", "Orchard School", "Quarry Theatre", "Meridian Hospital", "Falcon Bridge"]
+FOUNDERS = ["Clara Mendez", "Jonas Werth", "Amara Osei", "Pavel Dvorak", "Ines Carvalho", "Tomas Lindqvist"]
+TOWNS = ["Eastport", "Millbrook", "Stonehaven", "Redwater", "Ashford", "Kelby"]
+STREETS = ["Pier Street", "Mill Lane", "Chapel Road", "the old market square", "River Walk", "Station Hill"]
+THINGS = ["old maps", "model ships", "letters from sailors", "glass lanterns", "wooden toys", "paintings of the coast"]
+KNOWN = ["its evening concerts", "a garden of rare roses", "a reading room under a glass roof", "its clock tower",
+         "free lessons for children", "a cafe that serves fish soup"]  # fmt: skip
+TOPICS = ["the sea at night", "an old lighthouse keeper", "a city waking up", "learning to cook",
+          "a journey by train", "the first snow of winter", "a lost umbrella", "a garden in spring"]  # fmt: skip
+FREE_FORMS = ["Write a short poem about {}.", "Tell a short story about {}.", "Describe {} in a few sentences.",
+              "Give three tips for someone writing about {}."]  # fmt: skip
+
+
+def report(rng: random.Random) -> tuple[str, list[str]]:
+    """A ~500-token report of six paragraphs (one per institution), and its paragraphs."""
+    paragraphs = []
+    for name, founder, town, street, thing, known in zip(
+        *(rng.sample(pool, 6) for pool in (NAMES, FOUNDERS, TOWNS, STREETS, THINGS, KNOWN))
+    ):
+        paragraphs.append(
+            f"The {name} stands in {town}, on {street}. It was founded by {founder}, who spent a lifetime "
+            f"collecting {thing}. After a storm damaged the roof, the people of {town} raised the money to "
+            f"repair it within a year. Today the {name} is known for {known}, and visitors come from all over the region."
+        )
+    return "\n\n".join(paragraphs), paragraphs
+
+
+def extraction_prompts(tokenizer, n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(n):
+        text, paragraphs = report(rng)
+        subject = paragraphs[rng.randrange(len(paragraphs))].split(" stands in")[0].removeprefix("The ")
+        ask = f"Copy the paragraph about the {subject} from the report above, word for word."
+        prompts.append(chat(tokenizer, f"Report:\n\n{text}\n\n{ask}"))
+    return prompts
+
+
+def free_prompts(tokenizer, n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [chat(tokenizer, rng.choice(FREE_FORMS).format(rng.choice(TOPICS))) for _ in range(n)]
+
+
+def chat(tokenizer, content: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
+
+
+def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
+    """The prompts in waves of `batch` requests (each wave one generate call)."""
+    before = engine.cache_stats()
+    start = time.perf_counter()
+    outs = [o for i in range(0, len(prompts), batch) for o in engine.generate(prompts[i : i + batch], params)]
+    seconds = time.perf_counter() - start
+    after = engine.cache_stats()
+    tokens = sum(o["meta_info"]["completion_tokens"] for o in outs)
+    delta = {k: after[k] - before[k] for k in ("forward_passes", "forward_tokens", "spec_verifications", "spec_draft_tokens", "spec_accepted_tokens")}
+    verifications, drafted, accepted = delta["spec_verifications"], delta["spec_draft_tokens"], delta["spec_accepted_tokens"]
+    return {
+        "texts": [o["text"] for o in outs],
+        "seconds": seconds,
+        "output_tokens": tokens,
+        "output_tok_s": tokens / seconds,
+        **delta,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "accept_length": (accepted + verifications) / verifications if verifications else None,
+        "meta_spec_accepted_tokens": sum(o["meta_info"].get("spec_accepted_tokens", 0) for o in outs),
+    }
+
+
+def run_both(workloads: dict[str, list[str]], args) -> dict:
+    """Both engines up at once; per workload and batch size, each wave of requests runs on one
+    engine and at once on the other (which goes first alternates), so a noisy moment of this
+    shared machine lands on both; the totals over the rounds, and the median of the waves'
+    speed-ups."""
+    params = {"max_new_tokens": args.max_new_tokens, "temperature": 0}
+    common = dict(log_level="warning", max_total_tokens=32768, dtype=args.dtype)
+    spec = dict(speculative_algorithm="NGRAM", speculative_num_draft_tokens=args.draft_tokens)
+    results = {}
+    with langrt.Engine(**common, **spec) as on_engine, langrt.Engine(**common) as off_engine:
+        engines = {"ngram": on_engine, "off": off_engine}
+        for engine in engines.values():
+            engine.generate(workloads["extraction"][:2], params)  # warm-up
+        for name, prompts in workloads.items():
+            for batch in args.batches:
+                runs, ratios = {"ngram": [], "off": []}, []
+                for r in range(args.rounds):
+                    for w, i in enumerate(range(0, len(prompts), batch)):
+                        wave = {}
+                        for side in (("ngram", "off") if (r + w) % 2 == 0 else ("off", "ngram")):
+                            engines[side].flush_cache()
+                            wave[side] = timed(engines[side], prompts[i : i + batch], params, batch)
+                            runs[side].append(wave[side])
+                        ratios.append(wave["ngram"]["output_tok_s"] / wave["off"]["output_tok_s"])
+                results[(name, batch)] = total(runs["ngram"]), total(runs["off"]), sorted(ratios)[len(ratios) // 2]
+    return results
+
+
+def total(runs: list[dict]) -> dict:
+    """The waves' figures summed (texts of the first round, rates recomputed)."""
+    out = {k: sum(r[k] for r in runs) for k in runs[0] if isinstance(runs[0][k], (int, float)) and k != "output_tok_s"}
+    out["output_tok_s"] = out["output_tokens"] / out["seconds"]
+    out["acceptance_rate"] = out["spec_accepted_tokens"] / out["spec_draft_tokens"] if out["spec_draft_tokens"] else None
+    n = out["spec_verifications"]
+    out["accept_length"] = (out["spec_accepted_tokens"] + n) / n if n else None
+    out["texts"] = [t for r in runs for t in r["texts"]]
+    return out
+
+
+def cpu_name() -> str:
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "unknown")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2 requests per workload, 1 round")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on a CPU with AVX512-BF16) or float32")
+    parser.add_argument("--batches", default="1", help="comma-separated requests per wave")
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default: the server's)")
+    args = parser.parse_args()
+    args.batches = [int(b) for b in args.batches.split(",")]
+    if args.quick:
+        args.requests, args.rounds = 2, 1
+    if args.draft_tokens is None:
+        from langrt.server_args import ServerArgs
+
+        args.draft_tokens = ServerArgs().speculative_num_draft_tokens
+    with langrt.Engine(log_level="warning", max_total_tokens=4096) as probe:
+        tokenizer = probe.tokenizer
+        workloads = {"extraction": extraction_prompts(tokenizer, args.requests), "nothing_to_copy": free_prompts(tokenizer, args.requests)}
+        prompt_tokens = {k: sum(len(tokenizer.encode(p)) for p in v) / len(v) for k, v in workloads.items()}
+    measured = run_both(workloads, args)
+    results = {
+        "cpu": cpu_name(), "cpu_flags": cpu_flags_summary(), "dtype": args.dtype, "requests": args.requests,
+        "rounds": args.rounds, "max_new_tokens": args.max_new_tokens, "speculative_num_draft_tokens": args.draft_tokens,
+        "mean_prompt_tokens": prompt_tokens, "runs": {},
+    }  # fmt: skip
+    for (name, batch), (on, off, median_ratio) in measured.items():
+        row = {
+            "speedup_output_tok_s": on["output_tok_s"] / off["output_tok_s"],
+            "median_wave_speedup": median_ratio,
+            "identical_outputs": sum(a == b for a, b in zip(on["texts"], off["texts"])),
+            "ngram": {k: v for k, v in on.items() if k != "texts"},
+            "off": {k: v for k, v in off.items() if k != "texts"},
+            "sample_output": on["texts"][0],
+        }
+        results["runs"][f"{name}_batch{batch}"] = row
+        rate = on["acceptance_rate"]
+        length = on["accept_length"]
+        print(f"{name:16s} batch {batch:2d}: ngram {on['output_tok_s']:6.1f} tok/s, {on['forward_passes']} passes | "
+              f"off {off['output_tok_s']:6.1f} tok/s, {off['forward_passes']} passes | {row['speedup_output_tok_s']:.2f}x "
+              f"(median wave {median_ratio:.2f}x); "
+              f"acceptance {0 if rate is None else rate:.0%}, accepted length {0 if length is None else length:.2f} "
+              f"over {on['spec_verifications']} verifications; identical {row['identical_outputs']}/{len(on['texts'])}")  # fmt: skip
+    print(f"CPU: {results['cpu']} ({', '.join(results['cpu_flags'])}), dtype {args.dtype}")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"bench_speculative{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
