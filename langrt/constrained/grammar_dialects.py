@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from langrt.constrained.cfg.ast import Alt, AnyChar, CharClass, Literal, Node, Ref, Repeat, Seq, children
 from langrt.constrained.cfg.ebnf import EbnfError, parse_ebnf
+from langrt.constrained.cfg.rules import repeat_suffix
 
 _MAX_CODE_POINT = 0x10FFFF
 
@@ -83,16 +84,8 @@ class _Writer:
         if isinstance(node, Alt):
             return " | ".join(f"({self.node(option)})" for option in node.options)
         if isinstance(node, Repeat):
-            return f"({self.node(node.item)}){_count(node.lo, node.hi)}"
+            return f"({self.node(node.item)}){repeat_suffix(node.lo, node.hi)}"
         raise TypeError(f"no EBNF spelling for {type(node).__name__}")
-
-
-def _count(lo: int, hi: int | None) -> str:
-    if hi is None:
-        return {0: "*", 1: "+"}.get(lo, "{%d,}" % lo)
-    if (lo, hi) == (0, 1):
-        return "?"
-    return "{%d}" % lo if lo == hi else "{%d,%d}" % (lo, hi)
 
 
 def _xgrammar_char(cp: int) -> str:

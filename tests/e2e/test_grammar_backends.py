@@ -89,10 +89,6 @@ def test_ebnf(server, chat):
 
 
 def test_structural_tag(server, chat):
-    from langrt.sampling.sampling_params import SamplingParams
-
-    if "structural_tag" not in SamplingParams.__dataclass_fields__:
-        pytest.skip("structural_tag is not a sampling parameter in this tree yet")
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}
     tag = {"structures": [{"begin": "<city>", "schema": schema, "end": "</city>"}], "triggers": ["<city>"], "free_text": False}
     out = generate(server, chat("Name a city."), structural_tag=tag, max_new_tokens=32)

@@ -185,10 +185,11 @@ class _Translator:
             return "(?:" + "".join(self.regex(i) for i in node.items) + ")"
         if isinstance(node, Alt):
             return "(?:" + "|".join(self.regex(o) for o in node.options) + ")"
-        return self.regex(node.item) + _count(node.lo, node.hi)
+        return self.regex(node.item) + repeat_suffix(node.lo, node.hi)
 
 
-def _count(lo: int, hi: int | None) -> str:
+def repeat_suffix(lo: int, hi: int | None) -> str:
+    """The regex (and EBNF) suffix repeating an item lo to hi times (hi None: unbounded)."""
     if hi is None:
         return {0: "*", 1: "+"}.get(lo, "{%d,}" % lo)
     if (lo, hi) == (0, 1):
