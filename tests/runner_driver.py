@@ -82,7 +82,7 @@ class RunnerDriver:
             start += n
         batch = ForwardBatch.build(
             ForwardMode.EXTEND, [t for new in tokens for t in new], slots, [self.rows[i] for i in indices],
-            [len(self.seqs[i]) for i in indices], lens, self.runner.device,
+            [len(self.seqs[i]) for i in indices], lens, self.runner.device, decoding=True,
         )  # fmt: skip
         logits = self.runner.compute_logits(self.runner.forward(batch))
         return [logits[s : s + n] for s, n in zip(batch.extend_starts, batch.extend_lens)]

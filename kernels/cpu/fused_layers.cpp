@@ -27,6 +27,13 @@ Tensor quant_linear(const Tensor& x, const Tensor& blocks, int64_t qtype, int64_
   return op.call(x, blocks, qtype, isa);
 }
 
+Tensor dense_linear(const Tensor& x, const Tensor& blocks, int64_t qtype) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("langrt_quant::dense_linear", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, int64_t)>();
+  return op.call(x, blocks, qtype);
+}
+
 // oneDNN's GEMM on a packed weight (torch.ops.mkldnn._linear_pointwise), called boxed: its C++
 // signature is torch's business.
 Tensor packed_linear(const Tensor& x, const Tensor& packed, const c10::optional<Tensor>& bias) {
@@ -42,15 +49,21 @@ struct LinearRules {
   bool decode_pass;         // the runner's pass is a decode pass (quant.set_pass)
   int64_t packed_max_rows;  // layers.PACKED_MAX_ROWS
   int64_t isa;              // the quantized kernels' ISA flag
+  int64_t fly_max_rows;     // quant.fly_max_rows(): bf16 passes of 2 to this many rows dequantize tiles
 };
 
-// x W^T (+ b). GGUF blocks (qtype > 0): a decode pass's single row by the quantized kernels, other
-// passes in bfloat16 by the packed copy where there is one. Plain: a single row by a
+// x W^T (+ b). GGUF blocks (qtype > 0): a decode pass's single row by the quantized kernels, a
+// decoding pass's 2 to fly_max_rows bf16 rows by dense_linear, other passes in bfloat16 by the
+// packed copy where there is one. Plain: a single row by a
 // matrix-vector product, up to packed_max_rows by the packed copy, else at::linear.
 Tensor linear(const Tensor& x, const Tensor& w, int64_t qtype, const c10::optional<Tensor>& packed,
               const c10::optional<Tensor>& bias, const LinearRules& r) {
   const int64_t rows = x.size(0);
   if (qtype > 0) {
+    if (x.scalar_type() == at::kBFloat16 && rows >= 2 && rows <= r.fly_max_rows) {
+      Tensor y = dense_linear(x.stride(-1) == 1 ? x : x.contiguous(), w, qtype);
+      return bias.has_value() ? y + *bias : y;
+    }
     const bool single_decode_row = r.decode_pass && rows == 1;
     Tensor y = packed.has_value() && !single_decode_row && x.scalar_type() == at::kBFloat16
                    ? packed_linear(x, *packed, c10::nullopt)
@@ -92,7 +105,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
                                   at::TensorList v_buffers,
                                   const Tensor& slots, const Tensor& req_to_token, const Tensor& rows, const Tensor& reqs,
                                   const Tensor& starts, const Tensor& ends, double scale, bool decode_pass,
-                                  int64_t packed_max_rows, int64_t isa) {
+                                  int64_t packed_max_rows, int64_t isa, int64_t fly_max_rows) {
   const int64_t layers = static_cast<int64_t>(norms.size()) / 2;
   TORCH_CHECK(x_in.dim() == 2, "fused_layers: x must be [tokens, hidden]");
   TORCH_CHECK(sizes.size() == 5, "fused_layers: sizes are q_size, kv_size, head_dim, heads, kv_heads");
@@ -106,7 +119,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
   const Attention a{k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, sizes[3], sizes[4], head_dim, scale};
   const int64_t n = x_in.size(0);
   const Tensor cos2 = cos.view({n, -1}), sin2 = sin.view({n, -1});
-  const LinearRules rules{decode_pass, packed_max_rows, isa};
+  const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows};
   const c10::optional<Tensor> none;
   Tensor x = x_in, residual;
   for (int64_t l = 0; l < layers; ++l) {
@@ -145,6 +158,6 @@ LANGRT_TORCH_LIBRARY_FRAGMENT(LANGRT_CPU_NS, m) {
       "fused_layers(Tensor x, Tensor[] weights, int[] qtypes, Tensor?[] packed, Tensor?[] qkv_biases, Tensor[] norms, "
       "float eps, Tensor cos, Tensor sin, int[] sizes, Tensor[] k_buffers, Tensor[] v_buffers, Tensor slots, "
       "Tensor req_to_token, Tensor rows, Tensor reqs, Tensor starts, Tensor ends, float scale, bool decode_pass, "
-      "int packed_max_rows, int isa) -> Tensor[]",
+      "int packed_max_rows, int isa, int fly_max_rows) -> Tensor[]",
       &fused_layers);
 }

@@ -21,9 +21,9 @@ import time
 
 import torch
 
-from langrt.cpu_features import cpu_flags
+from langrt.cpu_features import avx512_unavailable_reason, cpu_flags
 
-SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("quant_linear.cpp", "quant_avx2.cpp", "quant_scalar.cpp")]
+SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("quant_linear.cpp", "quant_avx2.cpp", "quant_bf16.cpp", "quant_scalar.cpp")]
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
 ISA_ENV = "LANGRT_CPU_ISA"
 # No -m flags (see above); -ffp-contract=off keeps the scalar path's products and sums apart.
@@ -62,6 +62,19 @@ def repack(gguf_rows: torch.Tensor, ggml_type: int) -> torch.Tensor:
 def quant_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
     """x [M, K] float32 or bfloat16 -> [M, N] in x's dtype; weight: `repack`'s rows."""
     return _ops().quant_linear(x, weight, ggml_type, 1 if isa() == "avx2" else 0)
+
+
+def dense_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
+    """x [M, K] bfloat16 -> [M, N] bfloat16, x times W's values rounded to bfloat16 (the packed
+    copy's), dequantized tile by tile; only where `bf16_rows()`."""
+    return _ops().dense_linear(x, weight, ggml_type)
+
+
+def bf16_rows() -> bool:
+    """Whether dense_linear runs here: x86-64 with AVX512-BF16 (and not forced to AVX2 or plain C++)."""
+    if os.environ.get(ISA_ENV, "").lower() in ("scalar", "avx2") or isa() != "avx2":
+        return False
+    return avx512_unavailable_reason() is None and {"avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags()
 
 
 def dequantize(weight: torch.Tensor, ggml_type: int, k: int, dtype: torch.dtype) -> torch.Tensor:

@@ -102,6 +102,11 @@ void dot_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, i
 void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                      int64_t m0, int64_t m1, const OutRows& out);
 
+// out[m, n] = sum over k of bf16(W[n, k]) x[m, k], x bfloat16 bits [rows, k] x_stride apart: W's
+// rows dequantized to bfloat16 once per tile of rows, the products by AVX512-BF16 (quant_bf16.cpp).
+void dense_rows_bf16(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const uint16_t* x,
+                     int64_t x_stride, int64_t k, int64_t m0, int64_t m1, const OutRows& out);
+
 // W's rows [n0, n1) as float32 or bfloat16 values into out (k per row, out_stride apart).
 void dequantize_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t k,
                             const OutRows& out);

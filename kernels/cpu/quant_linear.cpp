@@ -69,6 +69,29 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype,
   return out;
 }
 
+// x W^T for a few bfloat16 rows on AVX512-BF16 CPUs: W's values rounded to bfloat16 (the packed
+// copy's values), dequantized tile by tile and shared by the rows (quant_bf16.cpp).
+at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype) {
+  check(x, w, qtype);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "dense_linear: x must be bfloat16");
+  const int64_t rows = x.size(0), k = x.size(1), n = w.size(0);
+  at::Tensor out = at::empty({rows, n}, x.options());
+#if defined(__x86_64__)
+  const langrt_quant::OutRows o{out.data_ptr(), out.stride(0), true};
+  const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr());
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  // Tasks of whole tiles of 4 rows, at least ~32k products each.
+  const int64_t grain = std::max<int64_t>(4, (32768 / (k * rows) + 3) / 4 * 4);
+  at::parallel_for(0, (n + 3) / 4, std::max<int64_t>(1, grain / 4), [&](int64_t t0, int64_t t1) {
+    langrt_quant::dense_rows_bf16(static_cast<int>(qtype), wp, w.size(1), 4 * t0, std::min(n, 4 * t1), xp, x.stride(0), k, 0,
+                                  rows, o);
+  });
+#else
+  TORCH_CHECK(false, "dense_linear: x86-64 only");
+#endif
+  return out;
+}
+
 at::Tensor dequantize(const at::Tensor& w, int64_t qtype, int64_t k, at::ScalarType dtype) {
   TORCH_CHECK(langrt_quant::block_bytes(qtype) > 0, "dequantize: unsupported GGML type ", qtype);
   TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous(), "dequantize: w must be contiguous uint8");
@@ -98,12 +121,14 @@ at::Tensor repack(const at::Tensor& w, int64_t qtype) {
 
 TORCH_LIBRARY(langrt_quant, m) {
   m.def("quant_linear(Tensor x, Tensor w, int qtype, int isa) -> Tensor");
+  m.def("dense_linear(Tensor x, Tensor w, int qtype) -> Tensor");
   m.def("dequantize(Tensor w, int qtype, int k, ScalarType dtype) -> Tensor");
   m.def("repack(Tensor w, int qtype) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(langrt_quant, CPU, m) {
   m.impl("quant_linear", quant_linear);
+  m.impl("dense_linear", dense_linear);
   m.impl("dequantize", dequantize);
   m.impl("repack", repack);
 }

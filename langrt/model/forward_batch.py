@@ -32,6 +32,9 @@ class ForwardBatch:
     seq_lens: list[int]  # [B] total length after this pass
     extend_lens: list[int]  # [B] new tokens in this pass
     extend_starts: list[int] = field(init=False)  # [B] offset of request i's first new token
+    # Every row is a running request's next token or one of its drafts (no prompt rows), though
+    # with drafts the mode is EXTEND: such passes may take other kernels than prompts (see quant).
+    decoding: bool = False
 
     def __post_init__(self):
         n = len(self.req_pool_indices)
@@ -69,6 +72,7 @@ class ForwardBatch:
         seq_lens: list[int],
         extend_lens: list[int],
         device: torch.device,
+        decoding: bool = False,
     ) -> "ForwardBatch":
         """Positions follow from the lengths: request i's new tokens are at prefix..seq_len-1."""
         positions = [p for s, e in zip(seq_lens, extend_lens) for p in range(s - e, s)]
@@ -80,4 +84,5 @@ class ForwardBatch:
             req_pool_indices=req_pool_indices,
             seq_lens=seq_lens,
             extend_lens=extend_lens,
+            decoding=decoding or mode is ForwardMode.DECODE,
         )

@@ -73,7 +73,7 @@ class ModelRunner:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Run the layers over the batch's new tokens, writing their K/V; -> [T, hidden]."""
         attn = self.attn_backend.prepare(batch)
-        set_quantized_pass(decode=batch.mode is ForwardMode.DECODE)
+        set_quantized_pass(decode=batch.mode is ForwardMode.DECODE, decoding=batch.decoding)
         return self.model(batch.input_ids, batch.positions, attn)
 
     @torch.inference_mode()

@@ -295,7 +295,7 @@ class Scheduler:
         slots = torch.cat([self.cache.slots(r, end - n, end) for r, end, n in zip(reqs, seq_lens, extend_lens)])
         rows = [r.kv_row for r in reqs]
         mode = ForwardMode.EXTEND if prefill or len(ids) > len(rows) else ForwardMode.DECODE
-        return ForwardBatch.build(mode, ids, slots, rows, seq_lens, extend_lens, self.runner.device)
+        return ForwardBatch.build(mode, ids, slots, rows, seq_lens, extend_lens, self.runner.device, decoding=not prefill)
 
     # ---- after the forward pass --------------------------------------------------------
 

@@ -80,6 +80,34 @@ def test_quant_linear_matches_the_dequantized_product(qtype, rows, dtype, isa):
     assert torch.equal(alone, got)
 
 
+needs_bf16_rows = pytest.mark.skipif(not quant.bf16_rows(), reason="dense_linear needs AVX512-BF16")
+
+
+@needs_bf16_rows
+@pytest.mark.parametrize("rows", [2, 3, 4, 5, 8, 9])  # tiles of 4 activation rows and the tails
+@pytest.mark.parametrize("qtype", TYPES)
+def test_dense_linear_multiplies_the_bf16_copys_values(qtype, rows):
+    """dense_linear's products are x times W's values rounded to bfloat16 (what the packed copy
+    holds), summed in float32 and rounded once: within half a bfloat16 step of the exact product,
+    for every weight row including a last tile of fewer than 4 (37 rows)."""
+    blocks, values = _weights(qtype, 37, 160, seed=rows)
+    x = torch.randn(rows, values.shape[1], generator=torch.Generator().manual_seed(rows)).bfloat16()
+    got = quant.dense_linear(x, blocks, quant.GGML_TYPES[qtype])
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, 37)
+    want = x.double() @ values.bfloat16().double().T
+    sum_error = 1e-5 * (x.double().abs() @ values.double().abs().T)
+    assert ((got.double() - want).abs() <= want.abs() * 2**-8 + sum_error).all()
+    alone = torch.cat([quant.dense_linear(x[i : i + 2], blocks, quant.GGML_TYPES[qtype])[:1] for i in range(rows - 1)])
+    assert torch.equal(alone, got[: rows - 1])  # rows never mix
+
+
+@needs_bf16_rows
+def test_dense_linear_refuses_float32():
+    blocks, values = _weights("Q4_1", 8, 64, seed=2)
+    with pytest.raises(RuntimeError, match="bfloat16"):
+        quant.dense_linear(torch.randn(3, 64), blocks, quant.GGML_TYPES["Q4_1"])
+
+
 def test_strided_rows_and_paths_agree(monkeypatch):
     """A row view of a wider tensor reads only its row; AVX2 and plain C++ quantize the same
     activations, so they differ only in the order of float sums."""
@@ -201,10 +229,12 @@ def test_smollm_on_its_q4_1_blocks_matches_the_dequantized_model(smollm_path):
 
 
 @pytest.mark.skipif(not __import__("langrt.cpu_features", fromlist=["x"]).bf16_gemm_packing(), reason="oneDNN has no bfloat16 GEMM here")
-def test_bf16_passes_of_several_rows_use_the_dense_copy(tmp_path):
+def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     """In bfloat16 on the packed path the blocks keep a packed copy of their values: a decode
-    pass's single row multiplies the blocks; other passes (prompts, however short, and decode
-    passes of several rows) the copy, the dequantized model's own GEMM."""
+    pass's single row multiplies the blocks; a decoding pass (decodes and their drafts) of 2 to
+    FLY_MAX_ROWS rows dequantizes tiles where the CPU has AVX512-BF16 (dense_linear: the copy's
+    values); other passes (prompts, however short, and more rows) use the copy, the dequantized
+    model's own GEMM."""
     from langrt.model import quant as model_quant
 
     from runner_driver import RunnerDriver, make_runner
@@ -214,13 +244,19 @@ def test_bf16_passes_of_several_rows_use_the_dense_copy(tmp_path):
     dense = make_runner(path, "bfloat16", quantization="none", max_total_tokens=512)
     weight = blocks.model.layers[1].mlp.gate_up_proj.packed
     assert weight.dense is not None and blocks.model.lm_head_packed.dense is not None
-    x = torch.randn(5, weight.in_features).bfloat16()
+    x = torch.randn(model_quant.FLY_MAX_ROWS + 1, weight.in_features).bfloat16()
     on_copy = torch.ops.mkldnn._linear_pointwise(x, weight.dense, None, "none", [], "")
     on_blocks = quant.quant_linear(x, weight.data, weight.ggml_type)
-    for decode in (True, False):
-        model_quant.set_pass(decode)
-        assert torch.equal(weight.matmul(x), on_copy)
-        assert torch.equal(weight.matmul(x[:1]), on_blocks[:1] if decode else on_copy[:1])
+    fly = quant.bf16_rows()
+    on_tiles = quant.dense_linear(x[:5], weight.data, weight.ggml_type) if fly else on_copy[:5]
+    try:
+        for decode, decoding in ((True, True), (False, True), (False, False)):
+            model_quant.set_pass(decode, decoding)
+            assert torch.equal(weight.matmul(x), on_copy)  # more rows than FLY_MAX_ROWS
+            assert torch.equal(weight.matmul(x[:5]), on_tiles if decoding else on_copy[:5])
+            assert torch.equal(weight.matmul(x[:1]), on_blocks[:1] if decode else on_copy[:1])
+    finally:
+        model_quant.set_pass(False)
     prompts = [[5, 9, 17, 33, 2, 101, 64, 8]]
     got, want = RunnerDriver(blocks).prefill(prompts)[0], RunnerDriver(dense).prefill(prompts)[0]
     assert torch.equal(got, want)  # the same GEMM on the same values
