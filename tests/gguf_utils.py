@@ -79,6 +79,19 @@ def random_k_quant_rows(qtype: Q, n: int, k: int, seed: int) -> np.ndarray:
     return raw.reshape(n, -1)
 
 
+def write_q4_k_m_like(path: str | Path, config: Any, state: Mapping[str, torch.Tensor]) -> Path:
+    """Q4_K_M's mix on a Llama-arch model: Q4_K attention and gate/up, Q6_K down projections and
+    output, and in layer 0 a Q6_K v projection beside Q4_K q and k (as llama.cpp gives some
+    layers more bits); a Q8_0 embedding. Random super-blocks (see random_k_quant_rows)."""
+    raw = {}
+    for seed, (name, tensor) in enumerate(state.items()):
+        if tensor.dim() == 2 and name != "model.embed_tokens.weight":
+            more_bits = "down_proj" in name or name == "lm_head.weight" or "layers.0.self_attn.v_proj" in name
+            qtype = Q.Q6_K if more_bits else Q.Q4_K
+            raw[name] = (random_k_quant_rows(qtype, tensor.shape[0], tensor.shape[1], seed), qtype)
+    return write_gguf(path, state, config, Q.Q8_0, raw=raw)
+
+
 def write_gguf(
     path: str | Path,
     state_dict: Mapping[str, torch.Tensor],

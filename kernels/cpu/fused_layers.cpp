@@ -52,30 +52,51 @@ struct LinearRules {
   int64_t fly_max_rows;     // quant.fly_max_rows(): bf16 passes of 2 to this many rows dequantize tiles
 };
 
-// x W^T (+ b). GGUF blocks (qtype > 0): a decode pass's single row by the quantized kernels, a
-// decoding pass's 2 to fly_max_rows bf16 rows by dense_linear, other passes in bfloat16 by the
-// packed copy where there is one. Plain: a single row by a
-// matrix-vector product, up to packed_max_rows by the packed copy, else at::linear.
-Tensor linear(const Tensor& x, const Tensor& w, int64_t qtype, const c10::optional<Tensor>& packed,
-              const c10::optional<Tensor>& bias, const LinearRules& r) {
-  const int64_t rows = x.size(0);
-  if (qtype > 0) {
-    if (x.scalar_type() == at::kBFloat16 && rows >= 2 && rows <= r.fly_max_rows) {
-      Tensor y = dense_linear(x.stride(-1) == 1 ? x : x.contiguous(), w, qtype);
-      return bias.has_value() ? y + *bias : y;
+// A matrix: a plain weight (one part, type 0) or GGUF blocks, in one part or in row ranges of
+// different types (StackedQuantizedWeight: Q4_K_M's Q4_K q and k beside a Q6_K v) whose outputs
+// sit side by side.
+struct Matrix {
+  const Tensor* parts;
+  const int64_t* types;
+  int64_t count;
+  const c10::optional<Tensor>& packed;
+};
+
+// Each part's product, joined along the outputs.
+template <typename Product>
+Tensor by_parts(const Matrix& m, const Product& product) {
+  if (m.count == 1) return product(m.parts[0], m.types[0]);
+  std::vector<Tensor> outs;
+  for (int64_t i = 0; i < m.count; ++i) outs.push_back(product(m.parts[i], m.types[i]));
+  return at::cat(outs, -1);
+}
+
+// x W^T (+ b). GGUF blocks: a decode pass's single row by the quantized kernels, a decoding pass's
+// 2 to fly_max_rows bf16 rows by dense_linear, other passes in bfloat16 by the packed copy where
+// there is one. Plain: a single row by a matrix-vector product, up to packed_max_rows by the
+// packed copy, else at::linear.
+Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& bias, const LinearRules& r) {
+  const int64_t rows = x_in.size(0);
+  if (m.types[0] > 0) {
+    const Tensor x = x_in.stride(-1) == 1 ? x_in : x_in.contiguous();
+    const bool bf16 = x.scalar_type() == at::kBFloat16;
+    Tensor y;
+    if (bf16 && rows >= 2 && rows <= r.fly_max_rows) {
+      y = by_parts(m, [&](const Tensor& w, int64_t t) { return dense_linear(x, w, t); });
+    } else if (m.packed.has_value() && !(r.decode_pass && rows == 1) && bf16) {
+      y = packed_linear(x_in, *m.packed, c10::nullopt);
+    } else {
+      y = by_parts(m, [&](const Tensor& w, int64_t t) { return quant_linear(x, w, t, r.isa); });
     }
-    const bool single_decode_row = r.decode_pass && rows == 1;
-    Tensor y = packed.has_value() && !single_decode_row && x.scalar_type() == at::kBFloat16
-                   ? packed_linear(x, *packed, c10::nullopt)
-                   : quant_linear(x.stride(-1) == 1 ? x : x.contiguous(), w, qtype, r.isa);
     return bias.has_value() ? y + *bias : y;
   }
+  const Tensor& w = m.parts[0];
   if (rows == 1) {
-    Tensor y = at::mv(w, x[0]).unsqueeze(0);
+    Tensor y = at::mv(w, x_in[0]).unsqueeze(0);
     return bias.has_value() ? y + *bias : y;
   }
-  if (packed.has_value() && x.numel() <= r.packed_max_rows * x.size(-1)) return packed_linear(x, *packed, bias);
-  return at::linear(x, w, bias);
+  if (m.packed.has_value() && x_in.numel() <= r.packed_max_rows * x_in.size(-1)) return packed_linear(x_in, *m.packed, bias);
+  return at::linear(x_in, w, bias);
 }
 
 struct Attention {
@@ -99,7 +120,7 @@ Tensor attend(const Attention& a, int64_t layer, const Tensor& q, const Tensor& 
 }
 
 std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at::IntArrayRef qtypes,
-                                  const c10::List<c10::optional<Tensor>>& packed,
+                                  at::IntArrayRef parts, const c10::List<c10::optional<Tensor>>& packed,
                                   const c10::List<c10::optional<Tensor>>& qkv_biases, at::TensorList norms, double eps,
                                   const Tensor& cos, const Tensor& sin, at::IntArrayRef sizes, at::TensorList k_buffers,
                                   at::TensorList v_buffers,
@@ -109,22 +130,28 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
   const int64_t layers = static_cast<int64_t>(norms.size()) / 2;
   TORCH_CHECK(x_in.dim() == 2, "fused_layers: x must be [tokens, hidden]");
   TORCH_CHECK(sizes.size() == 5, "fused_layers: sizes are q_size, kv_size, head_dim, heads, kv_heads");
-  TORCH_CHECK(static_cast<int64_t>(weights.size()) == 4 * layers && static_cast<int64_t>(qtypes.size()) == 4 * layers &&
-                  static_cast<int64_t>(packed.size()) == 4 * layers &&
+  int64_t total_parts = 0;
+  for (const int64_t count : parts) total_parts += count;
+  TORCH_CHECK(static_cast<int64_t>(parts.size()) == 4 * layers && static_cast<int64_t>(weights.size()) == total_parts &&
+                  static_cast<int64_t>(qtypes.size()) == total_parts && static_cast<int64_t>(packed.size()) == 4 * layers &&
                   static_cast<int64_t>(qkv_biases.size()) == layers && static_cast<int64_t>(k_buffers.size()) == layers &&
                   static_cast<int64_t>(v_buffers.size()) == layers,
-              "fused_layers: per layer 4 weights (qkv, o, gate_up, down) with their packed copies or None, 2 norms, "
-              "a qkv bias or None and K/V buffers");
+              "fused_layers: per layer 4 matrices (qkv, o, gate_up, down: their parts' weights and types, the number of "
+              "parts, packed copies or None), 2 norms, a qkv bias or None and K/V buffers");
   const int64_t q_size = sizes[0], kv_size = sizes[1], head_dim = sizes[2];
   const Attention a{k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, sizes[3], sizes[4], head_dim, scale};
   const int64_t n = x_in.size(0);
   const Tensor cos2 = cos.view({n, -1}), sin2 = sin.view({n, -1});
   const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows};
   const c10::optional<Tensor> none;
+  std::vector<int64_t> first_part(4 * layers + 1, 0);
+  for (int64_t i = 0; i < 4 * layers; ++i) first_part[i + 1] = first_part[i] + parts[i];
+  std::vector<c10::optional<Tensor>> copies(packed.begin(), packed.end());
+  auto matrix = [&](int64_t i) {
+    return Matrix{weights.data() + first_part[i], qtypes.data() + first_part[i], parts[i], copies[i]};
+  };
   Tensor x = x_in, residual;
   for (int64_t l = 0; l < layers; ++l) {
-    const Tensor* w = weights.data() + 4 * l;
-    const int64_t* t = qtypes.data() + 4 * l;
     Tensor normed = at::empty(x.sizes(), x.options());
     if (l == 0) {
       residual = x;
@@ -134,19 +161,19 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
       LANGRT_CPU_NS::rms_norm(x, norms[2 * l], eps, residual, normed, summed);
       residual = summed;
     }
-    const Tensor qkv = linear(normed, w[0], t[0], packed.get(4 * l), qkv_biases.get(l), rules);
+    const Tensor qkv = linear(normed, matrix(4 * l), qkv_biases.get(l), rules);
     const Tensor qk = qkv.slice(1, 0, q_size + kv_size);
     LANGRT_CPU_NS::rotary(qk.view({n, -1, head_dim}), cos2, sin2);  // q and k side by side: one rotation
     const Tensor o = attend(a, l, qkv.slice(1, 0, q_size), qkv.slice(1, q_size, q_size + kv_size),
                             qkv.slice(1, q_size + kv_size, q_size + 2 * kv_size));
-    const Tensor projected = linear(o, w[1], t[1], packed.get(4 * l + 1), none, rules);
+    const Tensor projected = linear(o, matrix(4 * l + 1), none, rules);
     Tensor post = at::empty(x.sizes(), x.options()), summed = at::empty(x.sizes(), x.options());
     LANGRT_CPU_NS::rms_norm(projected, norms[2 * l + 1], eps, residual, post, summed);
     residual = summed;
-    const Tensor gate_up = linear(post, w[2], t[2], packed.get(4 * l + 2), none, rules);
+    const Tensor gate_up = linear(post, matrix(4 * l + 2), none, rules);
     Tensor act = at::empty({n, gate_up.size(1) / 2}, x.options());
     LANGRT_CPU_NS::silu_and_mul(gate_up, act);
-    x = linear(act, w[3], t[3], packed.get(4 * l + 3), none, rules);
+    x = linear(act, matrix(4 * l + 3), none, rules);
   }
   return {x, residual};
 }
@@ -155,7 +182,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
 
 LANGRT_TORCH_LIBRARY_FRAGMENT(LANGRT_CPU_NS, m) {
   m.def(
-      "fused_layers(Tensor x, Tensor[] weights, int[] qtypes, Tensor?[] packed, Tensor?[] qkv_biases, Tensor[] norms, "
+      "fused_layers(Tensor x, Tensor[] weights, int[] qtypes, int[] parts, Tensor?[] packed, Tensor?[] qkv_biases, Tensor[] norms, "
       "float eps, Tensor cos, Tensor sin, int[] sizes, Tensor[] k_buffers, Tensor[] v_buffers, Tensor slots, "
       "Tensor req_to_token, Tensor rows, Tensor reqs, Tensor starts, Tensor ends, float scale, bool decode_pass, "
       "int packed_max_rows, int isa, int fly_max_rows) -> Tensor[]",

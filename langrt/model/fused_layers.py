@@ -24,12 +24,14 @@ ENV = "LANGRT_CPU_FUSED_LAYERS"
 
 @dataclass(frozen=True)
 class LayerTensors:
-    """Per layer, in fused_layers' order: the qkv, o, gate_up and down weights (GGUF blocks or
-    plain) with their GGML types (0: plain) and packed copies (or None: see layers.Linear), the
-    qkv bias or None, the two norms' weights."""
+    """Per layer, in fused_layers' order: the qkv, o, gate_up and down matrices, each as its
+    parts' weights (GGUF blocks or plain; a StackedQuantizedWeight's row ranges, of different
+    types, are several parts) with their GGML types (0: plain) and the number of parts, and its
+    packed copy (or None: see layers.Linear); the qkv bias or None, the two norms' weights."""
 
     weights: list[torch.Tensor]
     qtypes: list[int]
+    parts: list[int]
     packed: list[torch.Tensor | None]
     qkv_biases: list[torch.Tensor | None]
     norms: list[torch.Tensor]
@@ -46,28 +48,39 @@ def layer_tensors(model) -> LayerTensors | None:
         return None
     if c.hidden_size % 32 or c.head_dim % 32 or (2 * c.intermediate_size) % 32:
         return None
-    weights, qtypes, packed, biases, norms = [], [], [], [], []
+    weights, qtypes, parts, packed, biases, norms = [], [], [], [], [], []
     for layer in model.layers:
         a, mlp = layer.self_attn, layer.mlp
         linears = (a.qkv_proj, a.o_proj, mlp.gate_up_proj, mlp.down_proj)
         if any(not _servable(m, dtype) for m in linears) or any(m.bias is not None for m in linears[1:]):
             return None
-        weights += [m.packed.data if m.quantized else m.weight for m in linears]
-        qtypes += [m.packed.ggml_type if m.quantized else 0 for m in linears]
+        for m in linears:
+            pieces = _parts(m)
+            weights += [w for w, _ in pieces]
+            qtypes += [t for _, t in pieces]
+            parts.append(len(pieces))
         packed += [m.packed.dense if m.quantized else m.packed for m in linears]
         biases.append(a.qkv_proj.bias)
         norms += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
     if any(n.dtype != dtype for n in norms) or any(b is not None and b.dtype != dtype for b in biases):
         return None
     eps = model.layers[0].input_layernorm.eps
-    return LayerTensors(weights, qtypes, packed, biases, norms, eps, [c.q_size, c.kv_size, c.head_dim])
+    return LayerTensors(weights, qtypes, parts, packed, biases, norms, eps, [c.q_size, c.kv_size, c.head_dim])
 
 
 def _servable(module: Linear, dtype: torch.dtype) -> bool:
-    """Blocks of one type (the C++ op takes one type per matrix), or a plain weight in `dtype`."""
+    """Blocks (of one type, or row ranges of several), or a plain weight in `dtype`."""
     if module.quantized:
-        return not isinstance(module.packed, StackedQuantizedWeight)
+        return True
     return module.weight.dtype == dtype and module.weight.dim() == 2
+
+
+def _parts(module: Linear) -> list[tuple[torch.Tensor, int]]:
+    """(weight, GGML type or 0 for plain) of each part of the layer's matrix."""
+    if not module.quantized:
+        return [(module.weight, 0)]
+    stacked = module.packed.parts if isinstance(module.packed, StackedQuantizedWeight) else [module.packed]
+    return [(p.data, p.ggml_type) for p in stacked]
 
 
 def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -84,7 +97,8 @@ def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torc
     isa = 1 if quant_kernels.isa() == "avx2" else 0
     cos, sin = rope
     x, residual = torch_ops().fused_layers(
-        x, tensors.weights, tensors.qtypes, tensors.packed, tensors.qkv_biases, tensors.norms, tensors.eps, cos, sin,
+        x, tensors.weights, tensors.qtypes, tensors.parts, tensors.packed, tensors.qkv_biases, tensors.norms,
+        tensors.eps, cos, sin,
         tensors.sizes + [heads, kv_heads], k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, scale,
         quant.is_decode_pass(), PACKED_MAX_ROWS, isa, quant.fly_max_rows(),
     )  # fmt: skip

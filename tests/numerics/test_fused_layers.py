@@ -62,6 +62,26 @@ def _logits(path, dtype: str, monkeypatch, fused: bool, **kw) -> list[torch.Tens
 
 @pytest.mark.usefixtures("cpu_isa")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_q4_k_m_file_with_mixed_type_matrices_gives_the_loops_bits(tmp_path, dtype, monkeypatch, whole_passes):
+    """Q4_K_M keeps layer 0's v projection in Q6_K beside Q4_K q and k: that qkv matrix is two
+    parts (StackedQuantizedWeight), multiplied part by part in the fused pass too."""
+    import sys
+
+    from gguf_utils import write_q4_k_m_like
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "unit"))
+    import test_gguf
+
+    config, state = test_gguf.tiny_llama(hidden_size=256, intermediate_size=512)
+    path = write_q4_k_m_like(tmp_path / "tiny-q4_k_m.gguf", config, state)
+    fused = _logits(path, dtype, monkeypatch, fused=True)
+    assert whole_passes == [True] * 8
+    loop = _logits(path, dtype, monkeypatch, fused=False)
+    assert all(torch.equal(a, b) for a, b in zip(fused, loop))
+
+
+@pytest.mark.usefixtures("cpu_isa")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("model, quantization", [("llama", "auto"), ("qwen2", "auto"), ("llama", "int4"), ("qwen2", "int8")])
 def test_tiny_models_give_the_per_layer_loops_bits(tiny_paths, model, quantization, dtype, monkeypatch, whole_passes):
     path = tiny_paths[model]

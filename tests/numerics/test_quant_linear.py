@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from gguf_utils import Q, random_k_quant_rows, write_gguf
+from gguf_utils import Q, random_k_quant_rows, write_gguf, write_q4_k_m_like
 from kernels.cpu import quant
 from langrt.model.quant import QuantizedWeight
 
@@ -191,13 +191,7 @@ def test_a_q4_k_m_like_file_is_served_as_blocks(tmp_path):
     import test_gguf
 
     config, state = test_gguf.tiny_llama(hidden_size=256, intermediate_size=512)
-    raw = {}
-    for seed, (name, tensor) in enumerate(state.items()):
-        if tensor.dim() == 2 and name != "model.embed_tokens.weight":
-            more_bits = "down_proj" in name or name == "lm_head.weight" or "layers.0.self_attn.v_proj" in name
-            qtype = Q.Q6_K if more_bits else Q.Q4_K
-            raw[name] = (random_k_quant_rows(qtype, tensor.shape[0], tensor.shape[1], seed), qtype)
-    path = write_gguf(tmp_path / "tiny-q4_k_m.gguf", state, config, Q.Q8_0, raw=raw)
+    path = write_q4_k_m_like(tmp_path / "tiny-q4_k_m.gguf", config, state)
     blocks = make_runner(path, quantization="auto", max_total_tokens=512)
     dense = make_runner(path, quantization="none", max_total_tokens=512)
     layer = blocks.model.layers[1]
