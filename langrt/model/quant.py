@@ -218,7 +218,11 @@ def describe_blocks(model) -> str:
     line = f"{len(weights)} matrices served as {'/'.join(types)} blocks ({sum(w.nbytes for w in weights) / 1e6:.0f} MB)"
     if copies:
         copy_mb = 2 * sum(w.out_features * w.in_features for w in weights) / 1e6
-        line += f"; bfloat16 copies ({copy_mb:.0f} MB) for every pass but single-request decodes, where oneDNN's GEMM is faster"
+        line += f"; bfloat16 copies ({copy_mb:.0f} MB) for prompts and passes of many rows, where oneDNN's GEMM is faster"
+    from kernels.cpu import quant
+
+    if weights and quant.bf16_rows():
+        line += f"; decoding passes of 2-{FLY_MAX_ROWS} bfloat16 rows dequantize the blocks tile by tile (AVX512-BF16)"
     return line
 
 
