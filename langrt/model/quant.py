@@ -221,7 +221,7 @@ def describe_blocks(model) -> str:
         line += f"; bfloat16 copies ({copy_mb:.0f} MB) for prompts and passes of many rows, where oneDNN's GEMM is faster"
     from kernels.cpu import quant
 
-    if weights and quant.bf16_rows():
+    if copies and quant.bf16_rows():  # copies: bfloat16 activations
         line += f"; decoding passes of 2-{FLY_MAX_ROWS} bfloat16 rows dequantize the blocks tile by tile (AVX512-BF16)"
     return line
 
