@@ -34,6 +34,13 @@ Tensor dense_linear(const Tensor& x, const Tensor& blocks, int64_t qtype) {
   return op.call(x, blocks, qtype);
 }
 
+Tensor dequantize(const Tensor& blocks, int64_t qtype, int64_t k) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("langrt_quant::dequantize", "")
+                             .typed<Tensor(const Tensor&, int64_t, int64_t, at::ScalarType)>();
+  return op.call(blocks, qtype, k, at::kFloat);
+}
+
 // oneDNN's GEMM on a packed weight (torch.ops.mkldnn._linear_pointwise), called boxed: its C++
 // signature is torch's business.
 Tensor packed_linear(const Tensor& x, const Tensor& packed, const c10::optional<Tensor>& bias) {
@@ -50,6 +57,7 @@ struct LinearRules {
   int64_t packed_max_rows;  // layers.PACKED_MAX_ROWS
   int64_t isa;              // the quantized kernels' ISA flag
   int64_t fly_max_rows;     // quant.fly_max_rows(): bf16 passes of 2 to this many rows dequantize tiles
+  int64_t f32_min_rows;     // quant.f32_prompt_min_rows(): float32 passes of this many rows (> 0) dequantize W
 };
 
 // A matrix: a plain weight (one part, type 0) or GGUF blocks, in one part or in row ranges of
@@ -62,18 +70,19 @@ struct Matrix {
   const c10::optional<Tensor>& packed;
 };
 
-// Each part's product, joined along the outputs.
+// Each part's result (a product, or its values), joined along the outputs (dim -1 or 0).
 template <typename Product>
-Tensor by_parts(const Matrix& m, const Product& product) {
+Tensor by_parts(const Matrix& m, const Product& product, int64_t dim = -1) {
   if (m.count == 1) return product(m.parts[0], m.types[0]);
   std::vector<Tensor> outs;
   for (int64_t i = 0; i < m.count; ++i) outs.push_back(product(m.parts[i], m.types[i]));
-  return at::cat(outs, -1);
+  return at::cat(outs, dim);
 }
 
 // x W^T (+ b). GGUF blocks: a decode pass's single row by the quantized kernels, a decoding pass's
-// 2 to fly_max_rows bf16 rows by dense_linear, other passes in bfloat16 by the packed copy where
-// there is one. Plain: a single row by a matrix-vector product, up to packed_max_rows by the
+// 2 to fly_max_rows bf16 rows by dense_linear, a float32 prompt pass of f32_min_rows or more by
+// at::linear on the dequantized values, other passes in bfloat16 by the packed copy where there is
+// one. Plain: a single row by a matrix-vector product, up to packed_max_rows by the
 // packed copy, else at::linear.
 Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& bias, const LinearRules& r) {
   const int64_t rows = x_in.size(0);
@@ -83,6 +92,9 @@ Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& 
     Tensor y;
     if (bf16 && rows >= 2 && rows <= r.fly_max_rows) {
       y = by_parts(m, [&](const Tensor& w, int64_t t) { return dense_linear(x, w, t); });
+    } else if (!bf16 && r.f32_min_rows > 0 && rows >= r.f32_min_rows) {
+      const int64_t k = x.size(1);
+      y = at::linear(x, by_parts(m, [&](const Tensor& w, int64_t t) { return dequantize(w, t, k); }, 0));
     } else if (m.packed.has_value() && !(r.decode_pass && rows == 1) && bf16) {
       y = packed_linear(x_in, *m.packed, c10::nullopt);
     } else {
@@ -126,7 +138,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
                                   at::TensorList v_buffers,
                                   const Tensor& slots, const Tensor& req_to_token, const Tensor& rows, const Tensor& reqs,
                                   const Tensor& starts, const Tensor& ends, double scale, bool decode_pass,
-                                  int64_t packed_max_rows, int64_t isa, int64_t fly_max_rows) {
+                                  int64_t packed_max_rows, int64_t isa, int64_t fly_max_rows, int64_t f32_min_rows) {
   const int64_t layers = static_cast<int64_t>(norms.size()) / 2;
   TORCH_CHECK(x_in.dim() == 2, "fused_layers: x must be [tokens, hidden]");
   TORCH_CHECK(sizes.size() == 5, "fused_layers: sizes are q_size, kv_size, head_dim, heads, kv_heads");
@@ -142,7 +154,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
   const Attention a{k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, sizes[3], sizes[4], head_dim, scale};
   const int64_t n = x_in.size(0);
   const Tensor cos2 = cos.view({n, -1}), sin2 = sin.view({n, -1});
-  const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows};
+  const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows, f32_min_rows};
   const c10::optional<Tensor> none;
   std::vector<int64_t> first_part(4 * layers + 1, 0);
   for (int64_t i = 0; i < 4 * layers; ++i) first_part[i + 1] = first_part[i] + parts[i];
@@ -185,6 +197,6 @@ LANGRT_TORCH_LIBRARY_FRAGMENT(LANGRT_CPU_NS, m) {
       "fused_layers(Tensor x, Tensor[] weights, int[] qtypes, int[] parts, Tensor?[] packed, Tensor?[] qkv_biases, Tensor[] norms, "
       "float eps, Tensor cos, Tensor sin, int[] sizes, Tensor[] k_buffers, Tensor[] v_buffers, Tensor slots, "
       "Tensor req_to_token, Tensor rows, Tensor reqs, Tensor starts, Tensor ends, float scale, bool decode_pass, "
-      "int packed_max_rows, int isa, int fly_max_rows) -> Tensor[]",
+      "int packed_max_rows, int isa, int fly_max_rows, int f32_min_rows) -> Tensor[]",
       &fused_layers);
 }

@@ -29,20 +29,26 @@ PLAIN_QUANTIZATIONS = {"int8": (Q8_0, Q8_0), "int4": (Q4_1, Q8_0)}
 # FLY_MAX_ROWS bf16 rows dequantizes the blocks tile by tile on AVX512-BF16 CPUs (the copy's
 # values, read at the blocks' size). A prompt's rows, however few, go to the copy, so a prompt
 # computed whole and the same prompt's last token computed again over its cached prefix take the
-# same weights in the same GEMM.
+# same weights in the same GEMM. In float32, a prompt pass of F32_PROMPT_MIN_ROWS rows or more
+# multiplies the dequantized weights with torch's GEMM (MKL's sgemm: about twice the int16 block
+# kernel's products per instruction), exact values, where the blocks' int16 activations are
+# within ~2e-5; the weights are dequantized per matrix as it is needed and not kept.
 _decode_pass = False
 _fly_max_rows = 0
+_f32_prompt_min_rows = 0
+F32_PROMPT_MIN_ROWS = 128
 # Measured on SmolLM2's layers (2-core Zen 4, 30 layers' weights streamed from memory): the tile
 # dequantization beats the bf16 copy 2.0x at 2 rows, 1.4x at 4, 1.1x at 8, and loses from 16.
 FLY_MAX_ROWS = 8
 
 
 def set_pass(decode: bool, decoding: bool = False) -> None:
-    global _decode_pass, _fly_max_rows
+    global _decode_pass, _fly_max_rows, _f32_prompt_min_rows
     from kernels.cpu import quant
 
     _decode_pass = decode
     _fly_max_rows = FLY_MAX_ROWS if (decode or decoding) and quant.bf16_rows() else 0
+    _f32_prompt_min_rows = 0 if decode or decoding else F32_PROMPT_MIN_ROWS
 
 
 def is_decode_pass() -> bool:
@@ -52,6 +58,11 @@ def is_decode_pass() -> bool:
 def fly_max_rows() -> int:
     """The most bf16 rows of this pass that `matmul` multiplies by dequantizing tiles (0: none)."""
     return _fly_max_rows
+
+
+def f32_prompt_min_rows() -> int:
+    """The fewest float32 rows of this pass that `matmul` sends to the dequantized weights (0: none)."""
+    return _f32_prompt_min_rows
 
 
 @dataclass(eq=False)  # compared by identity (the tensors are not comparable as values)
@@ -116,6 +127,8 @@ class QuantizedWeight:
         single_decode_row = _decode_pass and x.shape[0] == 1
         if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= _fly_max_rows:
             return self._fly_matmul(x.contiguous() if x.stride(-1) != 1 else x)
+        if x.dtype == torch.float32 and 0 < _f32_prompt_min_rows <= x.shape[0]:
+            return torch.nn.functional.linear(x, self.dequantize(torch.float32))
         if self.dense is not None and not single_decode_row and x.dtype == torch.bfloat16:
             return torch.ops.mkldnn._linear_pointwise(x, self.dense, None, "none", [], "")
         return self._blocks_matmul(x.contiguous() if x.stride(-1) != 1 else x)

@@ -256,6 +256,26 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     assert torch.equal(got, want)  # the same GEMM on the same values
 
 
+def test_float32_prompts_of_many_rows_multiply_the_dequantized_weights():
+    """A float32 prompt pass of F32_PROMPT_MIN_ROWS rows or more: torch's GEMM on the exact values;
+    fewer rows, and decoding passes of any size, the blocks."""
+    from langrt.model import quant as model_quant
+
+    blocks, values = _weights("Q4_1", 40, 96, seed=5)
+    weight = QuantizedWeight(blocks, quant.GGML_TYPES["Q4_1"], 96)
+    x = torch.randn(model_quant.F32_PROMPT_MIN_ROWS, 96)
+    on_values = torch.nn.functional.linear(x, values)
+    on_blocks = quant.quant_linear(x, blocks, weight.ggml_type)
+    try:
+        model_quant.set_pass(False)
+        assert torch.equal(weight.matmul(x), on_values)
+        assert torch.equal(weight.matmul(x[:-1]), on_blocks[:-1])
+        model_quant.set_pass(False, decoding=True)
+        assert torch.equal(weight.matmul(x), on_blocks)
+    finally:
+        model_quant.set_pass(False)
+
+
 def test_no_dense_copy_beyond_the_budget(tmp_path, monkeypatch):
     from langrt.model import loader
     from langrt.model.source import ModelSource
