@@ -56,12 +56,12 @@ class ServerArgs:
     chat_template: str | None = _flag("chat template for /v1/chat/completions: a name (chatml, llama-3-instruct, qwen, default) or a .jinja file (default: the tokenizer's)", default=None)
     max_request_bytes: int = _flag("largest HTTP request body accepted; larger get 413", default=16 * 1024 * 1024)
     body_read_timeout: float = _flag("seconds a client may take to send its request body; slower ones get 408 (a stalled upload must not hold a connection forever)", default=30.0)
-    tp_size: int = _flag("tensor parallel size (only 1: one device per server)", default=1)
+    tp_size: int = _flag("tensor parallel ranks: the model's heads, MLP rows and vocabulary split over N processes (torch.distributed: gloo on CPU, NCCL on CUDA, one GPU each); rank 0 schedules, the others run their part of each pass (langrt/parallel/)", default=1)
     dp_size: int = _flag("data parallel replicas: N whole servers (each its own scheduler, KV pool and radix cache) on private ports behind a cache-aware router on --port (langrt/router/)", default=1)
     quantization: str = _flag("weight format; auto = a GGUF file's Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks served as stored on CPU (where langrt's kernels build), else weights in --dtype; none = always --dtype; int8 / int4 = plain weights quantized at load (CPU) to int8 / int4 in groups of 32 (the LM head at int8); fp8 = not on CPUs", QUANTIZATIONS, default="auto")
     enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; see benchmarks/README.md for when it pays)", default=False)
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
-    num_threads: int | None = _flag("torch CPU threads in the model process; default: the cores it may use", default=None)
+    num_threads: int | None = _flag("torch CPU threads in each model process (each tensor-parallel rank); default: the cores it may use, shared out over the --tp-size ranks", default=None)
     disable_malloc_tuning: bool = _flag("leave the C allocator of the model process at its defaults (by default it keeps freed memory for the next pass, so CPU passes stop refaulting their activations; it holds on to its peak heap)", default=False)
     disable_dashboard: bool = _flag("do not serve the live dashboard (GET /dashboard, /dashboard/state, /dashboard/events; docs/dashboard.md)", default=False)
     log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")
@@ -72,17 +72,13 @@ class ServerArgs:
             value = getattr(self, f.name)
             if choices and value not in choices:
                 raise ValueError(f"--{_flag_name(f.name)} must be one of {', '.join(choices)}; got {value!r}")
-        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads", "max_request_bytes", "dp_size")
+        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads", "max_request_bytes", "dp_size", "tp_size")
         if not self.body_read_timeout > 0:
             raise ValueError(f"--body-read-timeout must be positive; got {self.body_read_timeout}")
         if self.max_queued_requests < 0:
             raise ValueError(f"--max-queued-requests must be >= 0; got {self.max_queued_requests}")
         if self.chunked_prefill_size is not None and (self.chunked_prefill_size == 0 or self.chunked_prefill_size < -1):
             raise ValueError(f"--chunked-prefill-size must be positive or -1; got {self.chunked_prefill_size}")
-        if self.tp_size != 1:
-            raise ValueError(
-                f"--tp-size {self.tp_size}: tensor parallelism is not implemented; langrt serves a model on one device (--tp-size 1)"
-            )
         if self.quantization == "fp8":
             raise ValueError(
                 "--quantization fp8: CPUs have no fp8 arithmetic and langrt has no fp8 GPU path yet; "
@@ -126,7 +122,7 @@ class ServerArgs:
             mem_fraction_static=self.mem_fraction_static or (0.85 if device == "cuda" else 0.1),
             max_running_requests=self.max_running_requests or (1024 if device == "cuda" else 256),
             chunked_prefill_size=self.chunked_prefill_size or (8192 if device == "cuda" else 2048),
-            num_threads=self.num_threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
+            num_threads=self.num_threads or max(1, _cores() // self.tp_size),
         )
 
     def to_json(self) -> dict:
@@ -141,6 +137,10 @@ class ServerArgs:
 
         assert self.dtype != "auto", "resolve() first"
         return getattr(torch, self.dtype)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _flag_name(name: str) -> str:

@@ -71,7 +71,12 @@ def before_attention(
 
 def after_attention(o, residual, o_w, o_packed, norm_w, eps: float, gate_up_w, gate_up_packed, down_w, down_packed):
     """Output projection, residual add, post norm, SwiGLU MLP -> (layer output, residual)."""
-    x, residual = add_rms_norm(linear(o, o_w, None, o_packed), residual, norm_w, eps)
+    return mlp_block(linear(o, o_w, None, o_packed), residual, norm_w, eps, gate_up_w, gate_up_packed, down_w, down_packed)
+
+
+def mlp_block(attn_out, residual, norm_w, eps: float, gate_up_w, gate_up_packed, down_w, down_packed):
+    """Residual add, post norm, SwiGLU MLP -> (MLP output, residual)."""
+    x, residual = add_rms_norm(attn_out, residual, norm_w, eps)
     return linear(silu_and_mul(linear(x, gate_up_w, None, gate_up_packed)), down_w, None, down_packed), residual
 
 
@@ -82,13 +87,15 @@ class DenseOps:
 
     before_attention: Callable
     after_attention: Callable
+    mlp_block: Callable  # after_attention without the output projection (tensor parallelism sums that first)
 
     @classmethod
     def create(cls, compiled: bool) -> "DenseOps":
+        ops = (before_attention, after_attention, mlp_block)
         if not compiled:
-            return cls(before_attention, after_attention)
+            return cls(*ops)
         separate_compile_cache()
-        return cls(torch.compile(before_attention, dynamic=True), torch.compile(after_attention, dynamic=True))
+        return cls(*(torch.compile(op, dynamic=True) for op in ops))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -100,6 +107,7 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(config)
         self.ops = ops
         self.sizes = (config.q_size, config.kv_size, config.head_dim)
+        self.tp = None  # under tensor parallelism: sums the row-parallel o and down projections
 
     def forward(
         self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None, attn: Attention
@@ -110,11 +118,14 @@ class LlamaDecoderLayer(nn.Module):
             x, residual, norm.weight, norm.eps, *a.qkv_proj.weights, a.qkv_proj.bias, *rope, *self.sizes
         )
         o = attn.attend(a.layer_id, q, k, v)
-        post = self.post_attention_layernorm
-        return self.ops.after_attention(
-            o, residual, *a.o_proj.weights, post.weight, post.eps, *self.mlp.gate_up_proj.weights,
-            *self.mlp.down_proj.weights,
-        )  # fmt: skip
+        post, mlp = self.post_attention_layernorm, self.mlp
+        if self.tp is None:
+            return self.ops.after_attention(
+                o, residual, *a.o_proj.weights, post.weight, post.eps, *mlp.gate_up_proj.weights, *mlp.down_proj.weights,
+            )  # fmt: skip
+        o = self.tp.all_reduce(a.o_proj(o))
+        x, residual = self.ops.mlp_block(o, residual, post.weight, post.eps, *mlp.gate_up_proj.weights, *mlp.down_proj.weights)
+        return self.tp.all_reduce(x), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -133,6 +144,15 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head_packed: torch.Tensor | None = None
         self.compiled = compiled
         self._layer_tensors: LayerTensors | None | bool = False  # fused_layers' tensors, once asked
+        self.tp = None  # langrt.parallel.group.TensorParallel: this model is one rank's part
+
+    def set_tensor_parallel(self, tp) -> None:
+        """Make this model one rank's part (its config already is): the embedding and the o and
+        down projections' products are summed over the ranks, the logits gathered on rank 0.
+        The per-layer loop runs (fused_layers' one C++ call has no collectives)."""
+        self.tp = tp
+        for layer in self.layers:
+            layer.tp = tp
 
     def pack_for_cpu(self, dense_budget: int = 0) -> bool:
         """Adds oneDNN-packed copies of the layers' and the LM head's weights where that pays
@@ -174,10 +194,10 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Attention) -> torch.Tensor:
         """[T] token ids -> [T, hidden] final hidden states (after the last norm)."""
-        x = self.embed_tokens(input_ids)
+        x = self.embed_tokens(input_ids) if self.tp is None else self._embed_vocab_part(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
         if self._layer_tensors is False:  # the weights are final by the first pass
-            self._layer_tensors = None if self.compiled else fused_layers.layer_tensors(self)
+            self._layer_tensors = None if self.compiled or self.tp else fused_layers.layer_tensors(self)
         whole = fused_layers.run(self._layer_tensors, x, rope, attn)
         if whole is not None:
             x, residual = whole
@@ -188,14 +208,33 @@ class LlamaForCausalLM(nn.Module):
         x, _ = self.norm(x, residual)
         return x
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[N, hidden] -> [N, vocab] float32 logits."""
-        return linear(hidden, self.lm_head_weight, None, self.lm_head_packed).float()
+    def _embed_vocab_part(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Tensor parallel: each rank looks up the ids in its vocabulary rows (zeros elsewhere), summed."""
+        local, outside = self._vocab_part(input_ids)
+        return self.tp.all_reduce(self.embed_tokens(local).masked_fill_(outside[:, None], 0))
+
+    def _vocab_part(self, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids as rows of this rank's vocabulary part, clamped into it; where they fall outside it)."""
+        start, end = self.tp.layout.vocab
+        local = token_ids - start
+        return local.clamp(0, end - start - 1), (local < 0) | (local >= end - start)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """[N, hidden] -> [N, vocab] float32 logits (tensor parallel: on rank 0; None elsewhere)."""
+        logits = linear(hidden, self.lm_head_weight, None, self.lm_head_packed).float()
+        return logits if self.tp is None else self.tp.gather_vocab(logits)
 
     def compute_logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         """Logits of single tokens: [K] float32, logit of token_ids[k] under hidden[rows[k]] —
         what compute_logits gives at that place (accumulated in float32, rounded to the model's
-        dtype), without the rest of the row."""
+        dtype), without the rest of the row. Tensor parallel: each id on the rank holding its
+        row (zeros elsewhere), summed."""
+        if self.tp is None:
+            return self._logits_of(hidden, rows, token_ids)
+        local, outside = self._vocab_part(token_ids)
+        return self.tp.all_reduce(self._logits_of(hidden, rows, local).masked_fill_(outside, 0))
+
+    def _logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         if isinstance(self.lm_head_packed, QuantizedWeight):
             return self.lm_head_packed.logits_of(hidden, rows, token_ids).float()
         weight = self.lm_head_weight.index_select(0, token_ids).float()

@@ -4,6 +4,7 @@ seeded random values for a given config, for benchmarks of an architecture)."""
 from __future__ import annotations
 
 import contextlib
+from typing import Callable, Iterable
 
 import torch
 
@@ -27,20 +28,26 @@ def load_model(
     compiled: bool = False,
     gguf_blocks: bool = False,
     quantize: str | None = None,
+    shard: Callable[[Iterable], Iterable] | None = None,
+    tp=None,
 ) -> LlamaForCausalLM:
     """Build the model on `device` in `dtype` with real (or dummy) weights, in eval mode; with
     `gguf_blocks` a GGUF file's quantized matrices keep their blocks, with `quantize` ('int8',
-    'int4') plain weights are quantized into blocks (see langrt.model.quant)."""
+    'int4') plain weights are quantized into blocks (see langrt.model.quant). Under tensor
+    parallelism `config` is this rank's part, `shard` takes its slices of the checkpoint's
+    tensors and `tp` (langrt.parallel.group) sums and gathers the ranks' partial results."""
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"unknown load format {load_format!r}; choose from {LOAD_FORMATS}")
     if load_format == "gguf" and not source.is_gguf or load_format == "safetensors" and source.is_gguf:
         raise ModelLoadError(f"load format {load_format!r} does not match model path {source.path}")
     with torch.device(device), _default_dtype(dtype):
         model = LlamaForCausalLM(config, compiled)  # parameters uninitialized: filled below
+    model.set_tensor_parallel(tp)
     if load_format == "dummy":
         _fill_dummy(model, seed)
     else:
-        model.load_weights(source.iter_weights(dtype, progress, gguf_blocks=gguf_blocks))
+        weights = source.iter_weights(dtype, progress, gguf_blocks=gguf_blocks)
+        model.load_weights(weights if shard is None else shard(weights))
     model.eval().requires_grad_(False)
     if quantize is not None:
         model.quantize_weights(*PLAIN_QUANTIZATIONS[quantize])

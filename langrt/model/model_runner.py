@@ -33,10 +33,14 @@ class MemoryPlan:
 
 
 class ModelRunner:
-    def __init__(self, args: ServerArgs, source: ModelSource, config: ModelConfig, progress: bool = True):
+    """Under `--tp-size N` (`tp` given) each rank's runner holds its part of the model and pools
+    (langrt.parallel); rank 0's also tells the other ranks what to run before each step of its own."""
+
+    def __init__(self, args: ServerArgs, source: ModelSource, config: ModelConfig, progress: bool = True, tp=None):
         assert args.device != "auto" and args.dtype != "auto", "ServerArgs.resolve() first"
         self.args = args
-        self.config = config
+        self.config = config  # the whole model's; `model_config` is this rank's part
+        self.tp, self.peers, model_config, shard = _tensor_parallel(tp, config, args.torch_dtype)
         self.device = torch.device(args.device)
         self.dtype = args.torch_dtype
         if self.device.type == "cpu":
@@ -49,17 +53,18 @@ class ModelRunner:
         if source.is_gguf and args.load_format != "dummy" or quantize:
             logger.info("weights: %s", why_quantized or why)
         self.model = load_model(
-            source, config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress,
-            compiled=args.enable_torch_compile, gguf_blocks=gguf_blocks, quantize=quantize,
+            source, model_config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress,
+            compiled=args.enable_torch_compile, gguf_blocks=gguf_blocks, quantize=quantize, shard=shard, tp=self.tp,
         )  # fmt: skip
         if gguf_blocks or quantize:
             logger.info("weights: %s", describe_blocks(self.model))
-        self.plan = plan_memory(args, config, self.dtype)
+        self.plan = plan_memory(args, config, self.dtype, self.tp)
         self.req_pool = ReqToTokenPool(self.plan.max_running_requests, self.plan.context_len, self.device)
         self.kv_pool = TokenToKVPool(
-            self.plan.max_total_tokens, config.num_layers, config.num_kv_heads, config.head_dim, self.dtype, self.device
-        )
-        self.attn_backend = create_attention_backend(args.attention_backend, config, self.kv_pool, self.req_pool)
+            self.plan.max_total_tokens, config.num_layers, model_config.num_kv_heads, config.head_dim, self.dtype,
+            self.device,
+        )  # fmt: skip
+        self.attn_backend = create_attention_backend(args.attention_backend, model_config, self.kv_pool, self.req_pool)
         logger.info(
             "model ready: %s %s on %s, KV pool %d tokens, context %d",
             config.model_type, args.dtype, self.device, self.plan.max_total_tokens, self.plan.context_len,
@@ -72,30 +77,63 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Run the layers over the batch's new tokens, writing their K/V; -> [T, hidden]."""
+        if self.peers is not None:
+            self.peers.forward(batch, self.req_pool.req_to_token)
         attn = self.attn_backend.prepare(batch)
         set_quantized_pass(decode=batch.mode is ForwardMode.DECODE, decoding=batch.decoding)
         return self.model(batch.input_ids, batch.positions, attn)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[N, hidden] -> [N, vocab] float32."""
+        """[N, hidden] -> [N, vocab] float32 (under tensor parallelism: on rank 0; None elsewhere)."""
+        if self.peers is not None:
+            self.peers.logits(hidden)
         return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
     def compute_logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         """[K] float32: the logit of token_ids[k] under hidden[rows[k]] (only those)."""
+        if self.peers is not None:
+            hidden, rows = hidden.index_select(0, rows), torch.arange(rows.shape[0], device=hidden.device)
+            self.peers.logits_of(hidden, token_ids)
         return self.model.compute_logits_of(hidden, rows, token_ids)
 
 
-def plan_memory(args: ServerArgs, config: ModelConfig, dtype: torch.dtype) -> MemoryPlan:
+def _tensor_parallel(tp, config: ModelConfig, dtype: torch.dtype):
+    """(tp, rank 0's sender or None, this rank's config, the weights' sharding or None)."""
+    if tp is None:
+        return None, None, config, None
+    from langrt.parallel.layout import ShardLayout
+    from langrt.parallel.shard import shard_weights
+    from langrt.parallel.worker import RankZero
+
+    tp.layout = ShardLayout.create(config, tp.rank, tp.size)
+    logger.info(
+        "tensor parallel rank %d of %d: query heads %s, KV heads %s, intermediate rows %s, vocabulary rows %s",
+        tp.rank, tp.size, _span(tp.layout.q_heads), tp.layout.kv_heads, tp.layout.ffn, tp.layout.vocab,
+    )  # fmt: skip
+    shard = lambda weights: shard_weights(weights, config, tp.layout, dtype)  # noqa: E731
+    return tp, RankZero(tp) if tp.rank == 0 else None, tp.layout.local_config(config), shard
+
+
+def _span(heads: tuple[int, ...]) -> str:
+    return f"{heads[0]}..{heads[-1]}"
+
+
+def plan_memory(args: ServerArgs, config: ModelConfig, dtype: torch.dtype, tp=None) -> MemoryPlan:
+    """Pool sizes; under tensor parallelism every rank's pool has the same slots (the fewest any
+    rank's memory holds), counting every rank's KV heads where they share the machine's RAM."""
     context_len = args.context_length or config.max_position_embeddings
     if context_len > config.max_position_embeddings:
         raise ModelLoadError(
             f"--context-length {context_len} exceeds the model's max_position_embeddings "
             f"({config.max_position_embeddings})"
         )
-    per_token = TokenToKVPool.bytes_per_token(config.num_layers, config.num_kv_heads, config.head_dim, dtype)
+    kv_heads = config.num_kv_heads if tp is None else tp.layout.kv_heads_in_memory(config, args.device == "cpu")
+    per_token = TokenToKVPool.bytes_per_token(config.num_layers, kv_heads, config.head_dim, dtype)
     total = args.max_total_tokens or int(_free_memory(args.device) * args.mem_fraction_static // per_token)
+    if tp is not None:
+        total = tp.min_int(total)
     if total < 16:
         raise ModelLoadError(f"only {total} KV slots fit in memory; lower the model size or raise --max-total-tokens")
     return MemoryPlan(context_len, total, args.max_running_requests)

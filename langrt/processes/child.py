@@ -1,5 +1,5 @@
 """What every child process does first, and the children's entry point:
-`python -m langrt.processes.child scheduler|detokenizer`, with (ServerArgs, Endpoints, parent
+`python -m langrt.processes.child scheduler|detokenizer|tp-worker [RANK]`, with (ServerArgs, Endpoints, parent
 pid) pickled on stdin (`processes.ChildProcess` starts it).
 
 The entry points import their process's modules only inside the child, so the parent (the HTTP
@@ -51,13 +51,19 @@ def detokenizer_main(args, endpoints, parent_pid: int) -> None:
     run_detokenizer_process(args, endpoints, parent_pid)
 
 
-ROLES = {"scheduler": scheduler_main, "detokenizer": detokenizer_main}
+def tp_worker_main(args, endpoints, parent_pid: int, rank: str) -> None:
+    from langrt.parallel.worker import run_worker_process
+
+    run_worker_process(args, endpoints, parent_pid, int(rank))
+
+
+ROLES = {"scheduler": scheduler_main, "detokenizer": detokenizer_main, "tp-worker": tp_worker_main}
 
 
 def main() -> None:
     role = ROLES[sys.argv[1]]
     args, endpoints, parent_pid = pickle.loads(sys.stdin.buffer.read())
-    role(args, endpoints, parent_pid)
+    role(args, endpoints, parent_pid, *sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import os
 import pickle
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from langrt.ipc import Endpoints
@@ -29,12 +29,12 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 class ChildProcess:
     """A child interpreter running one role's entry point of `langrt.processes.child`."""
 
-    def __init__(self, role: str, name: str, payload: object):
+    def __init__(self, role: str, name: str, payload: object, *extra: str):
         self.name = name
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "langrt.processes.child", role], stdin=subprocess.PIPE, env=env
+            [sys.executable, "-m", "langrt.processes.child", role, *extra], stdin=subprocess.PIPE, env=env
         )
         try:
             self.process.stdin.write(pickle.dumps(payload, protocol=5))
@@ -73,6 +73,7 @@ class ChildProcesses:
     endpoints: Endpoints
     scheduler: ChildProcess | None = None
     detokenizer: ChildProcess | None = None
+    tp_workers: list[ChildProcess] = field(default_factory=list)  # ranks 1.. of --tp-size
 
     @classmethod
     def start(cls, args: ServerArgs) -> "ChildProcesses":
@@ -81,6 +82,8 @@ class ChildProcesses:
         try:
             children.scheduler = ChildProcess("scheduler", "langrt-scheduler", payload)
             children.detokenizer = ChildProcess("detokenizer", "langrt-detokenizer", payload)
+            for rank in range(1, args.tp_size):
+                children.tp_workers.append(ChildProcess("tp-worker", f"langrt-tp-rank-{rank}", payload, str(rank)))
         except BaseException:  # e.g. no interpreter to start: leave no process or ipc directory behind
             children.stop()
             raise
@@ -88,14 +91,14 @@ class ChildProcesses:
 
     @property
     def processes(self) -> list[ChildProcess]:
-        return [p for p in (self.scheduler, self.detokenizer) if p is not None]
+        return [p for p in (self.scheduler, self.detokenizer, *self.tp_workers) if p is not None]
 
     def dead(self) -> list[str]:
         """Names (and exit codes) of children that have exited."""
         return [f"{p.name} (exit code {p.exitcode})" for p in self.processes if not p.is_alive()]
 
     def stop(self, timeout_s: float = 3.0) -> None:
-        """Terminate both children and remove the ipc directory."""
+        """Terminate the children and remove the ipc directory."""
         for p in self.processes:
             p.terminate()
         for p in self.processes:

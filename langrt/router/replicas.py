@@ -44,11 +44,12 @@ def replica_flags(args: ServerArgs) -> list[str]:
 
 
 def replica_threads(args: ServerArgs) -> int:
-    """Torch threads per replica: the cores shared out, unless --num-threads says."""
+    """Torch threads per model process (each tensor-parallel rank of each replica): the cores
+    shared out, unless --num-threads says."""
     if args.num_threads:
         return args.num_threads
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // args.dp_size)
+    return max(1, cores // (args.dp_size * args.tp_size))
 
 
 def _free_port() -> int:
@@ -59,12 +60,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env(rank: int) -> dict[str, str]:
-    """Replica `rank` gets the rank-th visible GPU when enough are listed; else all share."""
+def _env(rank: int, tp_size: int = 1) -> dict[str, str]:
+    """Replica `rank` gets the rank-th group of tp_size visible GPUs (one per tensor-parallel
+    rank) when enough are listed; else all share."""
     env = dict(os.environ)
     devices = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if len(devices) > rank:
-        env["CUDA_VISIBLE_DEVICES"] = devices[rank]
+    if len(devices) >= (rank + 1) * tp_size:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices[rank * tp_size : (rank + 1) * tp_size])
     return env
 
 
@@ -77,7 +79,7 @@ class Replicas:
             port = _free_port()
             command = [sys.executable, "-m", "langrt", "launch", "--host", "127.0.0.1", "--port", str(port)]
             command += ["--num-threads", threads, *replica_flags(args)]
-            self.processes.append(subprocess.Popen(command, env=_env(rank), preexec_fn=_die_with_parent))
+            self.processes.append(subprocess.Popen(command, env=_env(rank, args.tp_size), preexec_fn=_die_with_parent))
             self.urls.append(f"http://127.0.0.1:{port}")
 
     def wait_healthy(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:

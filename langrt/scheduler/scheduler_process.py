@@ -49,7 +49,7 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
     outbox: PushQueue = PushQueue(context, endpoints.detokenizer)
     try:
         args = args.resolve()
-        scheduler = build_scheduler(args)
+        scheduler = build_scheduler(args, _rank_zero(args, endpoints))
         outbox.put(ready_message(scheduler, args))
         SchedulerLoop(scheduler, inbox, outbox).run()
     except Exception:
@@ -57,7 +57,17 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
         sys.exit(1)
 
 
-def build_scheduler(args: ServerArgs) -> Scheduler:
+def _rank_zero(args: ServerArgs, endpoints: Endpoints):
+    """Under --tp-size N: this process is rank 0 of the tensor-parallel group (langrt.parallel)."""
+    if args.tp_size == 1:
+        return None
+    from langrt.parallel.group import TensorParallel
+    from langrt.parallel.worker import init_file
+
+    return TensorParallel(0, args.tp_size, args.device, init_file(endpoints.directory))
+
+
+def build_scheduler(args: ServerArgs, tp=None) -> Scheduler:
     from langrt.model.loader import ModelSource
     from langrt.model.model_runner import ModelRunner
     from langrt.tokenizer.text_decoder import load_text_decoder
@@ -67,7 +77,7 @@ def build_scheduler(args: ServerArgs) -> Scheduler:
     config = source.model_config()
     tokenizer = load_text_decoder(args.tokenizer_path or source.path)
     loaded = time.perf_counter()
-    runner = ModelRunner(args, source, config, progress=args.log_level in ("debug", "info"))
+    runner = ModelRunner(args, source, config, progress=args.log_level in ("debug", "info"), tp=tp)
     logger.info("tokenizer %.2f s, model and pools %.2f s", loaded - start, time.perf_counter() - loaded)
     return Scheduler(runner, tokenizer, args)
 

@@ -281,6 +281,7 @@ class TokenizerManager:
         stats["processes"] = {
             "scheduler": self.children.scheduler.pid,
             "detokenizer": self.children.detokenizer.pid,
+            "tp_workers": [p.pid for p in self.children.tp_workers],
             "ipc_directory": self.children.endpoints.directory,
         }
         return stats

@@ -1,4 +1,5 @@
-"""`langrt launch` on the built-in model: the OpenAI SDK and the native API end to end."""
+"""`langrt launch` on the built-in model: the OpenAI SDK and the native API end to end, on one
+process and on two tensor-parallel ranks (`--tp-size 2`)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,15 @@ pytestmark = pytest.mark.slow
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-@pytest.fixture(scope="module")
-def server():
-    s = LaunchedServer("--max-total-tokens", "32768")
+@pytest.fixture(scope="module", params=[1, 2], ids=["tp1", "tp2"])
+def server(request):
+    """Every test runs on one process and on two tensor-parallel ranks (one torch thread each,
+    so the two share this machine's cores instead of fighting over them)."""
+    tp = request.param
+    s = LaunchedServer("--max-total-tokens", "32768", *(["--tp-size", "2", "--num-threads", "1"] if tp == 2 else []))
+    if tp == 2:
+        _, info = s.get("/get_server_info")
+        assert info["tp_size"] == 2 and len(info["processes"]["tp_workers"]) == 1
     yield s
     assert s.stop() == 0, "SIGTERM ends the server cleanly"
 

@@ -1,0 +1,68 @@
+"""The tensor-parallel process group over torch.distributed: gloo on CPU, NCCL on CUDA (with a
+gloo group beside it for the batch descriptions rank 0 broadcasts, which live on the CPU).
+
+Rendezvous is a file in the server's private ipc directory (mode 0700), not a TCP store; gloo's
+own connections are bound to the loopback interface unless GLOO_SOCKET_IFNAME says otherwise
+(they carry tensors, never pickles). Ranks are processes on one machine.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from langrt.parallel.layout import ShardLayout
+
+# Ranks 1.. wait in a broadcast while the server is idle, and torch.distributed times such waits
+# out: effectively never here. A rank that dies is seen at once anyway (gloo reports the closed
+# connection; the server's process watch reports the exit).
+_IDLE_TIMEOUT = datetime.timedelta(days=3650)
+
+
+class TensorParallel:
+    def __init__(self, rank: int, size: int, device: str, init_file: str):
+        self.rank, self.size = rank, size
+        self.cuda = device == "cuda"
+        if self.cuda:
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        else:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group(
+            "nccl" if self.cuda else "gloo", init_method=f"file://{init_file}", rank=rank, world_size=size,
+            timeout=_IDLE_TIMEOUT,
+        )  # fmt: skip
+        self.cpu_group = dist.new_group(backend="gloo", timeout=_IDLE_TIMEOUT) if self.cuda else None
+        self.layout: ShardLayout | None = None  # set by the model runner once the config is known
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum over the ranks, in place; returns x."""
+        dist.all_reduce(x)
+        return x
+
+    def min_int(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.int64, device="cuda" if self.cuda else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t.item())
+
+    def gather_vocab(self, local: torch.Tensor) -> torch.Tensor | None:
+        """Each rank's [N, its vocabulary rows] -> on rank 0 the whole [N, vocab] (None elsewhere)."""
+        widths = self.layout.vocab_per_rank
+        padded = torch.zeros((local.shape[0], max(widths)), dtype=local.dtype, device=local.device)
+        padded[:, : local.shape[1]] = local
+        parts = [torch.empty_like(padded) for _ in widths] if self.rank == 0 else None
+        dist.gather(padded, parts, dst=0)
+        if self.rank != 0:
+            return None
+        return torch.cat([part[:, :width] for part, width in zip(parts, widths)], dim=1)
+
+    def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Rank 0's `tensor` into every rank's (CPU tensors, over gloo); returns it."""
+        dist.broadcast(tensor, src=0, group=self.cpu_group)
+        return tensor
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
