@@ -93,9 +93,10 @@ class ModelRunner:
     @torch.inference_mode()
     def compute_logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         """[K] float32: the logit of token_ids[k] under hidden[rows[k]] (only those)."""
-        if self.peers is not None:
-            hidden, rows = hidden.index_select(0, rows), torch.arange(rows.shape[0], device=hidden.device)
-            self.peers.logits_of(hidden, token_ids)
+        if self.peers is not None:  # the other ranks get the rows asked for, each once
+            used, rows = rows.unique(return_inverse=True)
+            hidden = hidden.index_select(0, used)
+            self.peers.logits_of(hidden, rows, token_ids)
         return self.model.compute_logits_of(hidden, rows, token_ids)
 
 

@@ -53,10 +53,11 @@ class RankZero:
         self._header(LOGITS, hidden.shape[0])
         self.tp.broadcast(hidden.to("cpu").contiguous())
 
-    def logits_of(self, hidden: torch.Tensor, token_ids: torch.Tensor) -> None:
-        self._header(LOGITS_OF, hidden.shape[0])
+    def logits_of(self, hidden: torch.Tensor, rows: torch.Tensor, token_ids: torch.Tensor) -> None:
+        """`hidden`: the rows that `rows` index (each once), `token_ids` one per entry of `rows`."""
+        self._header(LOGITS_OF, hidden.shape[0], rows.shape[0])
         self.tp.broadcast(hidden.to("cpu").contiguous())
-        self.tp.broadcast(token_ids.to("cpu", torch.int64).contiguous())
+        self.tp.broadcast(torch.cat([rows.cpu(), token_ids.cpu()]).to(torch.int64))
 
 
 def receive_batch(tp: TensorParallel, header: list[int], req_to_token: torch.Tensor, device) -> ForwardBatch:
@@ -91,8 +92,8 @@ def serve(runner) -> None:
         if command == LOGITS:
             runner.compute_logits(hidden)
         elif command == LOGITS_OF:
-            token_ids = tp.broadcast(torch.empty(count, dtype=torch.int64)).to(runner.device)
-            runner.compute_logits_of(hidden, torch.arange(count, device=runner.device), token_ids)
+            rows_and_ids = tp.broadcast(torch.empty(2 * header[2], dtype=torch.int64)).to(runner.device)
+            runner.compute_logits_of(hidden, *rows_and_ids.chunk(2))
         else:
             raise RuntimeError(f"unknown tensor-parallel command {command}")
 
