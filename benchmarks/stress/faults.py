@@ -105,7 +105,7 @@ async def run_kill_child(flags: list[str], child: str = "detokenizer", requests:
     """SIGKILL the scheduler or the detokenizer while requests run: /health says 503, the
     server exits non-zero within 5 s, in-flight requests end (503 or closed), nothing is left.
     child="main" kills the HTTP process itself: its children must follow and remove the ipc
-    directory."""
+    directory; child="tp-worker" kills tensor-parallel rank 1 (a server with --tp-size 2)."""
     server = Server(*flags)
     try:
         specs = in_flight_specs(requests, new_tokens)
@@ -115,7 +115,8 @@ async def run_kill_child(flags: list[str], child: str = "detokenizer", requests:
             tasks = [asyncio.create_task(send(s, server.url, spec, server.headers, timeout_s=60)) for spec in specs]
             await _wait_in_flight(server, s, requests)
             descendants = server.descendants()
-            pid = {"scheduler": server.scheduler_pid, "detokenizer": server.detokenizer_pid, "main": server.process.pid}[child]
+            pids = {"scheduler": server.scheduler_pid, "detokenizer": server.detokenizer_pid, "main": server.process.pid}
+            pid = server.tp_worker_pids[0] if child == "tp-worker" else pids[child]
             os.kill(pid, signal.SIGKILL)
             killed = time.monotonic()
             while server.process.poll() is None and time.monotonic() - killed < 15:

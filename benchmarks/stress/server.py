@@ -48,6 +48,7 @@ class Server:
         info = self.get("/get_server_info")[1]
         self.scheduler_pid = info["processes"]["scheduler"]
         self.detokenizer_pid = info["processes"]["detokenizer"]
+        self.tp_worker_pids = info["processes"].get("tp_workers", [])  # ranks 1.. of --tp-size
         self.ipc_directory = info["processes"]["ipc_directory"]
 
     def __enter__(self) -> "Server":

@@ -17,6 +17,8 @@ its parent process does (`exit_with_parent`).
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 
 import torch
@@ -106,6 +108,9 @@ def run_worker_process(args, endpoints, parent_pid: int, rank: int) -> None:
     from langrt.processes.child import configure_logging, exit_with_parent
 
     exit_with_parent(parent_pid, endpoints.directory)
+    # Exit at once, without the interpreter's shutdown: gloo's threads, torn down while rank 0
+    # closes its side too, sometimes abort the process ("terminate called ...").
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     configure_logging(args.log_level, f"tp rank {rank}")
     if not args.disable_malloc_tuning:
         keep_freed_memory()
@@ -121,7 +126,8 @@ def run_worker_process(args, endpoints, parent_pid: int, rank: int) -> None:
         serve(runner)
     except Exception as e:  # rank 0 has gone (gloo: connection closed), or this rank failed
         logger.error("tensor-parallel rank %d stopped: %s", rank, str(e).splitlines()[0] if str(e) else type(e).__name__)
-        sys.exit(1)
+        logging.shutdown()
+        os._exit(1)
 
 
 def init_file(ipc_directory: str) -> str:

@@ -1,5 +1,5 @@
 """6: faults. SIGTERM during load; a killed detokenizer (the killed scheduler is
-tests/e2e/test_server_errors.py's); a killed grammar compiler."""
+tests/e2e/test_server_errors.py's); a killed tensor-parallel rank; a killed grammar compiler."""
 
 from __future__ import annotations
 
@@ -28,6 +28,17 @@ def test_sigterm_under_load_ends_every_request(tiny_model):
 
 def test_killed_detokenizer_means_503_then_exit(tiny_model):
     result = asyncio.run(faults.run_kill_child([*tiny_model, "--max-total-tokens", "8192"], child="detokenizer", requests=8, new_tokens=1500))
+    assert result["first_503_after_s"] is not None and result["first_503_after_s"] < 2, result["health_statuses"]
+    assert result["exit_code"] not in (0, None) and result["exit_after_kill_s"] < 5
+    assert result["lost"] == 0, result["failures"]
+    assert result["ipc_directory_removed"] and result["processes_left"] == []
+
+
+def test_killed_tensor_parallel_rank_means_503_then_exit(tiny_model):
+    """--tp-size 2: rank 1 (a model worker) is killed mid-decode. Rank 0 sees gloo's connection
+    close, the server sees a child gone: 503, exit, nothing left, like a dead scheduler."""
+    flags = [*tiny_model, "--max-total-tokens", "8192", "--tp-size", "2"]
+    result = asyncio.run(faults.run_kill_child(flags, child="tp-worker", requests=8, new_tokens=1500))
     assert result["first_503_after_s"] is not None and result["first_503_after_s"] < 2, result["health_statuses"]
     assert result["exit_code"] not in (0, None) and result["exit_after_kill_s"] < 5
     assert result["lost"] == 0, result["failures"]
