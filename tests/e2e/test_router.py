@@ -127,6 +127,20 @@ def test_dp_size_two_replicas_behind_one_port():
         assert _down(url), f"replica {url} outlived the launch"
 
 
+def test_dp_size_with_tp_size_serves_replicas_of_ranks(tiny_llama_dir):
+    """--dp-size 2 --tp-size 2: two replicas, each a scheduler and a tensor-parallel worker."""
+    flags = ["--model-path", str(tiny_llama_dir), "--dtype", "float32", "--max-total-tokens", "4096"]
+    server = LaunchedServer("--dp-size", "2", "--tp-size", "2", *flags)
+    try:
+        infos = [w["server_info"] for w in server.get("/get_server_info")[1]["workers"]]
+        assert [(i["tp_size"], len(i["processes"]["tp_workers"]), i["num_threads"]) for i in infos] == [(2, 1, 1)] * 2
+        body = {"text": "Once upon a time", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+        outs = [server.post("/generate", body)[1] for _ in range(2)]
+        assert outs[0]["output_ids"] == outs[1]["output_ids"] and len(outs[0]["output_ids"]) == 8
+    finally:
+        assert server.stop() == 0, "SIGTERM ends the launch cleanly"
+
+
 def _down(url: str) -> bool:
     import urllib.request
 
