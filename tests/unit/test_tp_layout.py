@@ -75,3 +75,13 @@ def test_tp_size_settings():
     # dp replicas of tp ranks: each replica gets --tp-size, each rank its share of the cores
     assert replica_flags(ServerArgs(dp_size=2, tp_size=2)) == ["--tp-size", "2"]
     assert replica_threads(ServerArgs(dp_size=2, tp_size=64)) == 1
+
+
+def test_tp_on_cuda_needs_a_gpu_per_rank(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match="needs a GPU per rank; torch sees 1"):
+        ServerArgs(device="cuda", dtype="float32", tp_size=2).resolve()
+    assert ServerArgs(device="cuda", dtype="float32", tp_size=1).resolve().tp_size == 1
