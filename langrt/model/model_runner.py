@@ -6,6 +6,7 @@ knows nothing of requests, sampling or scheduling.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -113,7 +114,7 @@ def _tensor_parallel(tp, config: ModelConfig, dtype: torch.dtype):
         "tensor parallel rank %d of %d: query heads %s, KV heads %s, intermediate rows %s, vocabulary rows %s",
         tp.rank, tp.size, _span(tp.layout.q_heads), tp.layout.kv_heads, tp.layout.ffn, tp.layout.vocab,
     )  # fmt: skip
-    shard = lambda weights: shard_weights(weights, config, tp.layout, dtype)  # noqa: E731
+    shard = functools.partial(shard_weights, config=config, layout=tp.layout, dtype=dtype)
     return tp, RankZero(tp) if tp.rank == 0 else None, tp.layout.local_config(config), shard
 
 
