@@ -3,7 +3,7 @@
 Rank 0 schedules alone (its radix cache, pools' free lists, grammars); before each collective
 step of the model it broadcasts what the other ranks need: a command header, then its tensors.
 
-- FORWARD: the batch (token ids, positions, KV slots to write, lengths) and, per request, the
+- FORWARD: the batch (its mode, token ids, positions, KV slots to write, lengths) and, per request, the
   slots of its whole sequence (its row of the req_to_token table up to its length), so a worker
   keeps no request state: its table rows are overwritten before every pass that reads them.
 - LOGITS: the hidden rows whose logits rank 0 wants (each rank computes its vocabulary rows;
@@ -47,7 +47,7 @@ class RankZero:
         rows = [req_to_token[r, :n] for r, n in zip(batch.req_pool_indices, batch.seq_lens)]
         lists = torch.tensor([*batch.req_pool_indices, *batch.seq_lens, *batch.extend_lens], dtype=torch.int64)
         parts = [batch.input_ids.cpu(), batch.positions.cpu(), batch.out_cache_loc.cpu(), lists, torch.cat(rows).cpu().long()]
-        mode = 1 if batch.mode is ForwardMode.DECODE else 0
+        mode = (1 if batch.mode is ForwardMode.DECODE else 0) + 2 * batch.decoding
         self._header(FORWARD, mode, batch.num_tokens, batch.batch_size, sum(batch.seq_lens))
         self.tp.broadcast(torch.cat(parts))
 
@@ -75,8 +75,8 @@ def receive_batch(tp: TensorParallel, header: list[int], req_to_token: torch.Ten
         req_to_token[row, :n] = payload[offset : offset + n].to(torch.int32)
         offset += n
     return ForwardBatch(
-        ForwardMode.DECODE if mode else ForwardMode.EXTEND, ids.to(device), positions.to(device), slots.to(device),
-        rows, seq_lens, extend_lens,
+        ForwardMode.DECODE if mode & 1 else ForwardMode.EXTEND, ids.to(device), positions.to(device), slots.to(device),
+        rows, seq_lens, extend_lens, decoding=bool(mode & 2),
     )  # fmt: skip
 
 
