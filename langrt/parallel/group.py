@@ -3,7 +3,8 @@ gloo group beside it for the batch descriptions rank 0 broadcasts, which live on
 
 Rendezvous is a file in the server's private ipc directory (mode 0700), not a TCP store; gloo's
 own connections are bound to the loopback interface unless GLOO_SOCKET_IFNAME says otherwise
-(they carry tensors, never pickles). Ranks are processes on one machine.
+(they carry tensors, never pickles). Ranks are processes on one machine; on CPU the small sums
+of a decode step go through shared memory instead (langrt.parallel.shm), ~20x faster.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from langrt.parallel import shm
 from langrt.parallel.layout import ShardLayout
 
 # Ranks 1.. wait in a broadcast while the server is idle, and torch.distributed times such waits
@@ -35,10 +37,15 @@ class TensorParallel:
             timeout=_IDLE_TIMEOUT,
         )  # fmt: skip
         self.cpu_group = dist.new_group(backend="gloo", timeout=_IDLE_TIMEOUT) if self.cuda else None
+        # Small CPU sums through shared memory (langrt.parallel.shm); None: all on torch.distributed.
+        name = "langrt-tp-" + os.path.basename(os.path.dirname(init_file))
+        self.shm = None if self.cuda else shm.create(rank, size, name)
         self.layout: ShardLayout | None = None  # set by the model runner once the config is known
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum over the ranks, in place; returns x."""
+        if self.shm is not None and self.shm.fits(x):
+            return self.shm.all_reduce(x)
         dist.all_reduce(x)
         return x
 
