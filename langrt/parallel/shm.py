@@ -93,21 +93,19 @@ class ShmAllReduce:
         self._seq = 0
 
     def fits(self, x: torch.Tensor) -> bool:
-        return x.device.type == "cpu" and x.is_contiguous() and x.numel() * x.element_size() <= self.slot_bytes
+        """By size and device only: every rank must decide alike for the same shapes."""
+        return x.device.type == "cpu" and x.numel() * x.element_size() <= self.slot_bytes
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum over the ranks, in place (in rank order: every rank gets the same bits); returns x."""
         self._seq += 1
         parity, nbytes = self._seq & 1, x.numel() * x.element_size()
         slots = self._slots[parity, :, :nbytes].view(x.dtype)
-        slots[self.rank].copy_(x.view(-1))
+        slots[self.rank].copy_(x.reshape(-1))
         self._flags[parity, self.rank, 0] = self._seq
         self._wait(parity)
-        if x.dtype == torch.float32:
-            torch.sum(slots, dim=0, out=x.view(-1))
-        else:  # summed in float32, rounded once
-            x.view(-1).copy_(slots.float().sum(dim=0))
-        return x
+        total = slots.sum(dim=0) if x.dtype == torch.float32 else slots.float().sum(dim=0)  # bf16: rounded once
+        return x.copy_(total.view(x.shape))
 
     def _wait(self, parity: int) -> None:
         flags = self._flags[parity, :, 0]

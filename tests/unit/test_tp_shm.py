@@ -1,7 +1,7 @@
 """The shared-memory all-reduce of tensor-parallel ranks (langrt/parallel/shm.py), in two real
 processes joined by gloo: sums equal gloo's (float32 exactly: two ranks), the same bits on every
-rank, tensors over a slot fall back to gloo, nothing is left in /dev/shm, and a rank whose peer
-has died raises instead of waiting forever."""
+rank, strided tensors too, tensors over a slot fall back to gloo, nothing is left in /dev/shm,
+and a rank whose peer has died raises instead of waiting forever."""
 
 from __future__ import annotations
 
@@ -37,8 +37,10 @@ RANK = textwrap.dedent(
         os._exit(0)
     gen = torch.Generator().manual_seed(rank)
     out = {}
-    for name, shape, dtype in [("small", (3, 576), torch.float32), ("bf16", (2, 64), torch.bfloat16), ("big", (600, 576), torch.float32)]:
+    cases = [("small", (3, 576), torch.float32), ("bf16", (2, 64), torch.bfloat16), ("big", (600, 576), torch.float32), ("strided", (576, 3), torch.float32)]
+    for name, shape, dtype in cases:
         x = torch.randn(shape, generator=gen).to(dtype)
+        x = x.t() if name == "strided" else x
         mine = x.clone()
         assert tp.shm.fits(x) == (name != "big")
         for _ in range(3):  # both slot sets, reused
@@ -65,7 +67,7 @@ def _run(tmp_path: Path, mode: str) -> list[dict]:
 def test_sums_equal_gloo_on_every_rank_and_nothing_is_left(tmp_path):
     before = set(os.listdir("/dev/shm"))
     zero, one = _run(tmp_path, "sum")
-    for name in ("small", "bf16", "big"):
+    for name in ("small", "bf16", "big", "strided"):
         assert zero[name][0] and one[name][0], name
         assert zero[name][1] == one[name][1], "every rank gets the same bits"
     assert not [f for f in set(os.listdir("/dev/shm")) - before if f.startswith("langrt-tp-")]
