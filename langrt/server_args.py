@@ -17,7 +17,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 QUANTIZATIONS = ("auto", "none", "int8", "int4", "fp8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 GRAMMAR_BACKENDS = ("langrt", "xgrammar", "llguidance")
-SPECULATIVE_ALGORITHMS = ("NGRAM",)
+SPECULATIVE_ALGORITHMS = ("NGRAM", "DRAFT")
 # Why 8: on SmolLM2 (CPU, bf16, 2 cores) a pass with 8 drafts costs ~2.8x a one-row decode pass
 # and one with 16 ~4x; on bench_speculative's extraction workload 16 drafts gained ~3% over 8
 # (a copy often breaks within 8 tokens), while a miss costs a third more.
@@ -45,7 +45,8 @@ class ServerArgs:
     grammar_compile_timeout: float = _flag("seconds a grammar may take to compile before its request fails (a regex whose automaton explodes)", default=10.0)
     grammar_backend: str = _flag("engine for regex / json_schema / ebnf / choices / structural_tag constraints: langrt's own (the only one with jump-forward), or the xgrammar or llguidance package (docs/grammar_backends.md)", GRAMMAR_BACKENDS, default="langrt")
     disable_jump_forward: bool = _flag("decode grammar-forced text token by token instead of appending it in one step", default=False)
-    speculative_algorithm: str | None = _flag("speculative decoding: NGRAM = drafts copied from where the request's last tokens occurred before (its prompt and output, recent outputs), verified in the next pass; outputs are what they would be without it (docs/architecture.md)", default=None)
+    speculative_algorithm: str | None = _flag("speculative decoding: NGRAM = drafts copied from where the request's last tokens occurred before (its prompt and output, recent outputs); DRAFT = drafts a smaller model with the same tokenizer generates (--speculative-draft-model-path); verified in the next pass, outputs are what they would be without it (docs/architecture.md)", default=None)
+    speculative_draft_model_path: str | None = _flag("the draft model of --speculative-algorithm DRAFT: an HF directory or .gguf file of a model with the target's tokenizer", default=None)
     speculative_num_draft_tokens: int = _flag("drafts per request and pass at most (with --speculative-algorithm; each request's length adapts below it to how its drafts fare)", default=SPEC_DRAFT_TOKENS)
     schedule_policy: str = _flag("admission order of waiting requests", SCHEDULE_POLICIES, default="lpm")
     max_queued_requests: int = _flag("requests waiting beyond the running batch at most; more get HTTP 503", default=4096)
@@ -161,7 +162,12 @@ def _check_speculative(args: ServerArgs) -> None:
     if algorithm is not None and algorithm not in SPECULATIVE_ALGORITHMS:
         raise ValueError(
             f"--speculative-algorithm {algorithm}: langrt has {', '.join(SPECULATIVE_ALGORITHMS)} "
-            "(DRAFT, a draft model, and EAGLE are not implemented yet)"
+            "(EAGLE is not implemented)"
+        )
+    if (algorithm == "DRAFT") != (args.speculative_draft_model_path is not None):
+        raise ValueError(
+            "--speculative-algorithm DRAFT needs --speculative-draft-model-path (a smaller model with the same tokenizer), "
+            "and --speculative-draft-model-path needs --speculative-algorithm DRAFT"
         )
     if args.speculative_num_draft_tokens < 1:
         raise ValueError(f"--speculative-num-draft-tokens must be positive; got {args.speculative_num_draft_tokens}")

@@ -106,3 +106,15 @@ def ban_tokens(logits: Tensor, banned: Sequence[Sequence[int]]) -> None:
     rows = torch.repeat_interleave(torch.arange(len(banned)), lengths).to(logits.device)
     cols = torch.tensor(list(chain.from_iterable(banned)), dtype=torch.int64, device=logits.device)
     logits[rows, cols] = float("-inf")
+
+
+def early_stop_bans(params: Sequence, output_lens: Sequence[int], constrained: Sequence[bool], eos_ids) -> list[list[int]]:
+    """Per row, the ids that may not end the output yet: before min_new_tokens, EOS (unless
+    ignore_eos) and the stop token ids, except where a grammar governs the row (it alone
+    decides when the output may end). For `ban_tokens`."""
+    return [
+        list(set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_ids)))
+        if n < p.min_new_tokens and not c
+        else []
+        for p, n, c in zip(params, output_lens, constrained)
+    ]

@@ -182,6 +182,25 @@ class SamplingBatch:
             tokens = torch.where(self.greedy, _argmax(logits), tokens)
         return tokens
 
+    def distribution(self, logits: Tensor) -> Tensor:
+        """[B, V] logits (already penalized and masked) -> [B, V] float32: the probabilities
+        `sample` draws from, normalized (greedy rows: one-hot at the argmax). What speculative
+        rejection sampling compares (rejection_sample)."""
+        self._check_logits(logits)
+        probs = self._probs(logits)
+        if self.filters is not None:
+            probs = self.filters.apply(probs)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+        if self.any_greedy:
+            one_hot = torch.zeros_like(probs).scatter_(1, _argmax(logits).unsqueeze(1), 1.0)
+            probs = torch.where(self.greedy.unsqueeze(1), one_hot, probs)
+        return probs
+
+    def draw(self, probs: Tensor) -> Tensor:
+        """int64 [B]: one token per row of `probs` ([B, V], need not be normalized), each row
+        with its own generator as `sample` does."""
+        return race(probs, self.generators, self.any_unseeded)
+
     def _probs(self, logits: Tensor) -> Tensor:
         x = logits.float()
         # Subtracting the max first keeps tiny temperatures from overflowing to inf/inf = NaN.
@@ -189,17 +208,7 @@ class SamplingBatch:
         return x.softmax(dim=-1)
 
     def _race(self, probs: Tensor) -> Tensor:
-        noise = torch.empty_like(probs)
-        if self.any_unseeded:
-            noise.exponential_()
-        else:
-            noise.fill_(1.0)
-        for row, gen in enumerate(self.generators):
-            if gen is not None:
-                noise[row].exponential_(generator=gen)
-        # A zero draw would turn a filtered 0-probability token into 0/0 = NaN, which argmax picks.
-        noise.clamp_min_(torch.finfo(noise.dtype).tiny)
-        return _argmax(probs / noise)
+        return race(probs, self.generators, self.any_unseeded)
 
     def _check_logits(self, logits: Tensor) -> None:
         if logits.dim() != 2 or logits.shape[0] != self.batch_size:
@@ -208,6 +217,42 @@ class SamplingBatch:
             )
         if logits.device.type != self.device.type:
             raise ValueError(f"logits are on {logits.device}, the batch is on {self.device}")
+
+
+def race(probs: Tensor, generators: Sequence[torch.Generator | None], any_unseeded: bool = True) -> Tensor:
+    """The exponential race over [B, V] `probs`: argmax(p_i / E_i), E_i ~ Exp(1), picks i with
+    probability p_i / sum(p). Row r's noise comes from generators[r] where it has one (exactly V
+    numbers), else from the device's default RNG (one vectorized draw when `any_unseeded`)."""
+    noise = torch.empty_like(probs)
+    if any_unseeded:
+        noise.exponential_()
+    else:
+        noise.fill_(1.0)
+    for row, gen in enumerate(generators):
+        if gen is not None:
+            noise[row].exponential_(generator=gen)
+    # A zero draw would turn a filtered 0-probability token into 0/0 = NaN, which argmax picks.
+    noise.clamp_min_(torch.finfo(noise.dtype).tiny)
+    return _argmax(probs / noise)
+
+
+def rejection_sample(p: Tensor, q: Tensor, drafts: Tensor, generators: Sequence[torch.Generator | None]) -> Tensor:
+    """Speculative sampling (Leviathan et al. 2023, Chen et al. 2023), one position of B rows:
+    draft token drafts[r] was drawn from q[r]; keep it with probability min(1, p[r, x] / q[r, x]),
+    else draw from normalize(max(0, p[r] - q[r])), which never gives the draft back. Either way
+    the token follows p[r] exactly, whatever q is. p, q: [B, V] normalized; -> int64 [B]."""
+    x = drafts.unsqueeze(1)
+    px, qx = p.gather(1, x).squeeze(1), q.gather(1, x).squeeze(1)
+    uniforms = torch.stack([torch.rand((), generator=g, device=p.device) for g in generators])
+    kept = uniforms * qx < px  # u < p/q, with u in [0, 1): always where p >= q > 0
+    out = drafts.clone()
+    rejected = (~kept).nonzero().flatten().tolist()
+    if rejected:
+        residual = (p[rejected] - q[rejected]).clamp_min(0.0)
+        # p == q up to rounding: nothing left over; p itself is then the residual's distribution
+        residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, p[rejected])
+        out[rejected] = race(residual, [generators[r] for r in rejected], any(generators[r] is None for r in rejected))
+    return out
 
 
 def _argmax(x: Tensor) -> Tensor:

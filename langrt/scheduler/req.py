@@ -106,6 +106,7 @@ class Req:
     matcher: Any = None  # a grammar matcher (constrained/backend.GrammarMatcherLike) when the output is constrained
     draft_ids: list[int] = field(default_factory=list)  # drafts for the next pass, not yet output
     draft_source: Any = None  # the DraftSource of draft_ids, told how they fared (speculative/drafter.py)
+    draft_probs: Any = None  # per draft, the [V] distribution it was sampled from (a draft model's; None: guesses)
     draft_state: dict[str, Any] = field(default_factory=dict)  # what draft sources keep per request, by source
     spec_accepted_tokens: int | None = None  # speculative drafts kept (meta_info); None: speculation off
     grammar_mask_s: float = 0.0  # time spent filling its grammar's token masks (the dashboard's)
@@ -149,6 +150,13 @@ class Req:
     def pending_ids(self) -> list[int]:
         """Tokens the next forward pass computes: those without K/V, then any drafts."""
         return self.all_ids[self.kv_len :] + self.draft_ids
+
+    def take_drafts(self) -> tuple[list[int], Any]:
+        """The drafts of the pass just run and their distributions (None unless sampled from
+        one); the request has none after."""
+        drafts, probs = self.draft_ids, self.draft_probs if self.draft_ids else None
+        self.draft_ids, self.draft_probs = [], None
+        return drafts, probs
 
     @property
     def visible_output_ids(self) -> list[int]:

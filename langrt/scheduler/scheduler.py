@@ -100,7 +100,7 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.emitter = TokenEmitter(
             self.stop_checker, tokenizer, not args.disable_jump_forward, self.stats,
-            speculative=make_speculative_sources(args),
+            speculative=make_speculative_sources(args, runner, tokenizer),
         )  # fmt: skip
         self._admit_seq = 0
         torch.manual_seed(args.random_seed)
@@ -151,7 +151,10 @@ class Scheduler:
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; False while requests are queued or running."""
-        return not self.has_work and self.cache.flush()
+        if self.has_work or not self.cache.flush():
+            return False
+        self.emitter.drafter.flush()
+        return True
 
     def abort(self, rid: str, message: str) -> Req | None:
         """Finish request `rid` now with an abort reason, releasing what it holds (between
@@ -168,7 +171,7 @@ class Scheduler:
         for req in self.running + ([self.chunked] if self.chunked else []):
             if req.rid == rid:
                 req.finish(FinishReason.by_abort(message))
-                self.cache.release(req)
+                self._release(req)
                 if req is self.chunked:
                     self.chunked = None
                 else:
@@ -201,11 +204,10 @@ class Scheduler:
         """Jump-forward from the first token: where a request's grammar forces its output's
         opening text (`{"name": "`), the drafts ride in the pass that ends its prompt, as they
         would in a decode pass, and save the request one pass. Slots permitting."""
-        for item in prefill:
+        completing = [item for item in prefill if item.completes_prompt]
+        self.emitter.propose_all([item.req for item in completing])
+        for item in completing:
             req = item.req
-            if not item.completes_prompt:
-                continue
-            self.emitter.propose(req)
             n = len(req.draft_ids)
             if n and not self.cache.reserve(req, item.chunk_start + item.extend_len, n):
                 req.draft_ids = []
@@ -236,9 +238,9 @@ class Scheduler:
     def _retract(self, req: Req) -> None:
         """Back to the waiting queue's front; its computed tokens stay in the prefix cache."""
         logger.debug("retracting %s at %d tokens", req.rid, req.kv_len)
-        self.cache.release(req)
+        self._release(req)
         req.kv_len = 0
-        req.draft_ids = []
+        req.draft_ids, req.draft_probs = [], None
         req.status = ReqStatus.RETRACTED
         if req is self.chunked:
             self.chunked = None
@@ -302,8 +304,8 @@ class Scheduler:
     def _process(self, batch: ForwardBatch, hidden, decode: list[Req], prefill: list[PrefillItem]) -> list[Req]:
         emissions = []
         for req, start, n in zip(decode, batch.extend_starts, batch.extend_lens):
-            drafts, req.draft_ids = req.draft_ids, []
-            emissions.append(Emission(req, list(range(start + n - 1 - len(drafts), start + n)), drafts))
+            drafts, probs = req.take_drafts()
+            emissions.append(Emission(req, list(range(start + n - 1 - len(drafts), start + n)), drafts, probs))
         computed = list(zip(decode, [r.kv_len + n for r, n in zip(decode, batch.extend_lens)]))
         for item, start, n in zip(prefill, batch.extend_starts[len(decode) :], batch.extend_lens[len(decode) :]):
             req = item.req
@@ -311,13 +313,13 @@ class Scheduler:
             collect_input_logprobs(self.runner, req, hidden, start, item.chunk_start)
             if not item.completes_prompt:
                 continue
-            drafts, req.draft_ids = req.draft_ids, []
+            drafts, probs = req.take_drafts()
             if drafts:
                 computed.append((req, req.kv_len + len(drafts)))
             if req.remaining_new_tokens <= 0:
                 req.finish(FinishReason.by_length(len(req.output_ids)))
             else:
-                emissions.append(Emission(req, list(range(start + n - 1 - len(drafts), start + n)), drafts))
+                emissions.append(Emission(req, list(range(start + n - 1 - len(drafts), start + n)), drafts, probs))
         if emissions:
             self.emitter.emit(emissions, hidden, self.runner)
         for req, end in computed:
@@ -325,8 +327,7 @@ class Scheduler:
             # first mismatch were computed in vain and give their slots back.
             req.kv_len = req.seq_len - 1
             self.cache.trim(req, end)
-        for e in emissions:
-            self.emitter.propose(e.req)
+        self.emitter.propose_all([e.req for e in emissions])
         return self._settle(decode, prefill)
 
     def _settle(self, decode: list[Req], prefill: list[PrefillItem]) -> list[Req]:
@@ -337,13 +338,18 @@ class Scheduler:
                 changed.append(item.req)
         for req in changed:
             if req.finished:
-                self.cache.release(req)
+                self._release(req)
         for item in prefill:
             if not item.req.finished:
                 self.cache.share(item.req)
         newly_running = [i.req for i in prefill if i.completes_prompt and not i.req.finished]
         self.running = [r for r in self.running if not r.finished] + newly_running
         return changed
+
+    def _release(self, req: Req) -> None:
+        """`req` stops running: its KV slots (and any a draft model holds for it) go."""
+        self.cache.release(req)
+        self.emitter.drafter.release(req)
 
     # ---- introspection -----------------------------------------------------------------
 

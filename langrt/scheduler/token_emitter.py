@@ -14,6 +14,12 @@ token in context) is sampled too. The first mismatch ends the run. Each output t
 sampled from the model's distribution given exactly the tokens before it, as without drafts;
 drafts only save the forward passes they predicted.
 
+Drafts a draft model sampled come with the distributions q they were drawn from
+(Emission.probs): a sampled request's row i then keeps draft i with probability
+min(1, p(x) / q(x)) and otherwise draws from max(0, p - q) (sampler.rejection_sample), which
+keeps more drafts than asking the sample to equal them and still gives tokens that follow p
+exactly. Greedy rows need no q: their token is the argmax either way.
+
 A greedy request's draft rows lie inside forced text, where its grammar allows few tokens: the
 choice there is the argmax over those tokens' logits alone (the same token as the argmax of the
 masked full row), so the LM head and the masking are spent only on rows with many choices.
@@ -22,7 +28,7 @@ masked full row), so the LM head and the masking are spent only on rows with man
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -35,8 +41,8 @@ from langrt.scheduler.constraints import (
 )
 from langrt.scheduler.logprob_collector import OutputLogprobs
 from langrt.scheduler.req import Req, StopChecker
-from langrt.sampling.penalties import ban_tokens
-from langrt.sampling.sampler import SamplingBatch
+from langrt.sampling.penalties import ban_tokens, early_stop_bans
+from langrt.sampling.sampler import SamplingBatch, rejection_sample
 from langrt.speculative.drafter import Drafter, DraftSource, SpeculativeSource
 
 
@@ -47,6 +53,14 @@ class Emission:
     req: Req
     rows: list[int]
     drafts: list[int]
+    probs: Any = None  # per draft, the [V] distribution it was sampled from (None: guesses)
+
+    def proposal(self, position: int) -> tuple[int, torch.Tensor] | None:
+        """(draft, its distribution) at `position` for rejection sampling; None where there is
+        none (no draft there, or drafts that were guesses)."""
+        if self.probs is None or position >= len(self.drafts):
+            return None
+        return self.drafts[position], self.probs[position]
 
 
 class TokenEmitter:
@@ -90,7 +104,8 @@ class TokenEmitter:
             sampled = [k for k in active if picks[k][position] is None]
             if sampled:
                 rows = torch.tensor([where[emissions[k].rows[position]] for k in sampled], device=hidden.device)
-                chosen = dict(zip(sampled, self._sample([emissions[k].req for k in sampled], logits[rows])))
+                reqs, proposals = [emissions[k].req for k in sampled], [emissions[k].proposal(position) for k in sampled]
+                chosen = dict(zip(sampled, self._sample(reqs, logits[rows], proposals)))
             for k in active:
                 if picks[k][position] is not None:
                     chosen[k] = picks[k][position]
@@ -119,23 +134,48 @@ class TokenEmitter:
         (certain_tail: `"}` closing an object, say), its tokens are output now and the request
         ends without another pass, since no token after them needs computing; otherwise drafts
         for the next pass, from the first draft source that has any."""
+        if self._certain_tail(req):
+            self.drafter.propose(req)
+
+    def _certain_tail(self, req: Req) -> bool:
+        """Output the certain rest of the request's output (jump-forward); whether it still
+        runs after that."""
         if req.finished:
-            return
+            return False
         for token in certain_tail(req) if self.jump_forward else []:
             self._output(req, token)
             self.stats.certain_tail_tokens += 1
             if req.finished:
-                return
-        self.drafter.propose(req)
+                return False
+        return True
 
-    def _sample(self, reqs: list[Req], logits: torch.Tensor) -> list[int]:
-        """Each request's next token from its [V] logits row; output it and check stops."""
+    def propose_all(self, reqs: list[Req]) -> None:
+        """`propose` for each request, the speculative sources' drafts asked for all at once
+        (a draft model runs them as one batch)."""
+        drafting = []
+        for req in reqs:
+            if self._certain_tail(req):
+                drafting.append(req)
+        self.drafter.propose_all(drafting)
+
+    def _sample(self, reqs: list[Req], logits: torch.Tensor, proposals: list | None = None) -> list[int]:
+        """Each request's next token from its [V] logits row; output it and check stops.
+        proposals[i]: (draft, the distribution it was sampled from), to keep or reject by
+        rejection sampling (None: sample as usual)."""
         logprobs = OutputLogprobs.capture(reqs, logits)  # raw model logprobs, before penalties
         self._ban_early_stops(reqs, logits)
         sampling = SamplingBatch.from_params([r.params for r in reqs], [r.generator for r in reqs], logits.device)
         sampling.apply_penalties(logits, [r.input_ids for r in reqs], [r.output_ids for r in reqs])
         mask_logits(reqs, logits)
-        next_ids = sampling.sample(logits).tolist()
+        judged = [i for i, p in enumerate(proposals or []) if p is not None and not reqs[i].params.is_greedy]
+        next_ids = sampling.sample(logits).tolist() if len(judged) < len(reqs) else [0] * len(reqs)
+        if judged:
+            p = sampling.distribution(logits)[judged]
+            q = torch.stack([proposals[i][1].to(p.device) for i in judged])
+            drafts = torch.tensor([proposals[i][0] for i in judged], device=p.device)
+            kept = rejection_sample(p, q, drafts, [reqs[i].generator for i in judged]).tolist()
+            for i, token in zip(judged, kept):
+                next_ids[i] = token
         logprobs.record(next_ids)
         for req, token in zip(reqs, next_ids):
             self._output(req, token)
@@ -149,13 +189,10 @@ class TokenEmitter:
     def _ban_early_stops(self, reqs: list[Req], logits: torch.Tensor) -> None:
         """Before min_new_tokens, EOS and stop token ids cannot be sampled (unless a grammar
         governs the request: it alone decides when the output may end)."""
-        eos = self.stop_checker.eos_token_ids
-        banned = [
-            list(set(r.params.stop_token_ids) | (set() if r.params.ignore_eos else eos))
-            if len(r.output_ids) < r.params.min_new_tokens and r.matcher is None
-            else []
-            for r in reqs
-        ]
+        banned = early_stop_bans(
+            [r.params for r in reqs], [len(r.output_ids) for r in reqs], [r.matcher is not None for r in reqs],
+            self.stop_checker.eos_token_ids,
+        )  # fmt: skip
         if any(banned):
             ban_tokens(logits, banned)
 

@@ -1,5 +1,6 @@
-"""Speculative decoding: where drafts come from (the n-gram / prompt-lookup source), how long a
-request's drafts may be (adaptive per request), and how several sources share a request.
+"""Speculative decoding: where drafts come from (the n-gram / prompt-lookup source, a draft
+model), how long a request's drafts may be (adaptive per request), and how several sources
+share a request.
 
 Verification is not here: drafts ride in the next forward pass with the request's last token,
 and the scheduler's TokenEmitter keeps only those the model's own samples confirm
@@ -8,6 +9,11 @@ guess saves forward passes, a bad one costs its rows' compute.
 """
 
 from langrt.speculative.drafter import DraftCounts, DraftSource, Drafter, SpeculativeSource, make_speculative_sources
+from langrt.speculative.draft_model import DraftModelDrafts
 from langrt.speculative.ngram import NgramDrafts, RecentOutputs
+from langrt.speculative.truncated import write_truncated_model
 
-__all__ = ["DraftCounts", "DraftSource", "Drafter", "NgramDrafts", "RecentOutputs", "SpeculativeSource", "make_speculative_sources"]
+__all__ = [
+    "DraftCounts", "DraftModelDrafts", "DraftSource", "Drafter", "NgramDrafts", "RecentOutputs", "SpeculativeSource",
+    "make_speculative_sources", "write_truncated_model",
+]  # fmt: skip

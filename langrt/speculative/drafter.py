@@ -71,12 +71,38 @@ class Drafter:
 
     def propose(self, req: Req) -> None:
         """Set req.draft_ids (and req.draft_source) from the first source with drafts for it."""
-        req.draft_ids, req.draft_source = [], None
+        self.propose_all([req])
+
+    def propose_all(self, reqs: list[Req]) -> None:
+        """`propose` for each request; a source with `drafts_for(reqs)` (a draft model) is asked
+        once for all the requests that reach it, so it drafts for them in one batch. A source
+        may also set req.draft_probs (the distributions its drafts were sampled from)."""
+        for req in reqs:
+            req.draft_ids, req.draft_source, req.draft_probs = [], None, None
         for source in self.sources:
-            drafts = source.drafts(req)
-            if drafts:
-                req.draft_ids, req.draft_source = drafts, source
+            if not reqs:
                 return
+            many = getattr(source, "drafts_for", None)
+            proposed = many(reqs) if many is not None else [source.drafts(req) for req in reqs]
+            for req, drafts in zip(reqs, proposed):
+                if drafts:
+                    req.draft_ids, req.draft_source = drafts, source
+                else:
+                    req.draft_probs = None
+            reqs = [req for req in reqs if not req.draft_ids]
+
+    def release(self, req: Req) -> None:
+        """`req` stopped running (finished, aborted or retracted): sources that hold something
+        for it (a draft model's KV slots) let it go."""
+        for source in self.speculative:
+            if hasattr(source, "release"):
+                source.release(req)
+
+    def flush(self) -> None:
+        """The prefix cache was emptied: sources that cache prefixes of their own do too."""
+        for source in self.speculative:
+            if hasattr(source, "flush"):
+                source.flush()
 
     def verified(self, req: Req, proposed: int, accepted: int) -> bool:
         """Tell the source of `req`'s last drafts how they fared; whether they were speculative
@@ -92,10 +118,16 @@ class Drafter:
         return True
 
 
-def make_speculative_sources(args) -> list[SpeculativeSource]:
-    """The sources --speculative-algorithm asks for ([] without it)."""
+def make_speculative_sources(args, runner=None, tokenizer=None) -> list[SpeculativeSource]:
+    """The sources --speculative-algorithm asks for ([] without it); a draft model's (DRAFT)
+    shares the target's `runner`'s context length and pool size and must have `tokenizer`'s
+    vocabulary."""
     if args.speculative_algorithm is None:
         return []
+    if args.speculative_algorithm == "DRAFT":
+        from langrt.speculative.draft_model import DraftModelDrafts
+
+        return [DraftModelDrafts.load(args, runner, tokenizer)]
     from langrt.speculative.ngram import NgramDrafts, RecentOutputs
 
     return [NgramDrafts(args.speculative_num_draft_tokens, RecentOutputs())]

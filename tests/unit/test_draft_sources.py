@@ -221,7 +221,7 @@ def test_verification_is_told_to_the_source_and_counted_as_speculative_only_for_
 # ---- the flags ----------------------------------------------------------------------------------
 
 
-def test_the_flags_take_ngram_and_refuse_what_is_not_there():
+def test_the_flags_take_ngram_and_draft_and_refuse_what_is_not_there():
     from langrt.cli import build_parser, server_args_from
     from langrt.server_args import ServerArgs
 
@@ -229,7 +229,13 @@ def test_the_flags_take_ngram_and_refuse_what_is_not_there():
     args = server_args_from(ns)
     assert (args.speculative_algorithm, args.speculative_num_draft_tokens) == ("NGRAM", 5)
     assert ServerArgs().speculative_algorithm is None
-    with pytest.raises(ValueError, match="DRAFT.*not implemented"):
+    ns = build_parser().parse_args(["launch", "--speculative-algorithm", "DRAFT", "--speculative-draft-model-path", "/d"])
+    assert (server_args_from(ns).speculative_algorithm, server_args_from(ns).speculative_draft_model_path) == ("DRAFT", "/d")
+    with pytest.raises(ValueError, match="DRAFT needs --speculative-draft-model-path"):
         ServerArgs(speculative_algorithm="DRAFT")
+    with pytest.raises(ValueError, match="--speculative-draft-model-path needs --speculative-algorithm DRAFT"):
+        ServerArgs(speculative_algorithm="NGRAM", speculative_draft_model_path="/d")
+    with pytest.raises(ValueError, match="EAGLE.*not implemented"):
+        ServerArgs(speculative_algorithm="EAGLE")
     with pytest.raises(ValueError, match="--speculative-num-draft-tokens must be positive"):
         ServerArgs(speculative_algorithm="NGRAM", speculative_num_draft_tokens=0)
