@@ -1,5 +1,8 @@
-"""N-gram speculative decoding (--speculative-algorithm NGRAM) vs none, side by side in one run
-(built-in model, greedy, batch 1 by default).
+"""Speculative decoding vs none, side by side in one run (built-in model, greedy, batch 1 by
+default): n-gram drafts (--speculative-algorithm NGRAM) and draft models
+(--speculative-algorithm DRAFT) with the built-in model's tokenizer: a tiny random-weight Llama
+(it shows what drafts that are nearly never kept cost) and the built-in model's own first
+--draft-layers layers (speculative.write_truncated_model; PyPI has no smaller SmolLM2).
 
 Two workloads:
 - extraction: a ~500-token report (seeded, invented facts), and a request to copy one of its
@@ -8,22 +11,25 @@ Two workloads:
 - nothing to copy: short requests for new text (a poem, a story, advice): drafts rarely match,
   and the adaptive draft length should make speculation cost (almost) nothing.
 
-Both engines are up at once; each wave runs on one and at once on the other, which goes first
-alternating (the machine is shared: a noisy moment lands on both sides of a wave).
-Reports output tok/s and the ratio, forward passes, the drafts' acceptance rate and accepted
-length per verifying pass, and whether outputs are identical (in float32 they must be; bf16
-products differ between a pass of one row and a pass of several, so a near-tie may flip).
+Every side's engine is up at once; each wave runs on each in turn, the order rotating (the
+machine is shared: a noisy moment lands on all sides of a wave).
+Reports per side output tok/s and the ratio to no speculation, forward passes, the drafts'
+acceptance rate and accepted length per verifying pass, and whether outputs are identical (in
+float32 they must be; bf16 products differ between a pass of one row and a pass of several, so
+a near-tie may flip).
 
-    .venv/bin/python benchmarks/bench_speculative.py [--quick] [--dtype float32] [--batches 1,4]
+    .venv/bin/python benchmarks/bench_speculative.py [--quick] [--dtype float32] [--batches 1,4] [--draft-models random,truncated]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -102,32 +108,79 @@ def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
     }
 
 
-def run_both(workloads: dict[str, list[str]], args) -> dict:
-    """Both engines up at once; per workload and batch size, each wave of requests runs on one
-    engine and at once on the other (which goes first alternates), so a noisy moment of this
-    shared machine lands on both; the totals over the rounds, and the median of the waves'
-    speed-ups."""
+def side_settings(args, drafts: dict[str, str]) -> dict[str, dict]:
+    """Each side's speculative settings: n-gram, each draft model, none ("off")."""
+    sides = {"ngram": dict(speculative_algorithm="NGRAM", speculative_num_draft_tokens=args.draft_tokens)}
+    for name, path in drafts.items():
+        sides[f"draft_{name}"] = dict(
+            speculative_algorithm="DRAFT", speculative_draft_model_path=path, speculative_num_draft_tokens=args.draft_tokens
+        )
+    return {**sides, "off": {}}
+
+
+def run_both(workloads: dict[str, list[str]], args, drafts: dict[str, str]) -> dict:
+    """Every side's engine up at once; per workload and batch size, each wave of requests runs
+    on every engine one after another (the order rotates), so a noisy moment of this shared
+    machine lands on all; the totals over the rounds, and per side the median of the waves'
+    speed-ups over no speculation."""
     params = {"max_new_tokens": args.max_new_tokens, "temperature": 0}
-    common = dict(log_level="warning", max_total_tokens=32768, dtype=args.dtype)
-    spec = dict(speculative_algorithm="NGRAM", speculative_num_draft_tokens=args.draft_tokens)
+    common = dict(log_level="warning", max_total_tokens=args.max_total_tokens, dtype=args.dtype)
+    settings = side_settings(args, drafts)
     results = {}
-    with langrt.Engine(**common, **spec) as on_engine, langrt.Engine(**common) as off_engine:
-        engines = {"ngram": on_engine, "off": off_engine}
+    with contextlib.ExitStack() as stack:
+        engines = {side: stack.enter_context(langrt.Engine(**common, **spec)) for side, spec in settings.items()}
         for engine in engines.values():
             engine.generate(workloads["extraction"][:2], params)  # warm-up
+        order = list(engines)
         for name, prompts in workloads.items():
             for batch in args.batches:
-                runs, ratios = {"ngram": [], "off": []}, []
+                runs, ratios = {side: [] for side in order}, {side: [] for side in order}
                 for r in range(args.rounds):
                     for w, i in enumerate(range(0, len(prompts), batch)):
+                        shift = (r + w) % len(order)
                         wave = {}
-                        for side in (("ngram", "off") if (r + w) % 2 == 0 else ("off", "ngram")):
+                        for side in order[shift:] + order[:shift]:
                             engines[side].flush_cache()
                             wave[side] = timed(engines[side], prompts[i : i + batch], params, batch)
                             runs[side].append(wave[side])
-                        ratios.append(wave["ngram"]["output_tok_s"] / wave["off"]["output_tok_s"])
-                results[(name, batch)] = total(runs["ngram"]), total(runs["off"]), sorted(ratios)[len(ratios) // 2]
+                        for side in order:
+                            ratios[side].append(wave[side]["output_tok_s"] / wave["off"]["output_tok_s"])
+                medians = {side: sorted(v)[len(v) // 2] for side, v in ratios.items()}
+                results[(name, batch)] = {side: total(v) for side, v in runs.items()}, medians
     return results
+
+
+def make_drafts(kinds: list[str], layers: int, out: Path) -> dict[str, str]:
+    """Draft models with the built-in model's tokenizer, written under `out`: `random` (a tiny
+    random-weight Llama: 2 layers, hidden 64) and `truncated` (the built-in model's first
+    `layers` layers, its embedding, norm and head: speculative.write_truncated_model)."""
+    drafts = {}
+    if "random" in kinds:
+        drafts["random"] = str(random_draft(out / "random"))
+    if "truncated" in kinds:
+        from langrt.speculative import write_truncated_model
+
+        drafts["truncated"] = str(write_truncated_model(None, out / "truncated", layers, dtype="bfloat16"))
+    return drafts
+
+
+def random_draft(path: Path) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from langrt.builtin import builtin_model_path
+    from langrt.tokenizer.loader import load_tokenizer
+
+    tokenizer = load_tokenizer(builtin_model_path())
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=8192, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
 
 
 def total(runs: list[dict]) -> dict:
@@ -139,6 +192,15 @@ def total(runs: list[dict]) -> dict:
     out["accept_length"] = (out["spec_accepted_tokens"] + n) / n if n else None
     out["texts"] = [t for r in runs for t in r["texts"]]
     return out
+
+
+def print_side(name: str, batch: int, side: str, on: dict, off: dict, n: int) -> None:
+    rate, length = on["acceptance_rate"], on["accept_length"]
+    print(f"{name:16s} batch {batch:2d} {side:16s}: {on['output_tok_s']:6.1f} tok/s, {on['forward_passes']} passes | "
+          f"off {off['output_tok_s']:6.1f} tok/s, {off['forward_passes']} passes | {on['speedup_output_tok_s']:.2f}x "
+          f"(median wave {on['median_wave_speedup']:.2f}x); acceptance {0 if rate is None else rate:.0%}, "
+          f"accepted length {0 if length is None else length:.2f} over {on['spec_verifications']} verifications; "
+          f"identical {on['identical_outputs']}/{n}")  # fmt: skip
 
 
 def cpu_name() -> str:
@@ -155,8 +217,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default: the server's)")
+    parser.add_argument("--draft-models", default="random,truncated", help="draft-model sides: random, truncated (comma-separated; '' for none)")
+    parser.add_argument("--draft-layers", type=int, default=24, help="layers of the built-in model the truncated draft keeps")
+    parser.add_argument("--max-total-tokens", type=int, default=8192, help="KV pool per engine (one per side, all up at once)")
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
+    args.draft_models = [k for k in args.draft_models.split(",") if k]
     if args.quick:
         args.requests, args.rounds = 2, 1
     if args.draft_tokens is None:
@@ -167,29 +233,34 @@ def main() -> None:
         tokenizer = probe.tokenizer
         workloads = {"extraction": extraction_prompts(tokenizer, args.requests), "nothing_to_copy": free_prompts(tokenizer, args.requests)}
         prompt_tokens = {k: sum(len(tokenizer.encode(p)) for p in v) / len(v) for k, v in workloads.items()}
-    measured = run_both(workloads, args)
+    with tempfile.TemporaryDirectory(prefix="bench_spec_drafts_") as tmp:
+        drafts = make_drafts(args.draft_models, args.draft_layers, Path(tmp))
+        measured = run_both(workloads, args, drafts)
     results = {
         "cpu": cpu_name(), "cpu_flags": cpu_flags_summary(), "dtype": args.dtype, "requests": args.requests,
         "rounds": args.rounds, "max_new_tokens": args.max_new_tokens, "speculative_num_draft_tokens": args.draft_tokens,
+        "draft_models": {"random": "random-weight Llama, 2 layers, hidden 64, the built-in tokenizer",
+                         "truncated": f"the built-in model's first {args.draft_layers} of 30 layers (bf16)"},
         "mean_prompt_tokens": prompt_tokens, "runs": {},
     }  # fmt: skip
-    for (name, batch), (on, off, median_ratio) in measured.items():
+    for (name, batch), (sides, medians) in measured.items():
+        off = sides["off"]
         row = {
-            "speedup_output_tok_s": on["output_tok_s"] / off["output_tok_s"],
-            "median_wave_speedup": median_ratio,
-            "identical_outputs": sum(a == b for a, b in zip(on["texts"], off["texts"])),
-            "ngram": {k: v for k, v in on.items() if k != "texts"},
-            "off": {k: v for k, v in off.items() if k != "texts"},
-            "sample_output": on["texts"][0],
+            "speedup_output_tok_s": sides["ngram"]["output_tok_s"] / off["output_tok_s"],
+            "median_wave_speedup": medians["ngram"],
+            "identical_outputs": sum(a == b for a, b in zip(sides["ngram"]["texts"], off["texts"])),
+            "sample_output": sides["ngram"]["texts"][0],
         }
+        for side, figures in sides.items():
+            row[side] = {k: v for k, v in figures.items() if k != "texts"}
+            if side != "off":
+                row[side]["speedup_output_tok_s"] = figures["output_tok_s"] / off["output_tok_s"]
+                row[side]["median_wave_speedup"] = medians[side]
+                row[side]["identical_outputs"] = sum(a == b for a, b in zip(figures["texts"], off["texts"]))
         results["runs"][f"{name}_batch{batch}"] = row
-        rate = on["acceptance_rate"]
-        length = on["accept_length"]
-        print(f"{name:16s} batch {batch:2d}: ngram {on['output_tok_s']:6.1f} tok/s, {on['forward_passes']} passes | "
-              f"off {off['output_tok_s']:6.1f} tok/s, {off['forward_passes']} passes | {row['speedup_output_tok_s']:.2f}x "
-              f"(median wave {median_ratio:.2f}x); "
-              f"acceptance {0 if rate is None else rate:.0%}, accepted length {0 if length is None else length:.2f} "
-              f"over {on['spec_verifications']} verifications; identical {row['identical_outputs']}/{len(on['texts'])}")  # fmt: skip
+        for side, figures in sides.items():
+            if side != "off":
+                print_side(name, batch, side, row[side], off, len(off["texts"]))
     print(f"CPU: {results['cpu']} ({', '.join(results['cpu_flags'])}), dtype {args.dtype}")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_speculative{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
