@@ -25,6 +25,18 @@ def make_scheduler(model_path, dtype="float32", **kw):
     return Scheduler(runner, load_tokenizer(model_path), runner.args)
 
 
+def run_requests(scheduler, reqs, stagger: bool = True) -> list[list[int]]:
+    """Requests join while others decode (continuous batching: every second one after a step),
+    then all run to the end; -> their output ids."""
+    for i, req in enumerate(reqs):
+        scheduler.add_request(req)
+        if stagger and i % 2:
+            scheduler.step()
+    while scheduler.has_work:
+        scheduler.step()
+    return [r.output_ids for r in reqs]
+
+
 class RunnerDriver:
     """Tracks each sequence's row, length and tokens; returns logits for every new token."""
 

@@ -22,7 +22,7 @@ from langrt.sampling.sampler import SamplingBatch
 from langrt.sampling.sampling_params import SamplingParams
 from langrt.scheduler.req import Req
 from langrt.speculative import write_truncated_model
-from runner_driver import make_scheduler
+from runner_driver import make_scheduler, run_requests
 
 SETTINGS = dict(max_total_tokens=8192, context_length=1024)
 
@@ -50,17 +50,6 @@ def greedy_requests() -> list[Req]:
     return [Req(f"g{i}", list(p), SamplingParams(max_new_tokens=40, temperature=0.0, **kw)) for i, (p, kw) in enumerate(specs)]
 
 
-def run(scheduler, reqs: list[Req], stagger: bool = True) -> list[list[int]]:
-    """Requests join while others decode (continuous batching), then all run to the end."""
-    for i, req in enumerate(reqs):
-        scheduler.add_request(req)
-        if stagger and i % 2:
-            scheduler.step()
-    while scheduler.has_work:
-        scheduler.step()
-    return [r.output_ids for r in reqs]
-
-
 def all_slots_back(scheduler) -> bool:
     drafts = scheduler.emitter.drafter.speculative[0].cache
     return scheduler.cache.available == scheduler.cache.size and drafts.available == drafts.size
@@ -79,10 +68,10 @@ def llama_drafts(tmp_path_factory, tiny_llama_dir, tiny_model_builder):
 
 @pytest.mark.parametrize("kind", ["truncated", "random"])
 def test_greedy_outputs_are_the_same_with_and_without_a_draft_model(kind, tiny_llama_dir, llama_drafts):
-    plain = run(make_scheduler(tiny_llama_dir, **SETTINGS), greedy_requests())
+    plain = run_requests(make_scheduler(tiny_llama_dir, **SETTINGS), greedy_requests())
     scheduler = make_scheduler(tiny_llama_dir, **SETTINGS, **draft(llama_drafts[kind]))
     reqs = greedy_requests()
-    assert run(scheduler, reqs) == plain
+    assert run_requests(scheduler, reqs) == plain
     stats = scheduler.stats
     assert stats.spec_verifications > 0 and stats.spec_draft_tokens > stats.spec_accepted_tokens
     if kind == "truncated":
@@ -93,9 +82,9 @@ def test_greedy_outputs_are_the_same_with_and_without_a_draft_model(kind, tiny_l
 
 def test_a_qwen2_target_with_its_first_layer_as_draft(tmp_path, tiny_qwen2_dir):
     truncated = write_truncated_model(tiny_qwen2_dir, tmp_path / "draft", 1)
-    plain = run(make_scheduler(tiny_qwen2_dir, **SETTINGS), greedy_requests())
+    plain = run_requests(make_scheduler(tiny_qwen2_dir, **SETTINGS), greedy_requests())
     scheduler = make_scheduler(tiny_qwen2_dir, **SETTINGS, **draft(truncated))
-    assert run(scheduler, greedy_requests()) == plain
+    assert run_requests(scheduler, greedy_requests()) == plain
     assert scheduler.stats.spec_accepted_tokens > 0
     assert all_slots_back(scheduler)
 
@@ -107,7 +96,7 @@ def test_the_radix_cache_and_retraction_change_nothing(tiny_llama_dir, llama_dra
 
     def wave(scheduler):
         reqs = [Req(f"w{i}", list(p), SamplingParams(max_new_tokens=160, temperature=0.0, ignore_eos=True)) for i, p in enumerate(prompts)]
-        return run(scheduler, reqs, stagger=False)
+        return run_requests(scheduler, reqs, stagger=False)
 
     reference = wave(make_scheduler(tiny_llama_dir, max_total_tokens=16384, context_length=1024))
     small = make_scheduler(tiny_llama_dir, max_total_tokens=1024, context_length=1024, **draft(llama_drafts["truncated"]))
@@ -154,7 +143,7 @@ def exact_distribution(model_dir) -> dict[tuple[int, ...], float]:
 
 def sample_with_drafts(scheduler, n: int) -> tuple[Counter, float]:
     reqs = [Req(f"s{i}", list(PROMPT), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True, **SAMPLED)) for i in range(n)]
-    run(scheduler, reqs, stagger=False)
+    run_requests(scheduler, reqs, stagger=False)
     stats = scheduler.stats
     return Counter(tuple(r.output_ids) for r in reqs), stats.spec_accept_rate
 

@@ -12,7 +12,7 @@ import torch
 import langrt
 from langrt.sampling.sampling_params import SamplingParams
 from langrt.scheduler.req import Req
-from runner_driver import make_scheduler
+from runner_driver import make_scheduler, run_requests
 from server_utils import LaunchedServer
 
 NGRAM = dict(speculative_algorithm="NGRAM")
@@ -45,17 +45,6 @@ def mixed_requests() -> list[Req]:
     return [Req(f"r{i}", list(p), SamplingParams(max_new_tokens=48, **kw)) for i, (p, kw) in enumerate(specs)]
 
 
-def run(scheduler, reqs: list[Req], stagger: bool = True) -> list[list[int]]:
-    """Requests join while others decode (continuous batching), then all run to the end."""
-    for i, req in enumerate(reqs):
-        scheduler.add_request(req)
-        if stagger and i % 2:
-            scheduler.step()
-    while scheduler.has_work:
-        scheduler.step()
-    return [r.output_ids for r in reqs]
-
-
 @pytest.fixture(scope="module")
 def tiny_qwen2_dir(tmp_path_factory, tiny_model_builder):
     path = tmp_path_factory.mktemp("tiny_qwen2_spec")
@@ -70,12 +59,12 @@ def test_outputs_are_the_same_with_and_without_ngram_drafts(model, request):
     text never repeats."""
     path = request.getfixturevalue(model)
     settings = dict(max_total_tokens=8192, context_length=1024)
-    plain = run(make_scheduler(path, **settings), mixed_requests())
+    plain = run_requests(make_scheduler(path, **settings), mixed_requests())
     scheduler = make_scheduler(path, **settings, **NGRAM)
     first = mixed_requests()
-    assert run(scheduler, first) == plain
+    assert run_requests(scheduler, first) == plain
     second = mixed_requests()
-    assert run(scheduler, second) == plain
+    assert run_requests(scheduler, second) == plain
     stats = scheduler.stats
     assert stats.spec_accepted_tokens > 0 and stats.spec_draft_tokens > stats.spec_accepted_tokens, "kept some, not all"
     assert sum(r.spec_accepted_tokens for r in first + second) == stats.spec_accepted_tokens
@@ -91,7 +80,7 @@ def test_the_radix_cache_and_retraction_change_nothing(tiny_llama_dir):
 
     def wave(scheduler):
         reqs = [Req(f"w{i}", list(p), SamplingParams(max_new_tokens=160, temperature=0.0, ignore_eos=True)) for i, p in enumerate(prompts)]
-        return run(scheduler, reqs, stagger=False)
+        return run_requests(scheduler, reqs, stagger=False)
 
     reference = wave(make_scheduler(tiny_llama_dir, max_total_tokens=16384, context_length=1024))
     small = make_scheduler(tiny_llama_dir, max_total_tokens=1024, context_length=1024, **NGRAM)

@@ -435,3 +435,49 @@ def test_top_logprobs_descending_and_consistent():
     assert top_logprobs(logits, 0)[0].shape == (5, 0)
     assert top_logprobs(logits, 1000)[1].shape == (5, 100)
     assert math.isclose(top_logprobs(logits, 100)[0].exp().sum(-1)[0].item(), 1.0, rel_tol=1e-5)
+
+
+# ---- speculative rejection sampling --------------------------------------------------------------
+
+
+def test_rejection_sampling_gives_the_target_distribution_whatever_the_draft():
+    """20,000 rows, each a draft drawn from q and judged against p: the kept-or-redrawn tokens
+    follow p (total variation under 0.02), drafts where p >= q are always kept, and a redraw never
+    returns the rejected draft."""
+    from langrt.sampling.sampler import race, rejection_sample
+
+    torch.manual_seed(0)
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    q = torch.tensor([0.1, 0.1, 0.2, 0.3, 0.3])
+    n = 20_000
+    drafts = race(q.expand(n, -1).clone(), [None] * n)
+    out = rejection_sample(p.expand(n, -1), q.expand(n, -1), drafts, [None] * n)
+    freq = torch.bincount(out, minlength=5).float() / n
+    assert (freq - p).abs().sum() / 2 < 0.02, freq
+    assert freq[4] == 0, "a token the target never samples"
+    kept_where_p_wins = out[drafts <= 1] == drafts[drafts <= 1]
+    assert kept_where_p_wins.all()
+    naive = torch.bincount(drafts, minlength=5).float() / n
+    assert (naive - p).abs().sum() / 2 > 0.3, "keeping drafts as they are would follow q"
+
+
+def test_rejection_sampling_is_reproducible_with_each_rows_generator():
+    from langrt.sampling.sampler import rejection_sample
+
+    p = torch.tensor([[0.2, 0.3, 0.5]] * 3)
+    q = torch.tensor([[0.6, 0.3, 0.1]] * 3)
+    drafts = torch.tensor([0, 0, 2])
+
+    def once():
+        return rejection_sample(p, q, drafts, [make_generator(s, "cpu") for s in (1, 2, 3)]).tolist()
+
+    assert once() == once()
+
+
+def test_distribution_is_what_sample_draws_from_and_one_hot_for_greedy_rows():
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.0, 3.0, 1.0, 2.0]])
+    params = [SamplingParams(temperature=0.5, top_k=2), SamplingParams(temperature=0.0)]
+    probs = SamplingBatch.from_params(params, [None, None], "cpu").distribution(logits)
+    top2 = torch.softmax(torch.tensor([2.0, 1.0]) / 0.5, dim=0)
+    assert torch.allclose(probs[0], torch.tensor([top2[0], top2[1], 0.0, 0.0]))
+    assert probs[1].tolist() == [0.0, 1.0, 0.0, 0.0]
