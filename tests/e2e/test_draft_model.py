@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from collections import Counter
 
@@ -36,8 +37,10 @@ def tokens(seed: int, n: int) -> list[int]:
     return torch.randint(17, 49152, (n,), generator=gen).tolist()
 
 
-def greedy_requests() -> list[Req]:
-    """Greedy requests, free and constrained, stopped by a token or by length, penalized."""
+def mixed_requests() -> list[Req]:
+    """Greedy requests, free and constrained, stopped by a token or by length, penalized; and
+    sampled ones (their drafts judged by rejection sampling), one of them constrained. The
+    greedy ones come first (GREEDY of them)."""
     looped = tokens(1, 24) * 3
     specs = [
         (looped, {}),
@@ -46,8 +49,14 @@ def greedy_requests() -> list[Req]:
         (tokens(4, 20) * 2, dict(repetition_penalty=1.3, frequency_penalty=0.5)),
         (looped[10:], dict(stop_token_ids=[looped[30]])),
         (tokens(5, 30), dict(min_new_tokens=10)),
+        (looped[:50], dict(temperature=0.7, top_p=0.9, seed=3)),
+        (looped, dict(temperature=1.0, regex=r"[ab]{1,300}")),
+        (tokens(6, 30), dict(temperature=0.8, top_k=20, presence_penalty=0.5, min_p=0.05)),
     ]
-    return [Req(f"g{i}", list(p), SamplingParams(max_new_tokens=40, temperature=0.0, **kw)) for i, (p, kw) in enumerate(specs)]
+    return [Req(f"m{i}", list(p), SamplingParams(max_new_tokens=40, **{"temperature": 0.0, **kw})) for i, (p, kw) in enumerate(specs)]
+
+
+GREEDY = 6
 
 
 def all_slots_back(scheduler) -> bool:
@@ -68,23 +77,30 @@ def llama_drafts(tmp_path_factory, tiny_llama_dir, tiny_model_builder):
 
 @pytest.mark.parametrize("kind", ["truncated", "random"])
 def test_greedy_outputs_are_the_same_with_and_without_a_draft_model(kind, tiny_llama_dir, llama_drafts):
-    plain = run_requests(make_scheduler(tiny_llama_dir, **SETTINGS), greedy_requests())
+    """Greedy and sampled requests in one batch, joining while others decode: the greedy outputs
+    are those without speculation (float32: a row's products do not depend on the pass's other
+    rows), the sampled constrained one matches its regex, every slot of both models comes back."""
+    plain = run_requests(make_scheduler(tiny_llama_dir, **SETTINGS), mixed_requests())
     scheduler = make_scheduler(tiny_llama_dir, **SETTINGS, **draft(llama_drafts[kind]))
-    reqs = greedy_requests()
-    assert run_requests(scheduler, reqs) == plain
+    reqs = mixed_requests()
+    outputs = run_requests(scheduler, reqs)
+    assert outputs[:GREEDY] == plain[:GREEDY]
+    assert re.fullmatch(r"[ab]{1,300}", scheduler.tokenizer.decode(outputs[7]))
+    assert all(r.finished and len(r.output_ids) <= 40 for r in reqs)
     stats = scheduler.stats
     assert stats.spec_verifications > 0 and stats.spec_draft_tokens > stats.spec_accepted_tokens
     if kind == "truncated":
         assert stats.spec_accepted_tokens > 0 and stats.forward_passes < sum(len(o) for o in plain)
+        assert all(r.spec_accepted_tokens > 0 for r in reqs[6:8]), "sampled requests kept drafts"
     assert sum(r.spec_accepted_tokens for r in reqs) == stats.spec_accepted_tokens
     assert all_slots_back(scheduler), "every KV slot of both models given back or cached"
 
 
 def test_a_qwen2_target_with_its_first_layer_as_draft(tmp_path, tiny_qwen2_dir):
     truncated = write_truncated_model(tiny_qwen2_dir, tmp_path / "draft", 1)
-    plain = run_requests(make_scheduler(tiny_qwen2_dir, **SETTINGS), greedy_requests())
+    plain = run_requests(make_scheduler(tiny_qwen2_dir, **SETTINGS), mixed_requests())
     scheduler = make_scheduler(tiny_qwen2_dir, **SETTINGS, **draft(truncated))
-    assert run_requests(scheduler, greedy_requests()) == plain
+    assert run_requests(scheduler, mixed_requests())[:GREEDY] == plain[:GREEDY]
     assert scheduler.stats.spec_accepted_tokens > 0
     assert all_slots_back(scheduler)
 
