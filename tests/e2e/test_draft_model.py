@@ -96,6 +96,16 @@ def test_greedy_outputs_are_the_same_with_and_without_a_draft_model(kind, tiny_l
     assert all_slots_back(scheduler), "every KV slot of both models given back or cached"
 
 
+def test_without_the_radix_cache_the_draft_keeps_no_prefixes_either(tiny_llama_dir, llama_drafts):
+    settings = dict(SETTINGS, disable_radix_cache=True)
+    plain = run_requests(make_scheduler(tiny_llama_dir, **settings), mixed_requests()[:3])
+    scheduler = make_scheduler(tiny_llama_dir, **settings, **draft(llama_drafts["truncated"]))
+    assert run_requests(scheduler, mixed_requests()[:3]) == plain
+    drafts = scheduler.emitter.drafter.speculative[0].cache
+    assert scheduler.stats.spec_accepted_tokens > 0 and drafts.stats()["kv_cached_tokens"] == 0
+    assert all_slots_back(scheduler) and drafts.free_slots == drafts.size
+
+
 def test_a_qwen2_target_with_its_first_layer_as_draft(tmp_path, tiny_qwen2_dir):
     truncated = write_truncated_model(tiny_qwen2_dir, tmp_path / "draft", 1)
     plain = run_requests(make_scheduler(tiny_qwen2_dir, **SETTINGS), mixed_requests())
