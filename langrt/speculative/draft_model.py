@@ -106,8 +106,9 @@ class DraftModelDrafts:
     @classmethod
     def load(cls, args, target, tokenizer) -> "DraftModelDrafts":
         """The draft model of `args` (--speculative-draft-model-path) beside the `target`
-        ModelRunner: same device, dtype, context length and pool size in tokens. Refused
-        (ModelLoadError) where its vocabulary is not the target's `tokenizer`'s."""
+        ModelRunner: same device, dtype, context length and pool size in tokens, whole in this
+        process (under --tp-size, on rank 0, which schedules). Refused (ModelLoadError) where
+        its vocabulary is not the target's `tokenizer`'s."""
         from langrt.model.model_runner import ModelRunner
         from langrt.model.source import ModelSource
 
@@ -118,7 +119,7 @@ class DraftModelDrafts:
             args, model_path=str(source.path), tokenizer_path=None, load_format="auto",
             context_length=target.plan.context_len, max_total_tokens=target.plan.max_total_tokens,
             max_running_requests=target.plan.max_running_requests,
-            speculative_algorithm=None, speculative_draft_model_path=None,
+            speculative_algorithm=None, speculative_draft_model_path=None, tp_size=1,
         )  # fmt: skip
         runner = ModelRunner(draft_args, source, config, progress=False)
         eos = set(config.eos_token_ids) | set(target.config.eos_token_ids)
