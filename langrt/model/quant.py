@@ -38,8 +38,9 @@ _fly_max_rows = 0
 _f32_prompt_min_rows = 0
 F32_PROMPT_MIN_ROWS = 128
 # Measured on SmolLM2's layers (2-core Zen 4, 30 layers' weights streamed from memory): the tile
-# dequantization beats the bf16 copy 2.0x at 2 rows, 1.4x at 4, 1.1x at 8, and loses from 16.
-FLY_MAX_ROWS = 8
+# dequantization beats the bf16 copy 2.0x at 2 rows, 1.4x at 4, 1.1x at 8, 1.04x at 9 (a token and
+# n-gram speculation's 8 drafts), even at 10, and loses from 12.
+FLY_MAX_ROWS = 9
 
 
 def set_pass(decode: bool, decoding: bool = False) -> None:
