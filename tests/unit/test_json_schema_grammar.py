@@ -367,3 +367,25 @@ def test_ranges_without_points_is_the_intersection_with_their_complement(points)
 
     raw = rx.normalize([(0x20, 0x21), (0x23, 0x5B), (0x5D, rx.MAX_CP)])
     assert rx.without(raw, points) == rx.intersect(raw, rx.complement([(p, p) for p in points]))
+
+
+def test_pinned_values_respect_the_negations_of_if_and_not():
+    """A value pinned by enum that a negation leaves out (`if` false: s is not "a"; `not`) is not
+    brought back by the pinned-values fallback, which checks values with jsonschema: langrt's
+    markers for the negations are written as standard keywords for it (found by the random
+    schema test: {"s": "a", "r": 2} was accepted, without the q that s = "a" requires)."""
+    schema = {
+        "type": "object",
+        "properties": {"s": {"enum": ["a"]}, "r": {"enum": [None, 2, 1]}, "q": {"type": "integer"}},
+        "additionalProperties": False,
+        "if": {"properties": {"s": {"const": "a"}}, "required": ["s"]},
+        "then": {"required": ["q"]},
+    }
+    for any_order in (False, True):
+        accepts = matcher(schema, any_order=any_order)
+        assert not accepts('{"s": "a", "r": 2}') and not accepts('{"s": "a"}')
+        assert accepts('{"s": "a", "q": 3}') and accepts('{"r": 2}') and accepts("{}")
+    nothing = {"type": "object", "properties": {"s": {"enum": ["a"]}}, "additionalProperties": False,
+               "not": {"properties": {"s": {"const": "a"}}}}  # fmt: skip
+    with pytest.raises(UnsupportedSchema, match="admits no value"):
+        matcher(nothing)

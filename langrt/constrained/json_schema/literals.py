@@ -1,14 +1,16 @@
 """Schemas that pin their values (`const`, `enum`) beside keywords the compiler cannot write (a
 `not` of `patternProperties`, of `propertyNames`, ...): the values are few and known, so each is
 checked against the whole schema by jsonschema, the reference validator, and the valid ones are
-the schema's language. Exact, whatever the other keywords say.
+the schema's language. Exact, whatever the other keywords say: langrt's own markers in the
+schemas (the negations of `not`, `if` and the dependencies write: EXCLUDE, FORBID) are turned
+into the standard keywords they stand for first, since jsonschema would ignore them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from langrt.constrained.json_schema.flat import json_equal
+from langrt.constrained.json_schema.flat import EXCLUDE, FORBID, json_equal
 
 _NONE = object()
 
@@ -42,4 +44,24 @@ def _validator(node):
     import jsonschema
 
     cls = jsonschema.validators.validator_for(node.base, default=jsonschema.Draft202012Validator)
-    return cls(node.base, format_checker=cls.FORMAT_CHECKER).evolve(schema=node.schema)
+    return cls(node.base, format_checker=cls.FORMAT_CHECKER).evolve(schema=standard(node.schema))
+
+
+def standard(schema: Any) -> Any:
+    """`schema` with EXCLUDE (values the instance must not be) written as `not: {enum}` and
+    FORBID (property names it must not have) as `properties: {name: false}`, at any depth; the
+    schema itself where it holds neither."""
+    if isinstance(schema, list):
+        items = [standard(item) for item in schema]
+        return schema if all(a is b for a, b in zip(items, schema)) else items
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: standard(value) for key, value in schema.items() if key not in (EXCLUDE, FORBID)}
+    extra = []
+    if EXCLUDE in schema:
+        extra.append({"not": {"enum": list(schema[EXCLUDE]["values"])}})
+    if FORBID in schema:
+        extra.append({"properties": {name: False for name in schema[FORBID]}})
+    if not extra and len(out) == len(schema) and all(out[k] is schema[k] for k in out):
+        return schema
+    return {**out, "allOf": out.get("allOf", []) + extra} if extra else out
