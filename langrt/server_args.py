@@ -109,7 +109,7 @@ class ServerArgs:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
-        if device == "cuda" and self.tp_size > torch.cuda.device_count():
+        if device == "cuda" and self.tp_size > 1 and self.tp_size > torch.cuda.device_count():
             raise ValueError(f"--tp-size {self.tp_size} on CUDA needs a GPU per rank; torch sees {torch.cuda.device_count()}")
         dtype = self.dtype if self.dtype != "auto" else _best_dtype(device)
         if self.quantization in ("int8", "int4") and (device != "cpu" or dtype not in ("float32", "bfloat16")):
