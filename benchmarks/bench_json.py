@@ -70,25 +70,22 @@ def chat_prompts(tokenizer, n: int) -> list[str]:
     ]
 
 
-def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
-    """The prompts in waves of `batch` requests (each wave one generate call)."""
+def run_waves(engine, prompts: list[str], params: dict, batch: int, counters: tuple[str, ...]) -> tuple[list, dict]:
+    """The prompts in waves of `batch` requests (each wave one generate call): (outputs, a row
+    with the texts, seconds, output tok/s and how much each cache_stats counter grew)."""
     before = engine.cache_stats()
     start = time.perf_counter()
     outs = [o for i in range(0, len(prompts), batch) for o in engine.generate(prompts[i : i + batch], params)]
     seconds = time.perf_counter() - start
     after = engine.cache_stats()
     tokens = sum(o["meta_info"]["completion_tokens"] for o in outs)
-    return {
-        "texts": [o["text"] for o in outs],
-        "seconds": seconds,
-        "output_tokens": tokens,
-        "output_tok_s": tokens / seconds,
-        "forward_passes": after["forward_passes"] - before["forward_passes"],
-        "forward_tokens": after["forward_tokens"] - before["forward_tokens"],
-        "drafted_tokens": after["drafted_tokens"] - before["drafted_tokens"],
-        "jump_forward_tokens": after["jump_forward_tokens"] - before["jump_forward_tokens"],
-        "certain_tail_tokens": after["certain_tail_tokens"] - before["certain_tail_tokens"],
-    }
+    row = {"texts": [o["text"] for o in outs], "seconds": seconds, "output_tokens": tokens, "output_tok_s": tokens / seconds}
+    return outs, {**row, **{k: after[k] - before[k] for k in counters}}
+
+
+def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
+    counters = ("forward_passes", "forward_tokens", "drafted_tokens", "jump_forward_tokens", "certain_tail_tokens")
+    return run_waves(engine, prompts, params, batch, counters)[1]
 
 
 def run_both(prompts: list[str], max_tokens: int, dtype: str, rounds: int, batches: list[int]) -> dict[int, tuple[dict, dict]]:

@@ -30,12 +30,12 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import langrt
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_json import run_waves  # noqa: E402
 from bench_offline import cpu_flags_summary  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -88,20 +88,11 @@ def chat(tokenizer, content: str) -> str:
 
 def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
     """The prompts in waves of `batch` requests (each wave one generate call)."""
-    before = engine.cache_stats()
-    start = time.perf_counter()
-    outs = [o for i in range(0, len(prompts), batch) for o in engine.generate(prompts[i : i + batch], params)]
-    seconds = time.perf_counter() - start
-    after = engine.cache_stats()
-    tokens = sum(o["meta_info"]["completion_tokens"] for o in outs)
-    delta = {k: after[k] - before[k] for k in ("forward_passes", "forward_tokens", "spec_verifications", "spec_draft_tokens", "spec_accepted_tokens")}
-    verifications, drafted, accepted = delta["spec_verifications"], delta["spec_draft_tokens"], delta["spec_accepted_tokens"]
+    counters = ("forward_passes", "forward_tokens", "spec_verifications", "spec_draft_tokens", "spec_accepted_tokens")
+    outs, row = run_waves(engine, prompts, params, batch, counters)
+    verifications, drafted, accepted = row["spec_verifications"], row["spec_draft_tokens"], row["spec_accepted_tokens"]
     return {
-        "texts": [o["text"] for o in outs],
-        "seconds": seconds,
-        "output_tokens": tokens,
-        "output_tok_s": tokens / seconds,
-        **delta,
+        **row,
         "acceptance_rate": accepted / drafted if drafted else None,
         "accept_length": (accepted + verifications) / verifications if verifications else None,
         "meta_spec_accepted_tokens": sum(o["meta_info"].get("spec_accepted_tokens", 0) for o in outs),
