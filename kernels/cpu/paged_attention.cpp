@@ -248,6 +248,34 @@ inline void run_scores(const float* qs, int64_t rows, const int64_t* counts, con
   }
 }
 
+// Query heads taken together in the weighted sum of values: their accumulators (B x chunks
+// vectors) stay in registers, each value row is widened once for all of them.
+template <int chunks>
+constexpr int kGroupBlock = std::max(1, std::min(4, 16 / chunks));
+
+// out[g] = inv_sum[g] * sum_j scores[g][j] * v[slots[j]] for the B heads g of a block, the sum
+// taken over j in order (the same bits however the heads are blocked).
+template <typename T, int chunks, int B>
+inline void weighted_values(const float* scores, int64_t stride, const float* inv_sum, const T* v, int64_t kv_stride,
+                            const int32_t* slots, int64_t count, T* out, int64_t out_head_stride) {
+  vfloat acc[B][chunks];
+  for (int g = 0; g < B; ++g)
+    for (int c = 0; c < chunks; ++c) acc[g][c] = vzero();
+  for (int64_t j = 0; j < count; ++j) {
+    const T* src = v + static_cast<int64_t>(slots[j]) * kv_stride;
+    vfloat value[chunks];
+    for (int c = 0; c < chunks; ++c) value[c] = vload(src + kLanes * c);
+    for (int g = 0; g < B; ++g) {
+      const vfloat p = vset1(scores[g * stride + j]);
+      for (int c = 0; c < chunks; ++c) acc[g][c] = vfmadd(p, value[c], acc[g][c]);
+    }
+  }
+  for (int g = 0; g < B; ++g) {
+    const vfloat norm = vset1(inv_sum[g]);
+    for (int c = 0; c < chunks; ++c) vstore(out + g * out_head_stride + kLanes * c, vmul(acc[g][c], norm));
+  }
+}
+
 // One row's output from its scores (see row_scores): softmax, then the weighted sum of the values.
 template <typename T, int chunks>
 inline void row_output(float* scores, int64_t stride, const vfloat* running_max, const T* v, int64_t kv_stride,
@@ -268,21 +296,17 @@ inline void row_output(float* scores, int64_t stride, const vfloat* running_max,
   }
 
   // weighted sum of the values
-  vfloat acc[kMaxGroup][chunks];
-  for (int64_t g = 0; g < group; ++g)
-    for (int c = 0; c < chunks; ++c) acc[g][c] = vzero();
-  for (int64_t j = 0; j < count; ++j) {
-    const T* src = v + static_cast<int64_t>(slots[j]) * kv_stride;
-    vfloat value[chunks];
-    for (int c = 0; c < chunks; ++c) value[c] = vload(src + kLanes * c);
-    for (int64_t g = 0; g < group; ++g) {
-      const vfloat p = vset1(scores[g * stride + j]);
-      for (int c = 0; c < chunks; ++c) acc[g][c] = vfmadd(p, value[c], acc[g][c]);
+  for (int64_t g0 = 0; g0 < group; g0 += kGroupBlock<chunks>) {
+    switch (std::min<int64_t>(kGroupBlock<chunks>, group - g0)) {
+#define LANGRT_BLOCK(B)                                                                                          \
+  case B:                                                                                                        \
+    if constexpr (B <= kGroupBlock<chunks>)                                                                      \
+      weighted_values<T, chunks, B>(scores + g0 * stride, stride, inv_sum + g0, v, kv_stride, slots, count,     \
+                                    out + g0 * out_head_stride, out_head_stride);                               \
+    break;
+      LANGRT_BLOCK(1) LANGRT_BLOCK(2) LANGRT_BLOCK(3) LANGRT_BLOCK(4)
+#undef LANGRT_BLOCK
     }
-  }
-  for (int64_t g = 0; g < group; ++g) {
-    const vfloat norm = vset1(inv_sum[g]);
-    for (int c = 0; c < chunks; ++c) vstore(out + g * out_head_stride + kLanes * c, vmul(acc[g][c], norm));
   }
 }
 
@@ -316,12 +340,24 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   // Work items: (chunk, KV head), a chunk being consecutive rows of one run, as many as keep their
   // scores within kScoreBytes (up to kChunkRows: a prompt's rows are split so that the threads
   // share it).
-  const int64_t chunk_rows =
+  int64_t chunk_rows =
       std::clamp<int64_t>(kScoreBytes / (group * padded_longest * static_cast<int64_t>(sizeof(float))), 1, kChunkRows);
   std::vector<int64_t> chunk_first;  // chunk c is rows [chunk_first[c], chunk_first[c + 1])
-  for (int64_t n = 0; n < num_rows; ++n) {
-    const bool new_run = n == 0 || req_of[n] != req_of[n - 1] || start_of[n] != start_of[n - 1];
-    if (new_run || n - chunk_first.back() == chunk_rows) chunk_first.push_back(n);
+  auto split = [&] {
+    chunk_first.clear();
+    for (int64_t n = 0; n < num_rows; ++n) {
+      const bool new_run = n == 0 || req_of[n] != req_of[n - 1] || start_of[n] != start_of[n - 1];
+      if (new_run || n - chunk_first.back() == chunk_rows) chunk_first.push_back(n);
+    }
+  };
+  split();
+  // Too few items to keep the threads busy (one request's drafts: 9 rows, 3 KV heads, 2 threads):
+  // smaller chunks. A row's bits do not depend on its chunk.
+  const int64_t threads = at::get_num_threads();
+  if (static_cast<int64_t>(chunk_first.size()) * kv_heads < 2 * threads && num_rows > kTransposeRows) {
+    const int64_t per_run = (2 * threads + kv_heads - 1) / kv_heads;
+    chunk_rows = std::max<int64_t>(kTransposeRows, std::min(chunk_rows, (num_rows + per_run - 1) / per_run));
+    split();
   }
   const int64_t num_chunks = static_cast<int64_t>(chunk_first.size());
   chunk_first.push_back(num_rows);
