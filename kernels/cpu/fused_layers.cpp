@@ -12,6 +12,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "layer_ops.h"
@@ -52,11 +53,14 @@ Tensor packed_linear(const Tensor& x, const Tensor& packed, const c10::optional<
 }
 
 // How langrt.model.layers.linear multiplies (and langrt.model.quant.QuantizedWeight.matmul).
+constexpr int64_t kQ8_0 = 8;  // GGML's type number
+
 struct LinearRules {
   bool decode_pass;         // the runner's pass is a decode pass (quant.set_pass)
   int64_t packed_max_rows;  // layers.PACKED_MAX_ROWS
   int64_t isa;              // the quantized kernels' ISA flag
   int64_t fly_max_rows;     // quant.fly_max_rows(): bf16 passes of 2 to this many rows dequantize tiles
+  int64_t fly_max_rows_q8;  // quant.fly_max_rows(Q8_0): the same for Q8_0 blocks
   int64_t f32_min_rows;     // quant.f32_prompt_min_rows(): float32 passes of this many rows (> 0) dequantize W
 };
 
@@ -90,7 +94,9 @@ Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& 
     const Tensor x = x_in.stride(-1) == 1 ? x_in : x_in.contiguous();
     const bool bf16 = x.scalar_type() == at::kBFloat16;
     Tensor y;
-    if (bf16 && rows >= 2 && rows <= r.fly_max_rows) {
+    int64_t fly_rows = r.fly_max_rows;  // every part's limit
+    for (int64_t i = 0; i < m.count; ++i) fly_rows = std::min(fly_rows, m.types[i] == kQ8_0 ? r.fly_max_rows_q8 : r.fly_max_rows);
+    if (bf16 && rows >= 2 && rows <= fly_rows) {
       y = by_parts(m, [&](const Tensor& w, int64_t t) { return dense_linear(x, w, t); });
     } else if (!bf16 && r.f32_min_rows > 0 && rows >= r.f32_min_rows) {
       const int64_t k = x.size(1);
@@ -138,7 +144,8 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
                                   at::TensorList v_buffers,
                                   const Tensor& slots, const Tensor& req_to_token, const Tensor& rows, const Tensor& reqs,
                                   const Tensor& starts, const Tensor& ends, double scale, bool decode_pass,
-                                  int64_t packed_max_rows, int64_t isa, int64_t fly_max_rows, int64_t f32_min_rows) {
+                                  int64_t packed_max_rows, int64_t isa, int64_t fly_max_rows, int64_t fly_max_rows_q8,
+                                  int64_t f32_min_rows) {
   const int64_t layers = static_cast<int64_t>(norms.size()) / 2;
   TORCH_CHECK(x_in.dim() == 2, "fused_layers: x must be [tokens, hidden]");
   TORCH_CHECK(sizes.size() == 5, "fused_layers: sizes are q_size, kv_size, head_dim, heads, kv_heads");
@@ -154,7 +161,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
   const Attention a{k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, sizes[3], sizes[4], head_dim, scale};
   const int64_t n = x_in.size(0);
   const Tensor cos2 = cos.view({n, -1}), sin2 = sin.view({n, -1});
-  const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows, f32_min_rows};
+  const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows, fly_max_rows_q8, f32_min_rows};
   const c10::optional<Tensor> none;
   std::vector<int64_t> first_part(4 * layers + 1, 0);
   for (int64_t i = 0; i < 4 * layers; ++i) first_part[i + 1] = first_part[i] + parts[i];
@@ -197,6 +204,6 @@ LANGRT_TORCH_LIBRARY_FRAGMENT(LANGRT_CPU_NS, m) {
       "fused_layers(Tensor x, Tensor[] weights, int[] qtypes, int[] parts, Tensor?[] packed, Tensor?[] qkv_biases, Tensor[] norms, "
       "float eps, Tensor cos, Tensor sin, int[] sizes, Tensor[] k_buffers, Tensor[] v_buffers, Tensor slots, "
       "Tensor req_to_token, Tensor rows, Tensor reqs, Tensor starts, Tensor ends, float scale, bool decode_pass, "
-      "int packed_max_rows, int isa, int fly_max_rows, int f32_min_rows) -> Tensor[]",
+      "int packed_max_rows, int isa, int fly_max_rows, int fly_max_rows_q8, int f32_min_rows) -> Tensor[]",
       &fused_layers);
 }

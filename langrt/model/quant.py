@@ -41,6 +41,10 @@ F32_PROMPT_MIN_ROWS = 128
 # dequantization beats the bf16 copy 2.0x at 2 rows, 1.4x at 4, 1.1x at 8, 1.04x at 9 (a token and
 # n-gram speculation's 8 drafts), even at 10, and loses from 12.
 FLY_MAX_ROWS = 9
+# Q8_0's blocks (1.06 bytes a weight, dearer to dequantize) are nearer the copy's 2 bytes: on the
+# same layers the tiles win 1.55x at 2 rows and 1.09x at 4, and lose from 6 (0.86x); the LM head
+# (49,152 x 576) at 9 rows takes 3.9 ms on tiles, 2.4 on the copy.
+FLY_MAX_ROWS_Q8_0 = 4
 
 
 def set_pass(decode: bool, decoding: bool = False) -> None:
@@ -56,9 +60,10 @@ def is_decode_pass() -> bool:
     return _decode_pass
 
 
-def fly_max_rows() -> int:
-    """The most bf16 rows of this pass that `matmul` multiplies by dequantizing tiles (0: none)."""
-    return _fly_max_rows
+def fly_max_rows(ggml_type: int | None = None) -> int:
+    """The most bf16 rows of this pass that `matmul` multiplies by dequantizing tiles of blocks
+    of `ggml_type` (0: none)."""
+    return min(_fly_max_rows, FLY_MAX_ROWS_Q8_0) if ggml_type == Q8_0 else _fly_max_rows
 
 
 def f32_prompt_min_rows() -> int:
@@ -126,13 +131,16 @@ class QuantizedWeight:
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, in] -> x W^T [T, out] in x's dtype (float32 or bfloat16)."""
         single_decode_row = _decode_pass and x.shape[0] == 1
-        if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= _fly_max_rows:
+        if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._fly_rows():
             return self._fly_matmul(x.contiguous() if x.stride(-1) != 1 else x)
         if x.dtype == torch.float32 and 0 < _f32_prompt_min_rows <= x.shape[0]:
             return torch.nn.functional.linear(x, self.dequantize(torch.float32))
         if self.dense is not None and not single_decode_row and x.dtype == torch.bfloat16:
             return torch.ops.mkldnn._linear_pointwise(x, self.dense, None, "none", [], "")
         return self._blocks_matmul(x.contiguous() if x.stride(-1) != 1 else x)
+
+    def _fly_rows(self) -> int:
+        return fly_max_rows(self.ggml_type)
 
     def _blocks_matmul(self, x: torch.Tensor) -> torch.Tensor:
         from kernels.cpu.quant import quant_linear
@@ -187,6 +195,9 @@ class StackedQuantizedWeight(QuantizedWeight):
     @property
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts)
+
+    def _fly_rows(self) -> int:
+        return min(p._fly_rows() for p in self.parts)
 
     def _blocks_matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([p._blocks_matmul(x) for p in self.parts], dim=-1)

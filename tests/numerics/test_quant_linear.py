@@ -226,8 +226,8 @@ def test_smollm_on_its_q4_1_blocks_matches_the_dequantized_model(smollm_path):
 def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     """In bfloat16 on the packed path the blocks keep a packed copy of their values: a decode
     pass's single row multiplies the blocks; a decoding pass (decodes and their drafts) of 2 to
-    FLY_MAX_ROWS rows dequantizes tiles where the CPU has AVX512-BF16 (dense_linear: the copy's
-    values); other passes (prompts, however short, and more rows) use the copy, the dequantized
+    FLY_MAX_ROWS rows (FLY_MAX_ROWS_Q8_0 for Q8_0 blocks) dequantizes tiles where the CPU has
+    AVX512-BF16 (dense_linear: the copy's values); other passes (prompts, however short, and more rows) use the copy, the dequantized
     model's own GEMM."""
     from langrt.model import quant as model_quant
 
@@ -243,12 +243,21 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     on_blocks = quant.quant_linear(x, weight.data, weight.ggml_type)
     fly = quant.bf16_rows()
     on_tiles = quant.dense_linear(x[:5], weight.data, weight.ggml_type) if fly else on_copy[:5]
+    head = model_quant.QuantizedWeight.quantize(torch.randn(96, 64), model_quant.Q8_0)  # like llama.cpp's Q4 files' LM head
+    head.add_dense_copy()
+    assert model_quant.FLY_MAX_ROWS_Q8_0 < 5
+    h = torch.randn(model_quant.FLY_MAX_ROWS_Q8_0 + 1, head.in_features).bfloat16()
+    head_copy = torch.ops.mkldnn._linear_pointwise(h, head.dense, None, "none", [], "")
+    head_tiles = quant.dense_linear(h[:-1], head.data, head.ggml_type) if fly else head_copy[:-1]
     try:
         for decode, decoding in ((True, True), (False, True), (False, False)):
             model_quant.set_pass(decode, decoding)
             assert torch.equal(weight.matmul(x), on_copy)  # more rows than FLY_MAX_ROWS
             assert torch.equal(weight.matmul(x[:5]), on_tiles if decoding else on_copy[:5])
             assert torch.equal(weight.matmul(x[:1]), on_blocks[:1] if decode else on_copy[:1])
+            # Q8_0 blocks (the LM head) take tiles only up to FLY_MAX_ROWS_Q8_0 rows
+            assert torch.equal(head.matmul(h), head_copy)
+            assert torch.equal(head.matmul(h[:-1]), head_tiles if decoding else head_copy[:-1])
     finally:
         model_quant.set_pass(False)
     prompts = [[5, 9, 17, 33, 2, 101, 64, 8]]
