@@ -27,6 +27,7 @@ namespace {
 
 constexpr int kTileRows = 4;  // weight rows dequantized together
 constexpr int kTileCols = 4;  // activation rows per pass over the tile (16 accumulators)
+static_assert(kTileRows * kTileCols == 16, "dot_tile sums its 16 accumulators at once (sum_each)");
 
 // Block b of a row as 32 bfloat16: w = d * q + m, rounded once from float32 (as the scalar
 // dequantize: product, then sum, then round to nearest even). A 4-bit block has 16 values: they
@@ -62,6 +63,61 @@ LANGRT_BF16 inline __m512i dequantize_block(const RowLayout& row, int64_t b) {
   }
 }
 
+// A Q4_0 / Q4_1 row's blocks as bfloat16 into dst, two blocks at a time: their 16 values each
+// (d * q + m: d * q is exact in float32, so one fused rounding equals the scalar path's product
+// then sum) in one 32-entry table, looked up by both blocks' nibbles (vpermw). Same values as
+// dequantize_block.
+// A block's fp16 scale (or minimum), broadcast, then widened.
+LANGRT_BF16 inline __m512 widened(const uint16_t* half) {
+  return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(*half)));
+}
+
+template <int QT>
+LANGRT_BF16 void dequantize_row_4bit(const RowLayout& row, int64_t blocks, uint16_t* dst) {
+  const __m512 levels = QT == kQ4_0 ? _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7)
+                                    : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m512i second = _mm512_set1_epi16(16);  // the second block's values: words 16-31 of the table
+  for (int64_t i = 0; i < blocks; i += 2) {
+    const int64_t j = std::min(i + 1, blocks - 1);  // an odd last block: its own table twice
+    const __m512 m_first = QT == kQ4_1 ? widened(row.m + i) : _mm512_setzero_ps();
+    const __m512 m_next = QT == kQ4_1 ? widened(row.m + j) : _mm512_setzero_ps();
+    const __m512 first = _mm512_fmadd_ps(widened(row.d + i), levels, m_first);
+    const __m512 next = _mm512_fmadd_ps(widened(row.d + j), levels, m_next);
+    const __m512i table = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(next, first));
+    // the two blocks' 32 bytes: low nibbles are weights 0-15, high nibbles 16-31
+    const uint8_t* quants = row.quants + i * 16;
+    const __m256i packed = j > i ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants))
+                                 : _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants)));
+    const __m256i lo = _mm256_and_si256(packed, low4), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+    const __m512i a = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm512_storeu_si512(dst + i * kBlock, _mm512_permutexvar_epi16(a, table));
+    if (j > i) {
+      const __m512i b = _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31)), second);
+      _mm512_storeu_si512(dst + j * kBlock, _mm512_permutexvar_epi16(b, table));
+    }
+  }
+}
+
+// Lane l: the sum of v[l]'s 16 lanes, by a tree that depends on l's vector alone (so a row's sums
+// are the same bits whichever rows share its tile).
+LANGRT_BF16 inline __m512 sum_each(const __m512* v) {
+  __m512 y[4];
+  for (int b = 0; b < 4; ++b) {
+    const __m512 x01 = _mm512_add_ps(_mm512_unpacklo_ps(v[4 * b], v[4 * b + 1]), _mm512_unpackhi_ps(v[4 * b], v[4 * b + 1]));
+    const __m512 x23 =
+        _mm512_add_ps(_mm512_unpacklo_ps(v[4 * b + 2], v[4 * b + 3]), _mm512_unpackhi_ps(v[4 * b + 2], v[4 * b + 3]));
+    y[b] = _mm512_add_ps(
+        _mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  const __m512 s01 = _mm512_add_ps(
+      _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 s23 = _mm512_add_ps(
+      _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(
+      _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 // RM activation rows (m0 ..) against the `rows` dequantized weight rows in `tile` (k each).
 template <int RM>
 LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint16_t* x, int64_t x_stride, int64_t m0,
@@ -78,8 +134,14 @@ LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint1
       for (int i = 0; i < kTileRows; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, w[i]);
     }
   }
+  __m512 all[kTileRows * kTileCols];  // acc[i][j] at i * kTileCols + j, the others zero
+  for (int i = 0; i < kTileRows; ++i) {
+    for (int j = 0; j < kTileCols; ++j) all[i * kTileCols + j] = j < RM ? acc[i][j] : _mm512_setzero_ps();
+  }
+  alignas(64) float sums[kTileRows * kTileCols];
+  _mm512_store_ps(sums, sum_each(all));
   for (int i = 0; i < rows; ++i) {
-    for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n0 + i, _mm512_reduce_add_ps(acc[i][j]));
+    for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n0 + i, sums[i * kTileCols + j]);
   }
 }
 
@@ -92,8 +154,16 @@ LANGRT_BF16 void dense_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, n1 - n));
     for (int i = 0; i < rows; ++i) {
       const RowLayout row = row_layout(QT, w + (n + i) * row_bytes, blocks);
-      for (int64_t b = 0; b < blocks; ++b) _mm512_storeu_si512(tile.data() + i * k + b * kBlock, dequantize_block<QT>(row, b));
+      if constexpr (QT == kQ4_0 || QT == kQ4_1) {
+        dequantize_row_4bit<QT>(row, blocks, tile.data() + i * k);
+      } else {
+        for (int64_t b = 0; b < blocks; ++b) _mm512_storeu_si512(tile.data() + i * k + b * kBlock, dequantize_block<QT>(row, b));
+      }
     }
+    // the next tile's blocks, fetched while this one's products are taken
+    const uint8_t* next = w + (n + kTileRows) * row_bytes;
+    const int64_t ahead = n + kTileRows < n1 ? std::min<int64_t>(kTileRows, n1 - n - kTileRows) * row_bytes : 0;
+    for (int64_t b = 0; b < ahead; b += 64) _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T0);
     int64_t m = m0;
     for (; m + kTileCols <= m1; m += kTileCols) dot_tile<kTileCols>(tile.data(), rows, k, x, x_stride, m, n, out);
     switch (m1 - m) {

@@ -227,8 +227,8 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     """In bfloat16 on the packed path the blocks keep a packed copy of their values: a decode
     pass's single row multiplies the blocks; a decoding pass (decodes and their drafts) of 2 to
     FLY_MAX_ROWS rows (FLY_MAX_ROWS_Q8_0 for Q8_0 blocks) dequantizes tiles where the CPU has
-    AVX512-BF16 (dense_linear: the copy's values); other passes (prompts, however short, and more rows) use the copy, the dequantized
-    model's own GEMM."""
+    AVX512-BF16 (dense_linear: the copy's values); other passes (prompts, however short, and
+    more rows) use the copy, the dequantized model's own GEMM."""
     from langrt.model import quant as model_quant
 
     from runner_driver import RunnerDriver, make_runner
