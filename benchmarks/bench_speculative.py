@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 import langrt
+from langrt.server_args import SPEC_DRAFT_TOKENS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_json import run_waves  # noqa: E402
@@ -207,7 +208,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default: the server's)")
+    parser.add_argument("--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default: each algorithm's)")
     parser.add_argument("--draft-models", default="random,truncated", help="draft-model sides: random, truncated (comma-separated; '' for none)")
     parser.add_argument("--draft-layers", type=int, default=24, help="layers of the built-in model the truncated draft keeps")
     parser.add_argument("--max-total-tokens", type=int, default=8192, help="KV pool per engine (one per side, all up at once)")
@@ -216,10 +217,6 @@ def main() -> None:
     args.draft_models = [k for k in args.draft_models.split(",") if k]
     if args.quick:
         args.requests, args.rounds = 2, 1
-    if args.draft_tokens is None:
-        from langrt.server_args import ServerArgs
-
-        args.draft_tokens = ServerArgs().speculative_num_draft_tokens
     with langrt.Engine(log_level="warning", max_total_tokens=4096) as probe:
         tokenizer = probe.tokenizer
         workloads = {"extraction": extraction_prompts(tokenizer, args.requests), "nothing_to_copy": free_prompts(tokenizer, args.requests)}
@@ -229,7 +226,8 @@ def main() -> None:
         measured = run_both(workloads, args, drafts)
     results = {
         "cpu": cpu_name(), "cpu_flags": cpu_flags_summary(), "dtype": args.dtype, "requests": args.requests,
-        "rounds": args.rounds, "max_new_tokens": args.max_new_tokens, "speculative_num_draft_tokens": args.draft_tokens,
+        "rounds": args.rounds, "max_new_tokens": args.max_new_tokens,
+        "speculative_num_draft_tokens": args.draft_tokens or dict(SPEC_DRAFT_TOKENS),
         "draft_models": {"random": "random-weight Llama, 2 layers, hidden 64, the built-in tokenizer",
                          "truncated": f"the built-in model's first {args.draft_layers} of 30 layers (bf16)"},
         "mean_prompt_tokens": prompt_tokens, "runs": {},

@@ -18,10 +18,13 @@ QUANTIZATIONS = ("auto", "none", "int8", "int4", "fp8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 GRAMMAR_BACKENDS = ("langrt", "xgrammar", "llguidance")
 SPECULATIVE_ALGORITHMS = ("NGRAM", "DRAFT")
-# Why 8: on SmolLM2 (CPU, bf16, 2 cores) a pass with 8 drafts costs ~2.8x a one-row decode pass
-# and one with 16 ~4x; on bench_speculative's extraction workload 16 drafts gained ~3% over 8
-# (a copy often breaks within 8 tokens), while a miss costs a third more.
-SPEC_DRAFT_TOKENS = 8
+# Drafts per request and pass at most, per algorithm (--speculative-num-draft-tokens overrides).
+# Why 16 for n-grams: a pass of 17 rows costs about 1.5x one of 9 (SmolLM2, bf16, 2 cores) while
+# a copy that holds keeps twice the tokens; bench_speculative's extraction workload ran 1.86x vs
+# no drafts with 16, 1.72x with 8 (same run order, batch 1), even at batch 4 (1.44x / 1.41x), and
+# text with nothing to copy about the same (1.23x / 1.24x): the adaptive length keeps misses short.
+# Why 8 for a draft model: each draft is a step of the draft model, run one after another.
+SPEC_DRAFT_TOKENS = {"NGRAM": 16, "DRAFT": 8}
 
 
 def _flag(help: str, choices: tuple[str, ...] | None = None, **kw):
@@ -47,7 +50,7 @@ class ServerArgs:
     disable_jump_forward: bool = _flag("decode grammar-forced text token by token instead of appending it in one step", default=False)
     speculative_algorithm: str | None = _flag("speculative decoding: NGRAM = drafts copied from where the request's last tokens occurred before (its prompt and output, recent outputs); DRAFT = drafts a smaller model with the same tokenizer generates (--speculative-draft-model-path); verified in the next pass, outputs are what they would be without it (docs/architecture.md)", default=None)
     speculative_draft_model_path: str | None = _flag("the draft model of --speculative-algorithm DRAFT: an HF directory or .gguf file of a model with the target's tokenizer", default=None)
-    speculative_num_draft_tokens: int = _flag("drafts per request and pass at most (with --speculative-algorithm; each request's length adapts below it to how its drafts fare)", default=SPEC_DRAFT_TOKENS)
+    speculative_num_draft_tokens: int | None = _flag("drafts per request and pass at most (with --speculative-algorithm; each request's length adapts below it to how its drafts fare; default 16 for NGRAM, 8 for DRAFT)", default=None)
     schedule_policy: str = _flag("admission order of waiting requests", SCHEDULE_POLICIES, default="lpm")
     max_queued_requests: int = _flag("requests waiting beyond the running batch at most; more get HTTP 503", default=4096)
     host: str = _flag("HTTP address to bind (127.0.0.1: this machine only)", default="127.0.0.1")
@@ -169,7 +172,9 @@ def _check_speculative(args: ServerArgs) -> None:
             "--speculative-algorithm DRAFT needs --speculative-draft-model-path (a smaller model with the same tokenizer), "
             "and --speculative-draft-model-path needs --speculative-algorithm DRAFT"
         )
-    if args.speculative_num_draft_tokens < 1:
+    if args.speculative_num_draft_tokens is None and algorithm is not None:  # the algorithm's default
+        object.__setattr__(args, "speculative_num_draft_tokens", SPEC_DRAFT_TOKENS[algorithm])
+    if args.speculative_num_draft_tokens is not None and args.speculative_num_draft_tokens < 1:
         raise ValueError(f"--speculative-num-draft-tokens must be positive; got {args.speculative_num_draft_tokens}")
 
 

@@ -229,6 +229,9 @@ def test_the_flags_take_ngram_and_draft_and_refuse_what_is_not_there():
     args = server_args_from(ns)
     assert (args.speculative_algorithm, args.speculative_num_draft_tokens) == ("NGRAM", 5)
     assert ServerArgs().speculative_algorithm is None
+    # the default length: 16 n-gram drafts (a copy's passes are cheap), 8 from a draft model (each a step of it)
+    assert ServerArgs(speculative_algorithm="NGRAM").speculative_num_draft_tokens == 16
+    assert ServerArgs(speculative_algorithm="DRAFT", speculative_draft_model_path="/d").speculative_num_draft_tokens == 8
     ns = build_parser().parse_args(["launch", "--speculative-algorithm", "DRAFT", "--speculative-draft-model-path", "/d"])
     assert (server_args_from(ns).speculative_algorithm, server_args_from(ns).speculative_draft_model_path) == ("DRAFT", "/d")
     with pytest.raises(ValueError, match="DRAFT needs --speculative-draft-model-path"):
