@@ -42,24 +42,10 @@ constexpr int64_t kTransposeRows = 3;  // runs this long share each key block's 
 
 #if defined(__AVX512F__) && !defined(LANGRT_CPU_SCALAR)
 
-// Lane i of the result: the sum of the 16 lanes of v[i]: per 128-bit lane L, q_L = (e0 + e2) +
-// (e1 + e3) of its four elements, then (q0 + q1) + (q2 + q3).
-inline vfloat sum_lanes(const vfloat* v) {
-  __m512 y[4];
-  for (int b = 0; b < 4; ++b) {
-    const __m512 x01 = _mm512_add_ps(_mm512_unpacklo_ps(v[4 * b], v[4 * b + 1]), _mm512_unpackhi_ps(v[4 * b], v[4 * b + 1]));
-    const __m512 x23 =
-        _mm512_add_ps(_mm512_unpacklo_ps(v[4 * b + 2], v[4 * b + 3]), _mm512_unpackhi_ps(v[4 * b + 2], v[4 * b + 3]));
-    y[b] = _mm512_add_ps(
-        _mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  const __m512 s01 = _mm512_add_ps(
-      _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 s23 = _mm512_add_ps(
-      _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(
-      _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
+#include "lane_sums.h"
+
+// Lane i of the result: the sum of the 16 lanes of v[i] (lane_sums.h).
+inline vfloat sum_lanes(const vfloat* v) { return langrt_lanes::sum_each(v); }
 
 // sum_lanes's last additions, on the per-128-bit-lane sums q[L] of 16 rows at once
 inline vfloat sum_quads(const vfloat* q) { return vadd(vadd(q[0], q[1]), vadd(q[2], q[3])); }

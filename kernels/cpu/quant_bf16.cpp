@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "lane_sums.h"
+
 #define LANGRT_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
 
 namespace langrt_quant {
@@ -99,25 +101,6 @@ LANGRT_BF16 void dequantize_row_4bit(const RowLayout& row, int64_t blocks, uint1
   }
 }
 
-// Lane l: the sum of v[l]'s 16 lanes, by a tree that depends on l's vector alone (so a row's sums
-// are the same bits whichever rows share its tile).
-LANGRT_BF16 inline __m512 sum_each(const __m512* v) {
-  __m512 y[4];
-  for (int b = 0; b < 4; ++b) {
-    const __m512 x01 = _mm512_add_ps(_mm512_unpacklo_ps(v[4 * b], v[4 * b + 1]), _mm512_unpackhi_ps(v[4 * b], v[4 * b + 1]));
-    const __m512 x23 =
-        _mm512_add_ps(_mm512_unpacklo_ps(v[4 * b + 2], v[4 * b + 3]), _mm512_unpackhi_ps(v[4 * b + 2], v[4 * b + 3]));
-    y[b] = _mm512_add_ps(
-        _mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  const __m512 s01 = _mm512_add_ps(
-      _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 s23 = _mm512_add_ps(
-      _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(
-      _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 // RM activation rows (m0 ..) against the `rows` dequantized weight rows in `tile` (k each).
 template <int RM>
 LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint16_t* x, int64_t x_stride, int64_t m0,
@@ -139,7 +122,7 @@ LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint1
     for (int j = 0; j < kTileCols; ++j) all[i * kTileCols + j] = j < RM ? acc[i][j] : _mm512_setzero_ps();
   }
   alignas(64) float sums[kTileRows * kTileCols];
-  _mm512_store_ps(sums, sum_each(all));
+  _mm512_store_ps(sums, langrt_lanes::sum_each(all));  // each row's sums independent of the others
   for (int i = 0; i < rows; ++i) {
     for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n0 + i, sums[i * kTileCols + j]);
   }
