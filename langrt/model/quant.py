@@ -37,9 +37,9 @@ _decode_pass = False
 _fly_max_rows = 0
 _f32_prompt_min_rows = 0
 F32_PROMPT_MIN_ROWS = 128
-# Measured on SmolLM2's layers (2-core Zen 4, 30 layers' weights streamed from memory): the tile
-# dequantization beats the bf16 copy 2.0x at 2 rows, 1.4x at 4, 1.1x at 8, 1.04x at 9 (a token and
-# n-gram speculation's 8 drafts), even at 10, and loses from 12.
+# Measured on SmolLM2's layers (2-core Zen 4, 30 layers' weights streamed from memory, Q4_1): the
+# tile dequantization beats the bf16 copy 2.1x at 2 rows, 1.5x at 4, 1.3x at 6, 1.1-1.25x at 9 (a
+# token and 8 drafts), and from 10 to 17 rows the two are even (0.98-1.01x).
 FLY_MAX_ROWS = 9
 # Q8_0's blocks (1.06 bytes a weight, dearer to dequantize) are nearer the copy's 2 bytes: on the
 # same layers the tiles win 1.55x at 2 rows and 1.09x at 4, and lose from 6 (0.86x); the LM head
