@@ -141,6 +141,33 @@ def test_a_rows_output_does_not_depend_on_the_other_rows(kernel, dtype, rows_per
 
 
 @needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_one_requests_drafts_split_among_threads_give_the_same_bits(kernel, dtype):
+    """One request's 9 rows (a token and 8 drafts) over 3 KV heads make fewer work items than
+    2 threads want, so the kernel cuts them into smaller chunks: each row still gives what it
+    gives alone, and the float64 reference's values."""
+    gen = torch.Generator().manual_seed(11)
+    k, v = (torch.randn(400, 3, 64, generator=gen).to(dtype) for _ in range(2))
+    table = torch.randperm(400, generator=gen).to(torch.int32)[None, :320].contiguous()
+    c = {
+        "q": torch.randn(9, 9, 64, generator=gen).to(dtype), "k": k, "v": v, "req_to_token": table,
+        "rows": torch.arange(9), "reqs": torch.zeros(9, dtype=torch.int64),
+        "starts": torch.zeros(9, dtype=torch.int32), "ends": torch.arange(312, 321, dtype=torch.int32), "scale": 0.125,
+    }  # fmt: skip
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        together = _call(kernel, c)
+        for i in range(9):
+            alone = dict(c, **{name: c[name][i : i + 1] for name in ("rows", "reqs", "starts", "ends")})
+            assert torch.equal(_call(kernel, alone)[i], together[i])
+    finally:
+        torch.set_num_threads(threads)
+    want = _reference(c)
+    assert ((together.double() - want).abs() <= want.abs() * 2**-8 + 1e-5).all()
+
+
+@needs_kernel
 def test_bad_calls_are_refused_with_a_reason(kernel):
     c = _case(torch.float32, 9, 3, 64, seed=2)
 
