@@ -181,9 +181,11 @@ def _class_range(a: int, b: int) -> str:
 
 
 def normalize(ranges) -> list[tuple[int, int]]:
-    """Sort and merge code point ranges, dropping surrogates (no engine can match those)."""
+    """Sort and merge code point ranges, dropping surrogates (no engine can match those) and
+    plane 16 (above MAX_CP)."""
     out: list[tuple[int, int]] = []
     for a, b in sorted(ranges):
+        b = min(b, MAX_CP)
         for lo, hi in ((a, min(b, SURROGATES[0] - 1)), (max(a, SURROGATES[1] + 1), b)):
             if lo > hi:
                 continue
