@@ -126,7 +126,20 @@ def test_none_leaves_the_reply_alone(client):
     assert choice.message.tool_calls is None and choice.message.content and choice.finish_reason == "length"
 
 
-def test_streamed_calls_reassemble_to_the_whole_reply(client):
+@pytest.fixture(scope="module")
+def float32_client():
+    """A float32 server: there a greedy reply is the same bits whichever passes its tokens ride
+    (with jump-forward drafts or alone); in bf16 a pass of several rows rounds differently from
+    one row, and a near-tie may flip between two asks of one prompt."""
+    import openai
+
+    s = LaunchedServer("--max-total-tokens", "8192", "--dtype", "float32")
+    yield openai.OpenAI(base_url=s.url + "/v1", api_key="unused")
+    assert s.stop() == 0
+
+
+def test_streamed_calls_reassemble_to_the_whole_reply(float32_client):
+    client = float32_client
     for prompt in prompts(5):
         whole = ask(client, prompt, tool_choice="required", temperature=0).choices[0]
         calls, reasons, content = {}, [], ""
@@ -139,10 +152,15 @@ def test_streamed_calls_reassemble_to_the_whole_reply(client):
                 call["id"] = call["id"] or part.id
                 call["name"] += part.function.name or ""
                 call["arguments"] += part.function.arguments or ""
-        assert reasons[-1] == "tool_calls" and content == ""
-        assert [(c["name"], c["arguments"]) for _, c in sorted(calls.items())] == [
-            (c.function.name, c.function.arguments) for c in whole.message.tool_calls
-        ]
+        want = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
+        got = [(c["name"], c["arguments"]) for _, c in sorted(calls.items())]
+        assert reasons[-1] == whole.finish_reason and content == ""
+        if whole.finish_reason == "length":  # the 135M model may repeat parallel calls until the
+            # token limit: the stream has also sent the start of the call it cut, which the whole
+            # reply leaves out
+            assert want and got[: len(want)] == want and len(got) - len(want) <= 1
+        else:
+            assert whole.finish_reason == "tool_calls" and got == want
         assert all(c["id"].startswith("call_") for c in calls.values())
 
 
