@@ -65,15 +65,15 @@ LANGRT_BF16 inline __m512i dequantize_block(const RowLayout& row, int64_t b) {
   }
 }
 
-// A Q4_0 / Q4_1 row's blocks as bfloat16 into dst, two blocks at a time: their 16 values each
-// (d * q + m: d * q is exact in float32, so one fused rounding equals the scalar path's product
-// then sum) in one 32-entry table, looked up by both blocks' nibbles (vpermw). Same values as
-// dequantize_block.
 // A block's fp16 scale (or minimum), broadcast, then widened.
 LANGRT_BF16 inline __m512 widened(const uint16_t* half) {
   return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(*half)));
 }
 
+// A Q4_0 / Q4_1 row's blocks as bfloat16 into dst, two blocks at a time: their 16 values each
+// (d * q + m: d * q is exact in float32, so one fused rounding equals the scalar path's product
+// then sum) in one 32-entry table, looked up by both blocks' nibbles (vpermw). Same values as
+// dequantize_block.
 template <int QT>
 LANGRT_BF16 void dequantize_row_4bit(const RowLayout& row, int64_t blocks, uint16_t* dst) {
   const __m512 levels = QT == kQ4_0 ? _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7)
