@@ -79,9 +79,12 @@ class HeadlessChromium:
                     raise RuntimeError(f"{method}: {message['error']}")
                 return message["result"]
 
-    def navigate(self, url: str) -> None:
+    def navigate(self, url: str, timeout_s: float = 60.0) -> None:
+        """Open url and return once its document has loaded (Page.navigate returns before that:
+        an expression evaluated at once may still see about:blank, or a document with no body)."""
         self.call("Page.enable")
         self.call("Page.navigate", url=url)
+        self.wait_for(f"location.href === {json.dumps(url)} && document.readyState === 'complete'", timeout_s)
 
     def evaluate(self, expression: str):
         """The JSON value of a JavaScript expression in the page."""
