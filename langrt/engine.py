@@ -54,7 +54,11 @@ class Engine:
 
     async def _start(self) -> TokenizerManager:
         manager = TokenizerManager(self.args, self.tokenizer, self.children)
-        await manager.start()
+        try:
+            await manager.start()
+        except BaseException:
+            await manager.close()  # its sockets and context, here on their own loop
+            raise
         return manager
 
     def _call(self, coroutine):

@@ -128,6 +128,10 @@ class TokenizerManager:
         self._fail_all(ServerUnavailable(self.failure or "the server is shutting down"))
         self.inbox.close()
         self.to_scheduler.close()
+        # Ended here, not left to the garbage collector: a zmq context collected later, on
+        # another thread, can block for ever in its term() (seen in a test process whose
+        # Engine failed to start: the next Engine's start hung).
+        self.context.destroy(linger=0)
 
     async def _watch_children(self) -> None:
         while self.failure is None:

@@ -212,6 +212,24 @@ def test_out_of_vocab_ids(engine):
     assert info.value.param == "input_ids"
 
 
+def test_an_engine_that_fails_to_start_closes_its_zmq_context(new_engine):
+    """The scheduler exits while loading (int8 asked of a GGUF file, already quantized): the
+    Engine raises, and its sockets and zmq context are closed then, not left to the garbage
+    collector: a context collected later, on another thread, can block for ever in term() (a
+    whole-suite run hung so, in the next test's Engine)."""
+    import gc
+
+    import zmq
+
+    def open_contexts() -> set[int]:
+        return {id(o) for o in gc.get_objects() if isinstance(o, zmq.Context) and not o.closed}
+
+    before = open_contexts()
+    with pytest.raises(RuntimeError, match="failed to start"):
+        new_engine(quantization="int8")
+    assert open_contexts() - before - {id(zmq.Context.instance())} == set()
+
+
 def test_request_larger_than_pool(tiny_llama_dir, new_engine):
     small = new_engine(
         str(tiny_llama_dir), dtype="float32", max_total_tokens=64, context_length=512,
