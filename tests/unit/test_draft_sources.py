@@ -46,17 +46,28 @@ def test_the_tokens_after_an_earlier_occurrence_are_the_drafts():
     assert source.drafts(req) == [14, 15, 16, 17]
 
 
-def test_of_repeated_ngrams_the_one_after_the_previous_drafts_is_taken():
-    """`11 12` occurs twice; once drafts came from the second passage, its continuation wins
-    over the first passage's."""
+def test_a_fresh_match_of_a_repeated_ngram_drafts_only_what_its_occurrences_agree_on():
+    """`11 12` occurs twice with different continuations: matched afresh, it drafts nothing;
+    `20 21` occurs twice and both go on with 22 23, then part."""
     prompt = [500, 11, 12, 30, 31, 32, 33, 600, 11, 12, 40, 41, 42, 43, 44, 45, 601]
-    source = NgramDrafts(max_drafts=4)
-    assert source.drafts(make_req(prompt=prompt, output=[11, 12])) == [30, 31, 32, 33], "nothing drafted yet: the first"
-    req = make_req(prompt=prompt, output=[600, 11, 12], rid="s")
-    assert source.drafts(req) == [40, 41, 42, 43], "the 3-gram 600 11 12 places it"
-    req.output_ids += [40, 41, 42, 43, 99, 11, 12]
-    source.verified(req, 4, 4)
-    assert source.drafts(req)[:4] == [40, 41, 42, 43], "after the cursor: the second passage again"
+    assert NgramDrafts(max_drafts=4).drafts(make_req(prompt=prompt, output=[11, 12])) == []
+    assert NgramDrafts(max_drafts=4).drafts(make_req(prompt=prompt, output=[600, 11, 12], rid="s")) == [40, 41, 42, 43]
+    prompt = [500, 20, 21, 22, 23, 30, 31, 600, 20, 21, 22, 23, 40, 41, 601]
+    assert NgramDrafts(max_drafts=4).drafts(make_req(prompt=prompt, output=[20, 21], rid="t")) == [22, 23]
+
+
+def test_on_the_passage_being_copied_a_repeated_ngram_goes_on_with_that_passage():
+    """`11 12 13 14` occurs twice: once the drafts come from the second passage and are kept,
+    the next match is the occurrence right after them, so the copy goes on there (40), where a
+    fresh match would draft only 15, too few."""
+    prompt = [500, 11, 12, 13, 14, 15, 30, 600, 11, 12, 13, 14, 15, 40, 601]
+    source = NgramDrafts(max_drafts=2)
+    req = make_req(prompt=prompt, output=[600, 11])
+    assert source.drafts(req) == [12, 13]
+    req.output_ids += [12, 13, 14]  # both kept, and the token after them is the passage's too
+    source.verified(req, 2, 2)
+    assert source.drafts(req) == [15, 40]
+    assert NgramDrafts(max_drafts=2).drafts(make_req(prompt=prompt, output=[600, 11, 12, 13, 14], rid="s")) == []
 
 
 def test_the_longest_match_wins():
@@ -77,8 +88,15 @@ def test_drafts_leave_room_for_the_token_sampled_after_them_and_are_never_one_al
     source = NgramDrafts(max_drafts=8)
     assert source.drafts(make_req(output=[12, 13], max_new_tokens=5)) == [14, 15]
     assert source.drafts(make_req(output=[12, 13], max_new_tokens=4, rid="s")) == [], "one draft does not pay its row"
-    assert source.drafts(make_req(prompt=[500, 7, 7, 7], rid="t")) == [], "one token after the match"
     assert NgramDrafts(max_drafts=1).drafts(make_req(output=[12, 13], rid="u")) == [14], "unless one is the most asked for"
+
+
+def test_a_copy_that_reaches_the_last_token_repeats_the_loop_it_is_in():
+    """A match close to the end has fewer tokens after it than asked for: the text from the
+    match on is a loop (a model repeating itself), and the drafts go round it."""
+    assert NgramDrafts(max_drafts=4).drafts(make_req(prompt=[500, 7, 7, 7])) == [7, 7, 7, 7]
+    loop = make_req(prompt=[500, 7, 8, 9, 7, 8], max_new_tokens=9, rid="s")  # 7 8 -> 9 7 8 9 ...
+    assert NgramDrafts(max_drafts=4).drafts(loop) == [9, 7, 8, 9]
 
 
 def test_the_index_follows_the_output_as_it_grows():
@@ -99,6 +117,14 @@ def test_recent_outputs_serve_other_requests():
     other = make_req(prompt=[9, 8, 7, 70, 71], rid="b")  # 70 71 is in a's output only
     assert source.drafts(other) == [72, 73, 74, 75]
     assert NgramDrafts(max_drafts=4).drafts(make_req(prompt=[9, 8, 7, 70, 71], rid="c")) == [], "without the cache"
+
+
+def test_the_request_s_own_tokens_go_before_recent_outputs_even_where_those_match_longer():
+    source = NgramDrafts(max_drafts=4, recent=RecentOutputs())
+    source.drafts(make_req(prompt=[1, 2, 3], output=[70, 71, 72, 73, 74, 75, 76], rid="a"))
+    other = make_req(prompt=[9, 72, 73, 90, 91, 92, 93, 600, 70, 71, 72, 73], rid="b")  # a's 4-gram; its own 2-gram
+    assert source.drafts(other) == [90, 91, 92, 93]
+    assert NgramDrafts(max_drafts=4, recent=source.recent).drafts(make_req(prompt=[8, 70, 71, 72, 73], rid="c")) == [74, 75, 76], "no match of its own"
 
 
 def test_recent_outputs_drop_the_least_recently_written():
@@ -133,14 +159,16 @@ def test_drafts_stop_where_the_grammar_forbids(tokenizer, compiler):
 # ---- the adaptive draft length ------------------------------------------------------------------
 
 
-def test_the_length_doubles_while_all_drafts_are_kept_and_shrinks_to_what_was_kept():
-    length = DraftLength(maximum=16)
+def test_the_length_grows_fourfold_while_all_drafts_are_kept_and_shrinks_to_what_was_kept():
+    length = DraftLength(maximum=32)
     assert length.take() == 4
     length.update(4, 4)
-    assert length.take() == 8
-    length.update(8, 8)
+    assert length.take() == 16
     length.update(16, 16)
-    assert length.take() == 16, "capped at the maximum"
+    assert length.take() == 32, "capped at the maximum"
+    length = DraftLength(maximum=16)
+    length.update(4, 4)
+    assert length.take() == 16
     length.update(16, 5)
     assert length.take() == 6
     length.update(6, 2)
