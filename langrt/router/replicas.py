@@ -52,12 +52,18 @@ def replica_threads(args: ServerArgs) -> int:
     return max(1, cores // (args.dp_size * args.tp_size))
 
 
-def _free_port() -> int:
+def _free_port(taken: set[int]) -> int:
+    """A port of 127.0.0.1 that is free now and not in `taken`: the public port (the router
+    binds it only once the replicas are up, so until then the system may hand it out) and the
+    ports already given to other replicas."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            return port
 
 
 def _env(rank: int, tp_size: int = 1) -> dict[str, str]:
@@ -75,8 +81,10 @@ class Replicas:
         self.processes: list[subprocess.Popen] = []
         self.urls: list[str] = []
         threads = str(replica_threads(args))
+        taken = {args.port}
         for rank in range(args.dp_size):
-            port = _free_port()
+            port = _free_port(taken)
+            taken.add(port)
             command = [sys.executable, "-m", "langrt", "launch", "--host", "127.0.0.1", "--port", str(port)]
             command += ["--num-threads", threads, *replica_flags(args)]
             self.processes.append(subprocess.Popen(command, env=_env(rank, args.tp_size), preexec_fn=_die_with_parent))

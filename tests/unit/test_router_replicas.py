@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
+from langrt.router import replicas
 from langrt.router.replicas import replica_flags, replica_threads
 from langrt.server_args import ServerArgs
 
@@ -26,3 +29,30 @@ def test_dp_size_must_be_positive_and_engines_refuse_it():
 
     with pytest.raises(ValueError, match="dp-size N"):
         Engine(dp_size=2)
+
+
+def test_replica_ports_avoid_the_public_port_and_each_other(monkeypatch):
+    """The system may hand out the public port (not bound until the replicas are up) or one
+    just given to another replica: those are passed over. (A replica once took the public port
+    in a whole-suite run: the launch answered 404 to /list_workers, then exited 1.)"""
+    handed_out = iter([31000, 40001, 40001, 31000, 40002])
+
+    class FakeSocket:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            self.port = next(handed_out)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr("socket.socket", FakeSocket)
+    launched = []
+    monkeypatch.setattr(replicas.subprocess, "Popen", lambda command, **kw: launched.append(command) or types.SimpleNamespace())
+    made = replicas.Replicas(ServerArgs(dp_size=2, port=31000))
+    assert made.urls == ["http://127.0.0.1:40001", "http://127.0.0.1:40002"]
+    assert [c[c.index("--port") + 1] for c in launched] == ["40001", "40002"]
