@@ -145,3 +145,19 @@ def test_what_cannot_be_served_is_refused_with_a_reason(smollm_path):
         ServerArgs(quantization="int4", enable_torch_compile=True)
     with pytest.raises(ModelLoadError, match="already quantized"):
         make_runner(smollm_path, quantization="int8")
+
+
+def test_without_the_kernels_int8_and_int4_are_refused_naming_them(tiny_llama_dir, monkeypatch):
+    """Where the kernels are off (LANGRT_CPU_KERNELS=0, or no compiler), --quantization int8 /
+    int4 cannot be served: the load stops with the reason, not a crash later."""
+    from langrt.model.quant import plain_quantization
+    from langrt.model.source import ModelSource
+
+    monkeypatch.setenv("LANGRT_CPU_KERNELS", "0")
+    quant.reset()
+    try:
+        for quantization in ("int8", "int4"):
+            with pytest.raises(ModelLoadError, match="needs langrt's quantized CPU kernels, which are off here"):
+                plain_quantization(ServerArgs(quantization=quantization), ModelSource.resolve(tiny_llama_dir))
+    finally:
+        quant.reset()  # availability is found again under the run's own setting, restored after the test
