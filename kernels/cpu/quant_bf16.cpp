@@ -101,11 +101,11 @@ LANGRT_BF16 void dequantize_row_4bit(const RowLayout& row, int64_t blocks, uint1
   }
 }
 
-// RM activation rows (m0 ..) against the `rows` dequantized weight rows in `tile` (k each); the
-// first `stored` of them (all by default) go to out's rows out_m0 ...
+// RM activation rows (x's first, x_stride apart) against the `rows` dequantized weight rows in
+// `tile` (k each); the first `stored` of them (all by default) go to out's rows m0 ...
 template <int RM>
 LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint16_t* x, int64_t x_stride, int64_t m0,
-                          int64_t n0, const OutRows& out, int stored = RM, int64_t out_m0 = -1) {
+                          int64_t n0, const OutRows& out, int stored = RM) {
   __m512 acc[kTileRows][RM];
   for (int i = 0; i < kTileRows; ++i) {
     for (int j = 0; j < RM; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -114,7 +114,7 @@ LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint1
     __m512bh w[kTileRows];
     for (int i = 0; i < kTileRows; ++i) w[i] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(tile + i * k + c));
     for (int j = 0; j < RM; ++j) {
-      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + (m0 + j) * x_stride + c));
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + j * x_stride + c));
       for (int i = 0; i < kTileRows; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, w[i]);
     }
   }
@@ -124,9 +124,8 @@ LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint1
   }
   alignas(64) float sums[kTileRows * kTileCols];
   _mm512_store_ps(sums, langrt_lanes::sum_each(all));  // each row's sums independent of the others
-  const int64_t first = out_m0 < 0 ? m0 : out_m0;
   for (int i = 0; i < rows; ++i) {
-    for (int j = 0; j < stored; ++j) store_out(out, first + j, n0 + i, sums[i * kTileCols + j]);
+    for (int j = 0; j < stored; ++j) store_out(out, m0 + j, n0 + i, sums[i * kTileCols + j]);
   }
 }
 
@@ -155,11 +154,11 @@ LANGRT_BF16 void dense_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int
     const int64_t ahead = n + kTileRows < n1 ? std::min<int64_t>(kTileRows, n1 - n - kTileRows) * row_bytes : 0;
     for (int64_t b = 0; b < ahead; b += 64) _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T0);
     int64_t m = m0;
-    for (; m + kTileCols <= m1; m += kTileCols) dot_tile<kTileCols>(tile.data(), rows, k, x, x_stride, m, n, out);
+    for (; m + kTileCols <= m1; m += kTileCols) dot_tile<kTileCols>(tile.data(), rows, k, x + m * x_stride, x_stride, m, n, out);
     switch (m1 - m) {
-      case 3: dot_tile<kTileCols>(tile.data(), rows, k, padded.data(), k, 0, n, out, 3, m); break;
-      case 2: dot_tile<2>(tile.data(), rows, k, x, x_stride, m, n, out); break;
-      case 1: dot_tile<1>(tile.data(), rows, k, x, x_stride, m, n, out); break;
+      case 3: dot_tile<kTileCols>(tile.data(), rows, k, padded.data(), k, m, n, out, 3); break;
+      case 2: dot_tile<2>(tile.data(), rows, k, x + m * x_stride, x_stride, m, n, out); break;
+      case 1: dot_tile<1>(tile.data(), rows, k, x + m * x_stride, x_stride, m, n, out); break;
       default: break;
     }
   }
