@@ -185,13 +185,17 @@ class NgramDrafts:
         n = min(state.length.take(), req.remaining_new_tokens - 1)
         if n < state.length.least:
             return []
-        ids = state.ids
-        sizes = range(min(MAX_NGRAM, len(ids)), MIN_NGRAM - 1, -1)
+        keys = [tuple(state.ids[-size:]) for size in range(min(MAX_NGRAM, len(state.ids)), MIN_NGRAM - 1, -1)]
         # The request's own tokens first, at any length of match: its document predicts its
         # output better than other requests' outputs do, even where theirs match longer.
-        guess = next((g for g in (state.follows(tuple(ids[-size:]), n) for size in sizes) if g is not None), None)
+        guess = None
+        for key in keys:
+            if (guess := state.follows(key, n)) is not None:
+                break
         if guess is None and self.recent is not None:
-            guess = next((g for g in (self.recent.follows(tuple(ids[-size:]), n) for size in sizes) if g), None)
+            for key in keys:
+                if guess := self.recent.follows(key, n):
+                    break
         guess = allowed_prefix(req, guess or [])
         return guess if len(guess) >= state.length.least else []
 
