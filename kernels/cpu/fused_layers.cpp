@@ -55,12 +55,16 @@ Tensor packed_linear(const Tensor& x, const Tensor& packed, const c10::optional<
 // How langrt.model.layers.linear multiplies (and langrt.model.quant.QuantizedWeight.matmul).
 constexpr int64_t kQ8_0 = 8;  // GGML's type number
 
+bool four_bit(int64_t qtype) { return qtype == 2 || qtype == 3 || qtype == 12; }  // quant.VNNI_TYPES
+constexpr int64_t kVnni = 2;  // quant_linear's flag for quant_vnni.cpp (kernels/cpu/quant.py's vnni_linear)
+
 struct LinearRules {
   bool decode_pass;         // the runner's pass is a decode pass (quant.set_pass)
   int64_t packed_max_rows;  // layers.PACKED_MAX_ROWS
   int64_t isa;              // the quantized kernels' ISA flag
   int64_t fly_max_rows;     // quant.fly_max_rows(): bf16 passes of 2 to this many rows dequantize tiles
   int64_t fly_max_rows_q8;  // quant.fly_max_rows(Q8_0): the same for Q8_0 blocks
+  int64_t vnni_max_rows;    // quant.vnni_max_rows(): bf16 passes of 2 to this many rows take 4-bit blocks' integer kernel
   int64_t f32_min_rows;     // quant.f32_prompt_min_rows(): float32 passes of this many rows (> 0) dequantize W
 };
 
@@ -84,8 +88,8 @@ Tensor by_parts(const Matrix& m, const Product& product, int64_t dim = -1) {
 }
 
 // x W^T (+ b). GGUF blocks: a decode pass's single row by the quantized kernels, a decoding pass's
-// 2 to fly_max_rows bf16 rows by dense_linear, a float32 prompt pass of f32_min_rows or more by
-// at::linear on the dequantized values, other passes in bfloat16 by the packed copy where there is
+// 2 to vnni_max_rows bf16 rows by their AVX512-VNNI kernel (4-bit blocks), else 2 to fly_max_rows
+// by dense_linear, a float32 prompt pass of f32_min_rows or more by at::linear on the dequantized values, other passes in bfloat16 by the packed copy where there is
 // one. Plain: a single row by a matrix-vector product, up to packed_max_rows by the
 // packed copy, else at::linear.
 Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& bias, const LinearRules& r) {
@@ -94,9 +98,14 @@ Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& 
     const Tensor x = x_in.stride(-1) == 1 ? x_in : x_in.contiguous();
     const bool bf16 = x.scalar_type() == at::kBFloat16;
     Tensor y;
-    int64_t fly_rows = r.fly_max_rows;  // every part's limit
-    for (int64_t i = 0; i < m.count; ++i) fly_rows = std::min(fly_rows, m.types[i] == kQ8_0 ? r.fly_max_rows_q8 : r.fly_max_rows);
-    if (bf16 && rows >= 2 && rows <= fly_rows) {
+    int64_t fly_rows = r.fly_max_rows, vnni_rows = r.vnni_max_rows;  // every part's limits
+    for (int64_t i = 0; i < m.count; ++i) {
+      fly_rows = std::min(fly_rows, m.types[i] == kQ8_0 ? r.fly_max_rows_q8 : r.fly_max_rows);
+      if (!four_bit(m.types[i])) vnni_rows = 0;
+    }
+    if (bf16 && rows >= 2 && rows <= vnni_rows) {
+      y = by_parts(m, [&](const Tensor& w, int64_t t) { return quant_linear(x, w, t, kVnni); });
+    } else if (bf16 && rows >= 2 && rows <= fly_rows) {
       y = by_parts(m, [&](const Tensor& w, int64_t t) { return dense_linear(x, w, t); });
     } else if (!bf16 && r.f32_min_rows > 0 && rows >= r.f32_min_rows) {
       const int64_t k = x.size(1);
@@ -145,7 +154,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
                                   const Tensor& slots, const Tensor& req_to_token, const Tensor& rows, const Tensor& reqs,
                                   const Tensor& starts, const Tensor& ends, double scale, bool decode_pass,
                                   int64_t packed_max_rows, int64_t isa, int64_t fly_max_rows, int64_t fly_max_rows_q8,
-                                  int64_t f32_min_rows) {
+                                  int64_t vnni_max_rows, int64_t f32_min_rows) {
   const int64_t layers = static_cast<int64_t>(norms.size()) / 2;
   TORCH_CHECK(x_in.dim() == 2, "fused_layers: x must be [tokens, hidden]");
   TORCH_CHECK(sizes.size() == 5, "fused_layers: sizes are q_size, kv_size, head_dim, heads, kv_heads");
@@ -161,7 +170,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
   const Attention a{k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, sizes[3], sizes[4], head_dim, scale};
   const int64_t n = x_in.size(0);
   const Tensor cos2 = cos.view({n, -1}), sin2 = sin.view({n, -1});
-  const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows, fly_max_rows_q8, f32_min_rows};
+  const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows, fly_max_rows_q8, vnni_max_rows, f32_min_rows};
   const c10::optional<Tensor> none;
   std::vector<int64_t> first_part(4 * layers + 1, 0);
   for (int64_t i = 0; i < 4 * layers; ++i) first_part[i + 1] = first_part[i] + parts[i];
@@ -204,6 +213,6 @@ LANGRT_TORCH_LIBRARY_FRAGMENT(LANGRT_CPU_NS, m) {
       "fused_layers(Tensor x, Tensor[] weights, int[] qtypes, int[] parts, Tensor?[] packed, Tensor?[] qkv_biases, Tensor[] norms, "
       "float eps, Tensor cos, Tensor sin, int[] sizes, Tensor[] k_buffers, Tensor[] v_buffers, Tensor slots, "
       "Tensor req_to_token, Tensor rows, Tensor reqs, Tensor starts, Tensor ends, float scale, bool decode_pass, "
-      "int packed_max_rows, int isa, int fly_max_rows, int fly_max_rows_q8, int f32_min_rows) -> Tensor[]",
+      "int packed_max_rows, int isa, int fly_max_rows, int fly_max_rows_q8, int vnni_max_rows, int f32_min_rows) -> Tensor[]",
       &fused_layers);
 }

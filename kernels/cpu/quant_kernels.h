@@ -102,6 +102,14 @@ void dot_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, i
 void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                      int64_t m0, int64_t m1, const OutRows& out);
 
+// dot_rows_avx2 for 4-bit blocks (Q4_0, Q4_1, Q4_K: vnni_type) on AVX512-VNNI CPUs, 16 weight rows
+// at a time (quant_vnni.cpp); x's int16 quants split by split_rows into lo (unsigned) and hi
+// (signed) bytes, q = 256 * hi + lo. Same integer sums as dot_rows_avx2.
+bool vnni_type(int qtype);
+void split_rows(const int16_t* q, int64_t count, uint8_t* lo, int8_t* hi);
+void dot_rows_vnni(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
+                   const uint8_t* lo, const int8_t* hi, int64_t m0, int64_t m1, const OutRows& out);
+
 // out[m, n] = sum over k of bf16(W[n, k]) x[m, k], x bfloat16 bits [rows, k] x_stride apart: W's
 // rows dequantized to bfloat16 once per tile of rows, the products by AVX512-BF16 (quant_bf16.cpp).
 void dense_rows_bf16(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const uint16_t* x,

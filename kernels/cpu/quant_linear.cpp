@@ -1,6 +1,6 @@
 // torch ops over quant_kernels.h: GGUF rows into langrt's row layout (langrt_quant::repack), y =
 // x W^T on that layout (langrt_quant::quant_linear), and W's values (langrt_quant::dequantize). The caller (kernels/cpu/quant.py) says which
-// implementation runs: 1 = AVX2 + FMA + F16C, 0 = plain C++. The work is split over torch's
+// implementation runs: 2 = AVX512-VNNI for 4-bit blocks (AVX2 for the others), 1 = AVX2 + FMA + F16C, 0 = plain C++. The work is split over torch's
 // threads by weight rows; long inputs go through in chunks of rows, so that a chunk's quantized
 // activations stay in cache while every weight row of a task passes over them.
 #include <ATen/Parallel.h>
@@ -33,7 +33,7 @@ void check(const at::Tensor& x, const at::Tensor& w, int64_t qtype) {
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype, int64_t isa) {
   check(x, w, qtype);
   const int64_t rows = x.size(0), k = x.size(1), n = w.size(0), blocks = k / kBlock;
-  const bool bf16 = x.scalar_type() == at::kBFloat16, avx2 = isa == 1;
+  const bool bf16 = x.scalar_type() == at::kBFloat16, avx2 = isa >= 1;
   at::Tensor out = at::empty({rows, n}, x.options());
   std::vector<int16_t> q(rows * k);
   std::vector<float> d(rows * blocks), s(rows * blocks);
@@ -52,6 +52,21 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype,
   const langrt_quant::OutRows o{out.data_ptr(), out.stride(0), bf16};
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int64_t row_bytes = w.size(1);
+#if defined(__x86_64__)
+  if (isa == 2 && langrt_quant::vnni_type(static_cast<int>(qtype))) {
+    std::vector<uint8_t> lo(rows * k);
+    std::vector<int8_t> hi(rows * k);
+    langrt_quant::split_rows(q.data(), rows * k, lo.data(), hi.data());
+    // tasks of whole tiles of 16 weight rows
+    at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t m0 = 0; m0 < rows; m0 += kRowChunk) {
+        langrt_quant::dot_rows_vnni(static_cast<int>(qtype), wp, row_bytes, 16 * t0, std::min(n, 16 * t1), xq, lo.data(),
+                                    hi.data(), m0, std::min(rows, m0 + kRowChunk), o);
+      }
+    });
+    return out;
+  }
+#endif
   // A task is at least ~2k block products: a decode's small layers stay on one thread.
   const int64_t grain = std::max<int64_t>(1, 2048 / (blocks * std::min(rows, kRowChunk)));
   at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {

@@ -45,14 +45,24 @@ FLY_MAX_ROWS = 9
 # same layers the tiles win 1.55x at 2 rows and 1.09x at 4, and lose from 6 (0.86x); the LM head
 # (49,152 x 576) at 9 rows takes 3.9 ms on tiles, 2.4 on the copy.
 FLY_MAX_ROWS_Q8_0 = 4
+# On AVX512-VNNI CPUs a decoding pass of 2 to VNNI_MAX_ROWS bf16 rows multiplies 4-bit blocks
+# (Q4_0, Q4_1, Q4_K: VNNI_TYPES) in integers, 16 weight rows at a time (quant_vnni.cpp): the
+# blocks' exact values, as a single decode row takes them, where the tiles take the copy's bf16
+# values. SmolLM2's 120 Q4_1 layer matrices read from memory, 2 threads, 2-core Zen 4: 2 rows
+# 5.0 ms (tiles 6.0), 4 rows 5.7 (7.4), 8 rows 9.1 (10.2); a single row stays on the AVX2 kernel
+# (3.9 ms; 4.75 here).
+VNNI_MAX_ROWS = 8
+VNNI_TYPES = (2, 3, 12)
+_vnni_max_rows = 0
 
 
 def set_pass(decode: bool, decoding: bool = False) -> None:
-    global _decode_pass, _fly_max_rows, _f32_prompt_min_rows
+    global _decode_pass, _fly_max_rows, _vnni_max_rows, _f32_prompt_min_rows
     from kernels.cpu import quant
 
     _decode_pass = decode
     _fly_max_rows = FLY_MAX_ROWS if (decode or decoding) and quant.bf16_rows() else 0
+    _vnni_max_rows = VNNI_MAX_ROWS if (decode or decoding) and quant.vnni_rows() else 0
     _f32_prompt_min_rows = 0 if decode or decoding else F32_PROMPT_MIN_ROWS
 
 
@@ -64,6 +74,12 @@ def fly_max_rows(ggml_type: int | None = None) -> int:
     """The most bf16 rows of this pass that `matmul` multiplies by dequantizing tiles of blocks
     of `ggml_type` (0: none)."""
     return min(_fly_max_rows, FLY_MAX_ROWS_Q8_0) if ggml_type == Q8_0 else _fly_max_rows
+
+
+def vnni_max_rows(ggml_type: int | None = None) -> int:
+    """The most bf16 rows of this pass that `matmul` sends to the blocks' integer kernel for
+    `ggml_type` (None: for the 4-bit types; 0: none)."""
+    return _vnni_max_rows if ggml_type is None or ggml_type in VNNI_TYPES else 0
 
 
 def f32_prompt_min_rows() -> int:
@@ -131,6 +147,8 @@ class QuantizedWeight:
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, in] -> x W^T [T, out] in x's dtype (float32 or bfloat16)."""
         single_decode_row = _decode_pass and x.shape[0] == 1
+        if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._vnni_rows():
+            return self._vnni_matmul(x.contiguous() if x.stride(-1) != 1 else x)
         if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._fly_rows():
             return self._fly_matmul(x.contiguous() if x.stride(-1) != 1 else x)
         if x.dtype == torch.float32 and 0 < _f32_prompt_min_rows <= x.shape[0]:
@@ -142,6 +160,9 @@ class QuantizedWeight:
     def _fly_rows(self) -> int:
         return fly_max_rows(self.ggml_type)
 
+    def _vnni_rows(self) -> int:
+        return vnni_max_rows(self.ggml_type)
+
     def _blocks_matmul(self, x: torch.Tensor) -> torch.Tensor:
         from kernels.cpu.quant import quant_linear
 
@@ -151,6 +172,11 @@ class QuantizedWeight:
         from kernels.cpu.quant import dense_linear
 
         return dense_linear(x, self.data, self.ggml_type)
+
+    def _vnni_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        from kernels.cpu.quant import vnni_linear
+
+        return vnni_linear(x, self.data, self.ggml_type)
 
     @property
     def nbytes(self) -> int:
@@ -199,11 +225,17 @@ class StackedQuantizedWeight(QuantizedWeight):
     def _fly_rows(self) -> int:
         return min(p._fly_rows() for p in self.parts)
 
+    def _vnni_rows(self) -> int:
+        return min(p._vnni_rows() for p in self.parts)
+
     def _blocks_matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([p._blocks_matmul(x) for p in self.parts], dim=-1)
 
     def _fly_matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([p._fly_matmul(x) for p in self.parts], dim=-1)
+
+    def _vnni_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([p._vnni_matmul(x) for p in self.parts], dim=-1)
 
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
         return torch.cat([p.dequantize(dtype) for p in self.parts])
@@ -246,8 +278,12 @@ def describe_blocks(model) -> str:
         line += f"; bfloat16 copies ({copy_mb:.0f} MB) for prompts and passes of many rows, where oneDNN's GEMM is faster"
     from kernels.cpu import quant
 
-    if copies and quant.bf16_rows():  # copies: bfloat16 activations
-        line += f"; decoding passes of 2-{FLY_MAX_ROWS} bfloat16 rows dequantize the blocks tile by tile (AVX512-BF16)"
+    vnni = copies and quant.vnni_rows() and any(w.ggml_type in VNNI_TYPES for w in weights)  # copies: bfloat16 activations
+    if vnni:
+        line += f"; decoding passes of 2-{VNNI_MAX_ROWS} bfloat16 rows multiply 4-bit blocks 16 rows at a time (AVX512-VNNI)"
+    if copies and quant.bf16_rows():
+        other = " other" if vnni else ""
+        line += f";{other} decoding passes of 2-{FLY_MAX_ROWS} bfloat16 rows dequantize the blocks tile by tile (AVX512-BF16)"
     return line
 
 

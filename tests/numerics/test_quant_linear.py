@@ -25,7 +25,8 @@ pytestmark = pytest.mark.skipif(not quant.available(), reason="the quantized CPU
 
 TYPES = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
 K_QUANTS = ("Q4_K", "Q6_K")  # super-blocks of 256: rows of 512 here
-ISAS = ["avx2", "scalar"] if quant.isa() == "avx2" else ["scalar"]
+# vnni: 4-bit blocks 16 weight rows at a time (quant_vnni.cpp), where the CPU has AVX512-VNNI
+ISAS = (["vnni"] if quant.vnni_rows() else []) + (["avx2", "scalar"] if quant.isa() == "avx2" else ["scalar"])
 REL = {torch.float32: 1e-4, torch.bfloat16: 6e-3}
 MODEL_REL = 5e-4
 
@@ -52,9 +53,33 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
 
 @pytest.fixture(params=ISAS)
 def isa(request, monkeypatch):
-    monkeypatch.setenv(quant.ISA_ENV, request.param)
-    assert quant.isa() == request.param
+    """The implementation `_product` runs: 'vnni' (vnni_linear), 'avx2' or 'scalar' (quant_linear)."""
+    if request.param == "vnni":
+        monkeypatch.delenv(quant.ISA_ENV, raising=False)
+    else:
+        monkeypatch.setenv(quant.ISA_ENV, request.param)
+        assert quant.isa() == request.param
     return request.param
+
+
+def _product(x: torch.Tensor, blocks: torch.Tensor, qtype: int, isa: str) -> torch.Tensor:
+    return (quant.vnni_linear if isa == "vnni" else quant.quant_linear)(x, blocks, qtype)
+
+
+@pytest.mark.skipif(not quant.vnni_rows(), reason="needs AVX512-VNNI (quant_vnni.cpp)")
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q4_K"])
+def test_vnni_kernel_takes_the_avx2_kernels_integer_sums(qtype):
+    """Rows of 37 blocks (two of the scales' 16-block transposes, one short) and 37 weight rows
+    (two tiles of 16 and a short one): the AVX2 kernel's integer sums, scaled in another order,
+    so within float32 rounding of it (Q4_K: rows of 512)."""
+    blocks, values = _weights(qtype, 37, 37 * 32, seed=5)
+    x = torch.randn(9, values.shape[1], generator=torch.Generator().manual_seed(5))
+    got = quant.vnni_linear(x, blocks, quant.GGML_TYPES[qtype])
+    assert _rel(got, quant.quant_linear(x, blocks, quant.GGML_TYPES[qtype])) < 1e-6
+    assert _rel(got, x.double() @ values.double().T) < REL[torch.float32]
+    # bf16 rows: the float32 results of the same values, rounded to nearest even
+    bf16 = quant.vnni_linear(x.bfloat16(), blocks, quant.GGML_TYPES[qtype])
+    assert torch.equal(bf16, quant.vnni_linear(x.bfloat16().float(), blocks, quant.GGML_TYPES[qtype]).bfloat16())
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -71,12 +96,12 @@ def test_dequantize_gives_gguf_values_exactly(qtype):
 def test_quant_linear_matches_the_dequantized_product(qtype, rows, dtype, isa):
     blocks, values = _weights(qtype, 37, 160, seed=rows)
     x = torch.randn(rows, values.shape[1], generator=torch.Generator().manual_seed(rows)).to(dtype)
-    got = quant.quant_linear(x, blocks, quant.GGML_TYPES[qtype])
+    got = _product(x, blocks, quant.GGML_TYPES[qtype], isa)
     assert got.dtype == dtype and got.shape == (rows, 37)
     want = x.double() @ values.double().T
     assert _rel(got, want) < REL[dtype]
     # each row alone gives the same values as in the batch (rows never mix)
-    alone = torch.cat([quant.quant_linear(x[i : i + 1], blocks, quant.GGML_TYPES[qtype]) for i in range(rows)])
+    alone = torch.cat([_product(x[i : i + 1], blocks, quant.GGML_TYPES[qtype], isa) for i in range(rows)])
     assert torch.equal(alone, got)
 
 
@@ -226,7 +251,8 @@ def test_smollm_on_its_q4_1_blocks_matches_the_dequantized_model(smollm_path):
 def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     """In bfloat16 on the packed path the blocks keep a packed copy of their values: a decode
     pass's single row multiplies the blocks; a decoding pass (decodes and their drafts) of 2 to
-    FLY_MAX_ROWS rows (FLY_MAX_ROWS_Q8_0 for Q8_0 blocks) dequantizes tiles where the CPU has
+    VNNI_MAX_ROWS rows of 4-bit blocks does too where the CPU has AVX512-VNNI, else (and up to
+    FLY_MAX_ROWS rows, FLY_MAX_ROWS_Q8_0 for Q8_0 blocks) dequantizes tiles where it has
     AVX512-BF16 (dense_linear: the copy's values); other passes (prompts, however short, and
     more rows) use the copy, the dequantized model's own GEMM."""
     from langrt.model import quant as model_quant
@@ -243,6 +269,8 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     on_blocks = quant.quant_linear(x, weight.data, weight.ggml_type)
     fly = quant.bf16_rows()
     on_tiles = quant.dense_linear(x[:5], weight.data, weight.ggml_type) if fly else on_copy[:5]
+    assert 5 <= model_quant.VNNI_MAX_ROWS < x.shape[0]
+    few_rows = on_blocks[:5] if quant.vnni_rows() else on_tiles  # a decoding pass's 5 rows
     head = model_quant.QuantizedWeight.quantize(torch.randn(96, 64), model_quant.Q8_0)  # like llama.cpp's Q4 files' LM head
     head.add_dense_copy()
     assert model_quant.FLY_MAX_ROWS_Q8_0 < 5
@@ -253,7 +281,7 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
         for decode, decoding in ((True, True), (False, True), (False, False)):
             model_quant.set_pass(decode, decoding)
             assert torch.equal(weight.matmul(x), on_copy)  # more rows than FLY_MAX_ROWS
-            assert torch.equal(weight.matmul(x[:5]), on_tiles if decoding else on_copy[:5])
+            assert torch.equal(weight.matmul(x[:5]), few_rows if decoding else on_copy[:5])
             assert torch.equal(weight.matmul(x[:1]), on_blocks[:1] if decode else on_copy[:1])
             # Q8_0 blocks (the LM head) take tiles only up to FLY_MAX_ROWS_Q8_0 rows
             assert torch.equal(head.matmul(h), head_copy)
