@@ -56,12 +56,11 @@ Tensor packed_linear(const Tensor& x, const Tensor& packed, const c10::optional<
 constexpr int64_t kQ8_0 = 8;  // GGML's type number
 
 bool four_bit(int64_t qtype) { return qtype == 2 || qtype == 3 || qtype == 12; }  // quant.VNNI_TYPES
-constexpr int64_t kVnni = 2;  // quant_linear's flag for quant_vnni.cpp (kernels/cpu/quant.py's vnni_linear)
 
 struct LinearRules {
-  bool decode_pass;         // the runner's pass is a decode pass (quant.set_pass)
+  bool decode_pass;         // the runner's pass is a decoding pass, no prompt rows (quant.set_pass)
   int64_t packed_max_rows;  // layers.PACKED_MAX_ROWS
-  int64_t isa;              // the quantized kernels' ISA flag
+  int64_t isa;              // the quantized kernels' ISA flag (kernels/cpu/quant.py's op_isa)
   int64_t fly_max_rows;     // quant.fly_max_rows(): bf16 passes of 2 to this many rows dequantize tiles
   int64_t fly_max_rows_q8;  // quant.fly_max_rows(Q8_0): the same for Q8_0 blocks
   int64_t vnni_max_rows;    // quant.vnni_max_rows(): bf16 passes of 2 to this many rows take 4-bit blocks' integer kernel
@@ -104,7 +103,7 @@ Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& 
       if (!four_bit(m.types[i])) vnni_rows = 0;
     }
     if (bf16 && rows >= 2 && rows <= vnni_rows) {
-      y = by_parts(m, [&](const Tensor& w, int64_t t) { return quant_linear(x, w, t, kVnni); });
+      y = by_parts(m, [&](const Tensor& w, int64_t t) { return quant_linear(x, w, t, r.isa); });
     } else if (bf16 && rows >= 2 && rows <= fly_rows) {
       y = by_parts(m, [&](const Tensor& w, int64_t t) { return dense_linear(x, w, t); });
     } else if (!bf16 && r.f32_min_rows > 0 && rows >= r.f32_min_rows) {

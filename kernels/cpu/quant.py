@@ -5,7 +5,8 @@ activations are quantized to int16 with one scale and multiplied with a weight b
 
 Unlike the other CPU kernels this library is built without -m flags: its AVX2 functions carry
 their instruction set themselves and are called only where /proc/cpuinfo lists avx2, fma and
-f16c, so it loads on any CPU; elsewhere the plain C++ loops run. `LANGRT_CPU_ISA=scalar` forces
+f16c (and, for 4-bit blocks 16 weight rows at a time, avx512_vnni: quant_vnni.cpp), so it loads
+on any CPU; elsewhere the plain C++ loops run. `LANGRT_CPU_ISA=scalar` forces
 those (tests run both); `LANGRT_CPU_KERNELS=0` turns the library off, and GGUF weights are then
 dequantized at load as before.
 """
@@ -64,29 +65,27 @@ def repack(gguf_rows: torch.Tensor, ggml_type: int) -> torch.Tensor:
 
 def quant_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
     """x [M, K] float32 or bfloat16 -> [M, N] in x's dtype; weight: `repack`'s rows."""
-    return _ops().quant_linear(x, weight, ggml_type, 1 if isa() == "avx2" else 0)
+    return _ops().quant_linear(x, weight, ggml_type, op_isa())
 
 
-def vnni_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
-    """quant_linear with 4-bit blocks (Q4_0, Q4_1, Q4_K) multiplied 16 weight rows at a time by
-    AVX512-VNNI (quant_vnni.cpp; the other types as quant_linear): the same integer sums, scaled
-    in another order, so a row's bits differ from quant_linear's but not with the other rows;
-    only where `vnni_rows()`. A single row is faster on quant_linear (read from memory, SmolLM2's
-    layers: 3.9 vs 4.75 ms), several rows here (4 rows: 5.7 vs 10.5)."""
-    if not _vnni_cpu():
-        raise RuntimeError("vnni_linear: this CPU lacks AVX512-VNNI (or torch does not run AVX-512 here)")
-    return _ops().quant_linear(x, weight, ggml_type, 2)
+def describe_isa() -> str:
+    """The kernels this CPU runs, for the log."""
+    return f"{isa()} (4-bit blocks: AVX512-VNNI)" if vnni_rows() else isa()
+
+
+def op_isa() -> int:
+    """The quant_linear op's implementation flag: 2 = AVX512-VNNI for 4-bit blocks and AVX2 for
+    the others (vnni_rows()), 1 = AVX2 + FMA + F16C, 0 = plain C++."""
+    return 2 if vnni_rows() else 1 if isa() == "avx2" else 0
 
 
 def vnni_rows() -> bool:
-    """Whether 4-bit blocks multiply 16 weight rows at a time with AVX512-VNNI here
-    (quant_vnni.cpp): x86-64 with AVX512-VNNI, not forced to AVX2 or plain C++."""
+    """Whether 4-bit blocks (Q4_0, Q4_1, Q4_K) multiply 16 weight rows at a time with AVX512-VNNI
+    here (quant_vnni.cpp): x86-64 with AVX512-VNNI, not forced to AVX2 or plain C++. Their
+    integer sums are the AVX2 kernel's, scaled in another order; SmolLM2's 120 Q4_1 layer
+    matrices read from memory, 2 threads, 2-core Zen 4: 1 row 3.2 ms (AVX2 3.9), 4 rows 5.2 (10.5)."""
     if os.environ.get(ISA_ENV, "").lower() in ("scalar", "avx2") or isa() != "avx2":
         return False
-    return _vnni_cpu()
-
-
-def _vnni_cpu() -> bool:
     return avx512_unavailable_reason() is None and {"avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c"} <= cpu_flags()
 
 

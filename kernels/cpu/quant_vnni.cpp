@@ -3,11 +3,13 @@
 //
 // Why: quant_avx2.cpp spreads a block's 32 products over 8 lanes and pays a conversion and an FMA
 // per block and row to scale them (its scale differs per block), so each activation row costs
-// about as much as the weights' decoding; a pass of 2-9 rows (a request and its drafts) cost
-// 1.5-2x a single row. Here lane j holds weight row j: a block's products for 16 rows sum in one
-// register with no shuffles, and the scale is applied once per block for all 16. Each row's
-// 16 quant bytes are moved into the lanes once (a 16 x 4 dword transpose) and serve every
-// activation row.
+// about as much as the weights' decoding, and a decoding pass of 2-9 rows (a request and its
+// drafts) went to the bf16 tiles (quant_bf16.cpp) instead. Here lane j holds weight row j: a
+// block's products for 16 rows sum in one register with no shuffles, and the scale is applied
+// once per block for all 16. Each row's 16 quant bytes are moved into the lanes once (a 16 x 4
+// dword transpose) and serve every activation row. A single row is faster here too, so on these
+// CPUs every pass of 4-bit blocks through quant_linear runs here, and a row's bits do not depend
+// on how many rows its pass has.
 //
 // The products are VPDPBUSD's (unsigned bytes times signed bytes, 4 per lane): an activation's
 // int16 q = 256 * hi + lo (lo in [0, 255], hi in [-128, 127]) multiplies the weight's nibble w in
@@ -31,7 +33,7 @@ namespace langrt_quant {
 namespace {
 
 constexpr int kLanes = 16;  // weight rows per tile
-constexpr int kRows = 4;    // activation rows per pass over a tile
+constexpr int kRows = 4;    // activation rows per pass over a tile (8 measured slower: registers spill)
 
 // Weight rows `rows` (16 pointers), block b: T[t] lane j = bytes 4t .. 4t + 3 of row j's quants.
 LANGRT_VNNI inline void gather(const uint8_t* const* rows, int64_t b, __m512i T[4]) {
@@ -159,7 +161,7 @@ struct Prefetch {
   LANGRT_VNNI void at(int64_t b) const {
     const int64_t per_block = (bytes + blocks - 1) / blocks;
     for (int64_t byte = b * per_block; byte < std::min(bytes, (b + 1) * per_block); byte += 64) {
-      _mm_prefetch(start + byte, _MM_HINT_T0);
+      _mm_prefetch(start + byte, _MM_HINT_T1);
     }
   }
 };

@@ -94,7 +94,7 @@ def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torc
     from kernels.cpu import quant as quant_kernels, torch_ops
 
     k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, heads, kv_heads, scale = args
-    isa = 1 if quant_kernels.isa() == "avx2" else 0
+    isa = quant_kernels.op_isa()
     cos, sin = rope
     x, residual = torch_ops().fused_layers(
         x, tensors.weights, tensors.qtypes, tensors.parts, tensors.packed, tensors.qkv_biases, tensors.norms,

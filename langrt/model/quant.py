@@ -23,10 +23,10 @@ Q4_1, Q8_0 = 3, 8
 # with their own scale (and minimum, Q4_1): finer than per-channel int8, and the LM head stays at
 # 8 bits as in llama.cpp's Q4 files, where 4-bit logits would cost the most accuracy.
 PLAIN_QUANTIZATIONS = {"int8": (Q8_0, Q8_0), "int4": (Q4_1, Q8_0)}
-# What the pass running now is, set by ModelRunner before each pass (`set_pass`): a decode pass
-# (one new token per request) sends a single row to the blocks, exact, where a bf16 copy exists
-# for other passes; a decoding pass (running requests' tokens and drafts, no prompt rows) of 2 to
-# FLY_MAX_ROWS bf16 rows dequantizes the blocks tile by tile on AVX512-BF16 CPUs (the copy's
+# What the pass running now is, set by ModelRunner before each pass (`set_pass`): a decoding pass
+# (running requests' tokens and drafts, no prompt rows) sends a single row to the blocks, exact,
+# where a bf16 copy exists for other passes (a decode pass's one row, or the one row whose whole
+# logits a pass with drafts wants); a decoding pass of 2 to FLY_MAX_ROWS bf16 rows dequantizes the blocks tile by tile on AVX512-BF16 CPUs (the copy's
 # values, read at the blocks' size). A prompt's rows, however few, go to the copy, so a prompt
 # computed whole and the same prompt's last token computed again over its cached prefix take the
 # same weights in the same GEMM. In float32, a prompt pass of F32_PROMPT_MIN_ROWS rows or more
@@ -45,13 +45,14 @@ FLY_MAX_ROWS = 9
 # same layers the tiles win 1.55x at 2 rows and 1.09x at 4, and lose from 6 (0.86x); the LM head
 # (49,152 x 576) at 9 rows takes 3.9 ms on tiles, 2.4 on the copy.
 FLY_MAX_ROWS_Q8_0 = 4
-# On AVX512-VNNI CPUs a decoding pass of 2 to VNNI_MAX_ROWS bf16 rows multiplies 4-bit blocks
-# (Q4_0, Q4_1, Q4_K: VNNI_TYPES) in integers, 16 weight rows at a time (quant_vnni.cpp): the
-# blocks' exact values, as a single decode row takes them, where the tiles take the copy's bf16
-# values. SmolLM2's 120 Q4_1 layer matrices read from memory, 2 threads, 2-core Zen 4: 2 rows
-# 5.0 ms (tiles 6.0), 4 rows 5.7 (7.4), 8 rows 9.1 (10.2); a single row stays on the AVX2 kernel
-# (3.9 ms; 4.75 here).
-VNNI_MAX_ROWS = 8
+# On AVX512-VNNI CPUs the 4-bit blocks (Q4_0, Q4_1, Q4_K: VNNI_TYPES) multiply 16 weight rows at a
+# time in integers (quant_vnni.cpp), a single decode row as a decoding pass of up to VNNI_MAX_ROWS
+# bf16 rows, which the tiles took before: so those passes take the blocks' exact values, and each
+# row's bits whatever the other rows are (drafts verified in one pass give the tokens decoding
+# one at a time gives). SmolLM2's 120 Q4_1 layer matrices read from memory, 2 threads, 2-core
+# Zen 4: 2 rows 4.1 ms (tiles 5.9), 3 rows 4.7 (7.2), 5 rows 6.9 (8.7), 9 rows 10.2 (11.9); at
+# 12 rows the two are even, at 16 the tiles win (16.9 vs 21.6).
+VNNI_MAX_ROWS = 9
 VNNI_TYPES = (2, 3, 12)
 _vnni_max_rows = 0
 
@@ -60,7 +61,7 @@ def set_pass(decode: bool, decoding: bool = False) -> None:
     global _decode_pass, _fly_max_rows, _vnni_max_rows, _f32_prompt_min_rows
     from kernels.cpu import quant
 
-    _decode_pass = decode
+    _decode_pass = decode or decoding  # no prompt rows: a single row of it takes the blocks
     _fly_max_rows = FLY_MAX_ROWS if (decode or decoding) and quant.bf16_rows() else 0
     _vnni_max_rows = VNNI_MAX_ROWS if (decode or decoding) and quant.vnni_rows() else 0
     _f32_prompt_min_rows = 0 if decode or decoding else F32_PROMPT_MIN_ROWS
@@ -137,7 +138,8 @@ class QuantizedWeight:
         """Keep the values too, packed for oneDNN's bfloat16 GEMM: where the CPU has AVX512-BF16,
         that GEMM beats the blocks from 2 rows up (3-4x at 16-64 rows, SmolLM2's layers), while a
         single row, bound by reading the weights, is 2-15x faster on the blocks. `matmul` sends
-        a decode pass's single row to the blocks and every other pass to the copy (see set_pass):
+        a decoding pass's single row (a decode, or the one row of a pass with drafts whose whole
+        logits are wanted) to the blocks and every other pass to the copy (see set_pass):
         the copy's values are rounded to bfloat16, the blocks' are exact, and a greedy near-tie
         must not go one way for a prompt computed whole and the other when it is cached."""
         from langrt.model.layers import pack_weight
@@ -148,7 +150,7 @@ class QuantizedWeight:
         """x [T, in] -> x W^T [T, out] in x's dtype (float32 or bfloat16)."""
         single_decode_row = _decode_pass and x.shape[0] == 1
         if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._vnni_rows():
-            return self._vnni_matmul(x.contiguous() if x.stride(-1) != 1 else x)
+            return self._blocks_matmul(x.contiguous() if x.stride(-1) != 1 else x)
         if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._fly_rows():
             return self._fly_matmul(x.contiguous() if x.stride(-1) != 1 else x)
         if x.dtype == torch.float32 and 0 < _f32_prompt_min_rows <= x.shape[0]:
@@ -172,11 +174,6 @@ class QuantizedWeight:
         from kernels.cpu.quant import dense_linear
 
         return dense_linear(x, self.data, self.ggml_type)
-
-    def _vnni_matmul(self, x: torch.Tensor) -> torch.Tensor:
-        from kernels.cpu.quant import vnni_linear
-
-        return vnni_linear(x, self.data, self.ggml_type)
 
     @property
     def nbytes(self) -> int:
@@ -233,9 +230,6 @@ class StackedQuantizedWeight(QuantizedWeight):
 
     def _fly_matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([p._fly_matmul(x) for p in self.parts], dim=-1)
-
-    def _vnni_matmul(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([p._vnni_matmul(x) for p in self.parts], dim=-1)
 
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
         return torch.cat([p.dequantize(dtype) for p in self.parts])
@@ -307,7 +301,7 @@ def plain_quantization(args, source) -> tuple[str | None, str]:
             f"({quant.unavailable_reason() or 'they could not be built: see the warning above'})"
         )
     layers, head = (BLOCK_TYPES[t][0] for t in PLAIN_QUANTIZATIONS[args.quantization])
-    return args.quantization, f"quantized at load (--quantization {args.quantization}): layers to {layers}, the LM head to {head} blocks, {quant.isa()} kernels"
+    return args.quantization, f"quantized at load (--quantization {args.quantization}): layers to {layers}, the LM head to {head} blocks, {quant.describe_isa()} kernels"
 
 
 def serve_gguf_blocks(args, source) -> tuple[bool, str]:
@@ -327,4 +321,4 @@ def serve_gguf_blocks(args, source) -> tuple[bool, str]:
 
     if not quant.available():
         return False, f"{dequantized} (quantized kernels off: {quant.unavailable_reason() or 'they could not be built'})"
-    return True, f"Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks served as stored, {quant.isa()} kernels, activations in {args.dtype}"
+    return True, f"Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks served as stored, {quant.describe_isa()} kernels, activations in {args.dtype}"

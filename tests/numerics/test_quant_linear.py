@@ -53,33 +53,31 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
 
 @pytest.fixture(params=ISAS)
 def isa(request, monkeypatch):
-    """The implementation `_product` runs: 'vnni' (vnni_linear), 'avx2' or 'scalar' (quant_linear)."""
     if request.param == "vnni":
         monkeypatch.delenv(quant.ISA_ENV, raising=False)
+        assert quant.op_isa() == 2
     else:
         monkeypatch.setenv(quant.ISA_ENV, request.param)
-        assert quant.isa() == request.param
+        assert quant.isa() == request.param and quant.op_isa() < 2
     return request.param
-
-
-def _product(x: torch.Tensor, blocks: torch.Tensor, qtype: int, isa: str) -> torch.Tensor:
-    return (quant.vnni_linear if isa == "vnni" else quant.quant_linear)(x, blocks, qtype)
 
 
 @pytest.mark.skipif(not quant.vnni_rows(), reason="needs AVX512-VNNI (quant_vnni.cpp)")
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q4_K"])
-def test_vnni_kernel_takes_the_avx2_kernels_integer_sums(qtype):
+def test_vnni_kernel_takes_the_avx2_kernels_integer_sums(qtype, monkeypatch):
     """Rows of 37 blocks (two of the scales' 16-block transposes, one short) and 37 weight rows
     (two tiles of 16 and a short one): the AVX2 kernel's integer sums, scaled in another order,
     so within float32 rounding of it (Q4_K: rows of 512)."""
     blocks, values = _weights(qtype, 37, 37 * 32, seed=5)
     x = torch.randn(9, values.shape[1], generator=torch.Generator().manual_seed(5))
-    got = quant.vnni_linear(x, blocks, quant.GGML_TYPES[qtype])
-    assert _rel(got, quant.quant_linear(x, blocks, quant.GGML_TYPES[qtype])) < 1e-6
-    assert _rel(got, x.double() @ values.double().T) < REL[torch.float32]
+    t = quant.GGML_TYPES[qtype]
+    got = quant.quant_linear(x, blocks, t)
     # bf16 rows: the float32 results of the same values, rounded to nearest even
-    bf16 = quant.vnni_linear(x.bfloat16(), blocks, quant.GGML_TYPES[qtype])
-    assert torch.equal(bf16, quant.vnni_linear(x.bfloat16().float(), blocks, quant.GGML_TYPES[qtype]).bfloat16())
+    bf16 = quant.quant_linear(x.bfloat16(), blocks, t)
+    assert torch.equal(bf16, quant.quant_linear(x.bfloat16().float(), blocks, t).bfloat16())
+    assert _rel(got, x.double() @ values.double().T) < REL[torch.float32]
+    monkeypatch.setenv(quant.ISA_ENV, "avx2")
+    assert _rel(got, quant.quant_linear(x, blocks, t)) < 1e-6
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -96,12 +94,12 @@ def test_dequantize_gives_gguf_values_exactly(qtype):
 def test_quant_linear_matches_the_dequantized_product(qtype, rows, dtype, isa):
     blocks, values = _weights(qtype, 37, 160, seed=rows)
     x = torch.randn(rows, values.shape[1], generator=torch.Generator().manual_seed(rows)).to(dtype)
-    got = _product(x, blocks, quant.GGML_TYPES[qtype], isa)
+    got = quant.quant_linear(x, blocks, quant.GGML_TYPES[qtype])
     assert got.dtype == dtype and got.shape == (rows, 37)
     want = x.double() @ values.double().T
     assert _rel(got, want) < REL[dtype]
     # each row alone gives the same values as in the batch (rows never mix)
-    alone = torch.cat([_product(x[i : i + 1], blocks, quant.GGML_TYPES[qtype], isa) for i in range(rows)])
+    alone = torch.cat([quant.quant_linear(x[i : i + 1], blocks, quant.GGML_TYPES[qtype]) for i in range(rows)])
     assert torch.equal(alone, got)
 
 
@@ -282,7 +280,7 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
             model_quant.set_pass(decode, decoding)
             assert torch.equal(weight.matmul(x), on_copy)  # more rows than FLY_MAX_ROWS
             assert torch.equal(weight.matmul(x[:5]), few_rows if decoding else on_copy[:5])
-            assert torch.equal(weight.matmul(x[:1]), on_blocks[:1] if decode else on_copy[:1])
+            assert torch.equal(weight.matmul(x[:1]), on_blocks[:1] if decoding else on_copy[:1])
             # Q8_0 blocks (the LM head) take tiles only up to FLY_MAX_ROWS_Q8_0 rows
             assert torch.equal(head.matmul(h), head_copy)
             assert torch.equal(head.matmul(h[:-1]), head_tiles if decoding else head_copy[:-1])
