@@ -117,7 +117,7 @@ def cpu_flags_summary() -> list[str]:
     """The CPU's flags that decide langrt's path (which CPU the figures came from)."""
     from langrt.cpu_features import cpu_flags
 
-    return sorted(f for f in cpu_flags() if f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16"))
+    return sorted(f for f in cpu_flags() if f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16"))
 
 
 def kernels_off() -> str | None:
