@@ -33,7 +33,7 @@ namespace langrt_quant {
 namespace {
 
 constexpr int kLanes = 16;  // weight rows per tile
-constexpr int kRows = 4;    // activation rows per pass over a tile (8 measured slower: registers spill)
+constexpr int kRows = 4;    // activation rows whose sums stay in registers (8 measured slower: they spill)
 
 // Weight rows `rows` (16 pointers), block b: T[t] lane j = bytes 4t .. 4t + 3 of row j's quants.
 LANGRT_VNNI inline void gather(const uint8_t* const* rows, int64_t b, __m512i T[4]) {
@@ -166,49 +166,84 @@ struct Prefetch {
   }
 };
 
-// RM activation rows (m0 ..) against the tile's 16 weight rows (n0 ..; the first `valid` stored).
+// A tile's block b: its 16 rows' weights (lo[t]: weights 4t .. 4t + 3 of each lane's row, hi[t]:
+// 16 + 4t .. 16 + 4t + 3), scales and offsets.
+struct Unpacked {
+  __m512i lo[4], hi[4];
+  __m512 d, m;
+};
+
+LANGRT_VNNI inline Unpacked unpack(const uint8_t* const* rows, const float* d, const float* m, int64_t b) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512i T[4];
+  gather(rows, b, T);
+  Unpacked w;
+  for (int t = 0; t < 4; ++t) {
+    w.lo[t] = _mm512_and_si512(T[t], low4);
+    w.hi[t] = _mm512_and_si512(_mm512_srli_epi16(T[t], 4), low4);
+  }
+  w.d = _mm512_loadu_ps(d + b * kLanes);
+  w.m = _mm512_loadu_ps(m + b * kLanes);
+  return w;
+}
+
+// Activation row `row`, block b, against the tile's 16 rows: into its sums and offsets.
+LANGRT_VNNI inline void row_block(const Unpacked& w, const SplitRows& x, int64_t row, int64_t b, __m512& acc,
+                                  __m512& offsets) {
+  const int64_t at = row * x.k + b * kBlock;
+  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+  for (int t = 0; t < 4; ++t) {
+    lo = _mm512_dpbusd_epi32(lo, bcast4(x.lo + at + 4 * t), w.lo[t]);
+    lo = _mm512_dpbusd_epi32(lo, bcast4(x.lo + at + 16 + 4 * t), w.hi[t]);
+    hi = _mm512_dpbusd_epi32(hi, w.lo[t], bcast4(x.hi + at + 4 * t));
+    hi = _mm512_dpbusd_epi32(hi, w.hi[t], bcast4(x.hi + at + 16 + 4 * t));
+  }
+  const __m512i sum = _mm512_add_epi32(lo, _mm512_slli_epi32(hi, 8));
+  const int64_t xb = row * (x.k / kBlock) + b;
+  const __m512 scale = _mm512_mul_ps(w.d, _mm512_set1_ps(x.d[xb]));
+  acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc);
+  offsets = _mm512_fmadd_ps(w.m, _mm512_set1_ps(x.s[xb]), offsets);
+}
+
+LANGRT_VNNI inline void store_row(const OutRows& out, int64_t row, int64_t n0, int valid, __m512 acc, __m512 offsets) {
+  const __mmask16 keep = static_cast<__mmask16>((1u << valid) - 1);
+  const __m512 v = _mm512_add_ps(acc, offsets);
+  if (out.bf16) {
+    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out.data) + row * out.stride + n0, keep, to_bf16(v));
+  } else {
+    _mm512_mask_storeu_ps(static_cast<float*>(out.data) + row * out.stride + n0, keep, v);
+  }
+}
+
+// RM activation rows (m0 ..) against the tile's 16 weight rows (n0 ..; the first `valid` stored),
+// their sums in registers.
 template <int RM>
 LANGRT_VNNI void dot_tile(const uint8_t* const* rows, const float* d, const float* m, const SplitRows& x, int64_t m0,
                           int64_t n0, int valid, const OutRows& out, const Prefetch& ahead) {
-  const int64_t blocks = x.k / kBlock;
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[RM], offsets[RM];
   for (int r = 0; r < RM; ++r) acc[r] = offsets[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t b = 0; b < x.k / kBlock; ++b) {
     ahead.at(b);
-    __m512i T[4];
-    gather(rows, b, T);
-    __m512i w_lo[4], w_hi[4];  // weights 4t .. 4t + 3 and 16 + 4t .. 16 + 4t + 3 of each lane's row
-    for (int t = 0; t < 4; ++t) {
-      w_lo[t] = _mm512_and_si512(T[t], low4);
-      w_hi[t] = _mm512_and_si512(_mm512_srli_epi16(T[t], 4), low4);
-    }
-    const __m512 db = _mm512_loadu_ps(d + b * kLanes), mb = _mm512_loadu_ps(m + b * kLanes);
-    for (int r = 0; r < RM; ++r) {
-      const int64_t at = (m0 + r) * x.k + b * kBlock;
-      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-      for (int t = 0; t < 4; ++t) {
-        lo = _mm512_dpbusd_epi32(lo, bcast4(x.lo + at + 4 * t), w_lo[t]);
-        lo = _mm512_dpbusd_epi32(lo, bcast4(x.lo + at + 16 + 4 * t), w_hi[t]);
-        hi = _mm512_dpbusd_epi32(hi, w_lo[t], bcast4(x.hi + at + 4 * t));
-        hi = _mm512_dpbusd_epi32(hi, w_hi[t], bcast4(x.hi + at + 16 + 4 * t));
-      }
-      const __m512i sum = _mm512_add_epi32(lo, _mm512_slli_epi32(hi, 8));
-      const int64_t xb = (m0 + r) * blocks + b;
-      const __m512 scale = _mm512_mul_ps(db, _mm512_set1_ps(x.d[xb]));
-      acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc[r]);
-      offsets[r] = _mm512_fmadd_ps(mb, _mm512_set1_ps(x.s[xb]), offsets[r]);
-    }
+    const Unpacked w = unpack(rows, d, m, b);
+    for (int r = 0; r < RM; ++r) row_block(w, x, m0 + r, b, acc[r], offsets[r]);
   }
-  const __mmask16 keep = static_cast<__mmask16>((1u << valid) - 1);
-  for (int r = 0; r < RM; ++r) {
-    const __m512 v = _mm512_add_ps(acc[r], offsets[r]);
-    if (out.bf16) {
-      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out.data) + (m0 + r) * out.stride + n0, keep, to_bf16(v));
-    } else {
-      _mm512_mask_storeu_ps(static_cast<float*>(out.data) + (m0 + r) * out.stride + n0, keep, v);
-    }
+  for (int r = 0; r < RM; ++r) store_row(out, m0 + r, n0, valid, acc[r], offsets[r]);
+}
+
+// More than kRows rows (up to kMaxRows): the same operations, the sums kept in memory, so each
+// block is unpacked once for all the rows (passes over kRows rows at a time unpacked it per pass).
+constexpr int64_t kMaxRows = 64;  // quant_linear.cpp's row chunk
+
+LANGRT_VNNI void dot_tile_rows(const uint8_t* const* rows, const float* d, const float* m, const SplitRows& x, int64_t m0,
+                               int64_t m1, int64_t n0, int valid, const OutRows& out, const Prefetch& ahead) {
+  __m512 acc[kMaxRows], offsets[kMaxRows];
+  for (int64_t r = m0; r < m1; ++r) acc[r - m0] = offsets[r - m0] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < x.k / kBlock; ++b) {
+    ahead.at(b);
+    const Unpacked w = unpack(rows, d, m, b);
+    for (int64_t r = m0; r < m1; ++r) row_block(w, x, r, b, acc[r - m0], offsets[r - m0]);
   }
+  for (int64_t r = m0; r < m1; ++r) store_row(out, r, n0, valid, acc[r - m0], offsets[r - m0]);
 }
 
 template <int QT>
@@ -227,12 +262,15 @@ LANGRT_VNNI void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64
     const Prefetch ahead{reinterpret_cast<const char*>(w + far * row_bytes),
                          far < n1 ? std::min<int64_t>(kLanes, n1 - far) * row_bytes : 0, blocks};
     tile_scales<QT>(rows, blocks, d.data(), m.data());
-    int64_t r = m0;
-    for (; r + kRows <= m1; r += kRows) dot_tile<kRows>(rows, d.data(), m.data(), x, r, n, valid, out, ahead);
-    switch (m1 - r) {
-      case 3: dot_tile<3>(rows, d.data(), m.data(), x, r, n, valid, out, ahead); break;
-      case 2: dot_tile<2>(rows, d.data(), m.data(), x, r, n, valid, out, ahead); break;
-      case 1: dot_tile<1>(rows, d.data(), m.data(), x, r, n, valid, out, ahead); break;
+    if (m1 - m0 > kRows) {
+      for (int64_t r = m0; r < m1; r += kMaxRows) dot_tile_rows(rows, d.data(), m.data(), x, r, std::min(m1, r + kMaxRows), n, valid, out, ahead);
+      continue;
+    }
+    switch (m1 - m0) {
+      case 4: dot_tile<4>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
+      case 3: dot_tile<3>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
+      case 2: dot_tile<2>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
+      case 1: dot_tile<1>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
       default: break;
     }
   }
