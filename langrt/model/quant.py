@@ -47,12 +47,13 @@ FLY_MAX_ROWS = 9
 FLY_MAX_ROWS_Q8_0 = 4
 # On AVX512-VNNI CPUs the 4-bit blocks (Q4_0, Q4_1, Q4_K: VNNI_TYPES) multiply 16 weight rows at a
 # time in integers (quant_vnni.cpp), a single decode row as a decoding pass of up to VNNI_MAX_ROWS
-# bf16 rows, which the tiles took before: so those passes take the blocks' exact values, and each
-# row's bits whatever the other rows are (drafts verified in one pass give the tokens decoding
-# one at a time gives). SmolLM2's 120 Q4_1 layer matrices read from memory, 2 threads, 2-core
-# Zen 4: 2 rows 4.1 ms (tiles 5.9), 3 rows 4.7 (7.2), 5 rows 6.9 (8.7), 9 rows 10.2 (11.9); at
-# 12 rows the two are even, at 16 the tiles win (16.9 vs 21.6).
-VNNI_MAX_ROWS = 9
+# bf16 rows, which the tiles and the copy took before: so those passes take the blocks' exact
+# values, and each row's bits whatever the other rows are (drafts verified in one pass give the
+# tokens decoding one at a time gives). SmolLM2's 120 Q4_1 layer matrices read from memory, 2
+# threads, 2-core Zen 4, ms (vnni / tiles / copy): 2 rows 4.1 / 5.9 / 13.2, 5 rows 6.7 / 8.3 /
+# 11.8, 9 rows 9.4 / 11.6 / 13.4, 13 rows 12.4-12.8 / 14.4-15.0 / 14.9-17.1, 16 rows
+# 15.0-16.9 / 15.6-17.0 / 15.2-16.6 (even there; passes of more rows take the copy).
+VNNI_MAX_ROWS = 16
 VNNI_TYPES = (2, 3, 12)
 _vnni_max_rows = 0
 

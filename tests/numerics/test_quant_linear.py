@@ -262,7 +262,7 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     dense = make_runner(path, "bfloat16", quantization="none", max_total_tokens=512)
     weight = blocks.model.layers[1].mlp.gate_up_proj.packed
     assert weight.dense is not None and blocks.model.lm_head_packed.dense is not None
-    x = torch.randn(model_quant.FLY_MAX_ROWS + 1, weight.in_features).bfloat16()
+    x = torch.randn(max(model_quant.FLY_MAX_ROWS, model_quant.VNNI_MAX_ROWS) + 1, weight.in_features).bfloat16()
     on_copy = torch.ops.mkldnn._linear_pointwise(x, weight.dense, None, "none", [], "")
     on_blocks = quant.quant_linear(x, weight.data, weight.ggml_type)
     fly = quant.bf16_rows()
@@ -278,7 +278,7 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     try:
         for decode, decoding in ((True, True), (False, True), (False, False)):
             model_quant.set_pass(decode, decoding)
-            assert torch.equal(weight.matmul(x), on_copy)  # more rows than FLY_MAX_ROWS
+            assert torch.equal(weight.matmul(x), on_copy)  # more rows than FLY_MAX_ROWS and VNNI_MAX_ROWS
             assert torch.equal(weight.matmul(x[:5]), few_rows if decoding else on_copy[:5])
             assert torch.equal(weight.matmul(x[:1]), on_blocks[:1] if decoding else on_copy[:1])
             # Q8_0 blocks (the LM head) take tiles only up to FLY_MAX_ROWS_Q8_0 rows
