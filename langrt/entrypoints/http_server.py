@@ -57,7 +57,11 @@ async def serve(args: ServerArgs) -> int:
         manager = TokenizerManager(args, load_tokenizer(tokenizer_path), children)
         await manager.start()
         app = create_app(manager, args, str(source.path), tokenizer_path)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        # shutdown_timeout: aiohttp waits this long for open connections at cleanup (60 s by
+        # default). In-flight requests already had SHUTDOWN_GRACE_S to get their abort status; a
+        # connection opened after that (a health probe racing the exit) must not hold the
+        # process, seen once in test_dead_scheduler_means_503_and_exit (a /health unanswered for 60 s).
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
         await runner.setup()
         await web.TCPSite(runner, args.host, args.port).start()
         print(f"langrt: serving {app['served_model_name']} at http://{args.host}:{args.port}", flush=True)
