@@ -63,7 +63,7 @@ struct LinearRules {
   int64_t isa;              // the quantized kernels' ISA flag (kernels/cpu/quant.py's op_isa)
   int64_t fly_max_rows;     // quant.fly_max_rows(): bf16 passes of 2 to this many rows dequantize tiles
   int64_t fly_max_rows_q8;  // quant.fly_max_rows(Q8_0): the same for Q8_0 blocks
-  int64_t vnni_max_rows;    // quant.vnni_max_rows(): bf16 passes of 2 to this many rows take 4-bit blocks' integer kernel
+  int64_t vnni_max_rows;    // quant.vnni_max_rows(): bf16 passes of 2 to this many rows, 4-bit blocks' VNNI kernel
   int64_t f32_min_rows;     // quant.f32_prompt_min_rows(): float32 passes of this many rows (> 0) dequantize W
 };
 
@@ -88,9 +88,9 @@ Tensor by_parts(const Matrix& m, const Product& product, int64_t dim = -1) {
 
 // x W^T (+ b). GGUF blocks: a decode pass's single row by the quantized kernels, a decoding pass's
 // 2 to vnni_max_rows bf16 rows by their AVX512-VNNI kernel (4-bit blocks), else 2 to fly_max_rows
-// by dense_linear, a float32 prompt pass of f32_min_rows or more by at::linear on the dequantized values, other passes in bfloat16 by the packed copy where there is
-// one. Plain: a single row by a matrix-vector product, up to packed_max_rows by the
-// packed copy, else at::linear.
+// by dense_linear, a float32 prompt pass of f32_min_rows or more by at::linear on the dequantized
+// values, other passes in bfloat16 by the packed copy where there is one. Plain: a single row by
+// a matrix-vector product, up to packed_max_rows by the packed copy, else at::linear.
 Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& bias, const LinearRules& r) {
   const int64_t rows = x_in.size(0);
   if (m.types[0] > 0) {

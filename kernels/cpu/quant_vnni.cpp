@@ -106,7 +106,10 @@ LANGRT_VNNI inline void halves_by_lane(const uint16_t* const* src, int count, fl
       const __m512i all = e == 0 ? _mm512_shuffle_i64x2(eight[q], eight[4 + q], _MM_SHUFFLE(1, 0, 1, 0))
                                  : _mm512_shuffle_i64x2(eight[q], eight[4 + q], _MM_SHUFFLE(3, 2, 3, 2));
       _mm512_storeu_ps(dst + 2 * p * kLanes, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(all)));
-      if (2 * p + 1 < count) _mm512_storeu_ps(dst + (2 * p + 1) * kLanes, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(all, 16))));
+      if (2 * p + 1 < count) {
+        const __m512i high = _mm512_srli_epi32(all, 16);
+        _mm512_storeu_ps(dst + (2 * p + 1) * kLanes, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(high)));
+      }
     }
   }
 }
@@ -234,8 +237,9 @@ LANGRT_VNNI void dot_tile(const uint8_t* const* rows, const float* d, const floa
 // block is unpacked once for all the rows (passes over kRows rows at a time unpacked it per pass).
 constexpr int64_t kMaxRows = 64;  // quant_linear.cpp's row chunk
 
-LANGRT_VNNI void dot_tile_rows(const uint8_t* const* rows, const float* d, const float* m, const SplitRows& x, int64_t m0,
-                               int64_t m1, int64_t n0, int valid, const OutRows& out, const Prefetch& ahead) {
+LANGRT_VNNI void dot_tile_rows(const uint8_t* const* rows, const float* d, const float* m, const SplitRows& x,
+                               int64_t m0, int64_t m1, int64_t n0, int valid, const OutRows& out,
+                               const Prefetch& ahead) {
   __m512 acc[kMaxRows], offsets[kMaxRows];
   for (int64_t r = m0; r < m1; ++r) acc[r - m0] = offsets[r - m0] = _mm512_setzero_ps();
   for (int64_t b = 0; b < x.k / kBlock; ++b) {
@@ -254,7 +258,8 @@ LANGRT_VNNI void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64
   for (int64_t n = n0; n < n1; n += kLanes) {
     const int valid = static_cast<int>(std::min<int64_t>(kLanes, n1 - n));
     const uint8_t* rows[kLanes];
-    for (int j = 0; j < kLanes; ++j) rows[j] = w + (n + std::min(j, valid - 1)) * row_bytes;  // a short tile repeats its last row
+    // a short tile repeats its last row
+    for (int j = 0; j < kLanes; ++j) rows[j] = w + (n + std::min(j, valid - 1)) * row_bytes;
     // the tile after next, fetched a part per block while this one computes (a decode's weights
     // come from memory, and the 16 rows' blocks are read across the rows, which the CPU's own
     // prefetchers follow poorly)
@@ -263,7 +268,9 @@ LANGRT_VNNI void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64
                          far < n1 ? std::min<int64_t>(kLanes, n1 - far) * row_bytes : 0, blocks};
     tile_scales<QT>(rows, blocks, d.data(), m.data());
     if (m1 - m0 > kRows) {
-      for (int64_t r = m0; r < m1; r += kMaxRows) dot_tile_rows(rows, d.data(), m.data(), x, r, std::min(m1, r + kMaxRows), n, valid, out, ahead);
+      for (int64_t r = m0; r < m1; r += kMaxRows) {
+        dot_tile_rows(rows, d.data(), m.data(), x, r, std::min(m1, r + kMaxRows), n, valid, out, ahead);
+      }
       continue;
     }
     switch (m1 - m0) {

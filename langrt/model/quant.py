@@ -26,10 +26,10 @@ PLAIN_QUANTIZATIONS = {"int8": (Q8_0, Q8_0), "int4": (Q4_1, Q8_0)}
 # What the pass running now is, set by ModelRunner before each pass (`set_pass`): a decoding pass
 # (running requests' tokens and drafts, no prompt rows) sends a single row to the blocks, exact,
 # where a bf16 copy exists for other passes (a decode pass's one row, or the one row whose whole
-# logits a pass with drafts wants); a decoding pass of 2 to FLY_MAX_ROWS bf16 rows dequantizes the blocks tile by tile on AVX512-BF16 CPUs (the copy's
-# values, read at the blocks' size). A prompt's rows, however few, go to the copy, so a prompt
-# computed whole and the same prompt's last token computed again over its cached prefix take the
-# same weights in the same GEMM. In float32, a prompt pass of F32_PROMPT_MIN_ROWS rows or more
+# logits a pass with drafts wants); a decoding pass of 2 to FLY_MAX_ROWS bf16 rows dequantizes the
+# blocks tile by tile on AVX512-BF16 CPUs (the copy's values, read at the blocks' size). A prompt's
+# rows, however few, go to the copy, so a prompt computed whole and the same prompt's last token
+# computed again over its cached prefix take the same weights in the same GEMM. In float32, a prompt pass of F32_PROMPT_MIN_ROWS rows or more
 # multiplies the dequantized weights with torch's GEMM (MKL's sgemm: about twice the int16 block
 # kernel's products per instruction), exact values, where the blocks' int16 activations are
 # within ~2e-5; the weights are dequantized per matrix as it is needed and not kept.
