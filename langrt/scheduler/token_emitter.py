@@ -20,9 +20,10 @@ min(1, p(x) / q(x)) and otherwise draws from max(0, p - q) (sampler.rejection_sa
 keeps more drafts than asking the sample to equal them and still gives tokens that follow p
 exactly. Greedy rows need no q: their token is the argmax either way.
 
-A greedy request's draft rows lie inside forced text, where its grammar allows few tokens: the
-choice there is the argmax over those tokens' logits alone (the same token as the argmax of the
-masked full row), so the LM head and the masking are spent only on rows with many choices.
+Where a greedy request's grammar allows few tokens (inside forced text, a digit, `true` or
+`false`), the choice is the argmax over those tokens' logits alone (the same token as the argmax
+of the masked full row), drafted rows or not, so the LM head and the masking are spent only on
+rows with many choices.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class TokenEmitter:
     def emit(self, emissions: list[Emission], hidden: torch.Tensor, runner) -> None:
         """Choose and output tokens from the rows of `hidden` the emissions name, and verify
         each emission's drafts against them (whatever their source)."""
-        # greedy draft rows inside forced text: chosen among the few tokens the grammar allows
+        # greedy rows where the grammar allows few tokens: chosen among those tokens alone
         allowed = [allowed_ids_along_drafts(e.req, e.drafts, len(e.rows)) for e in emissions]
         picks = _greedy_among_allowed(emissions, allowed, hidden, runner)
         full = sorted({row for e, p in zip(emissions, picks) for row, t in zip(e.rows, p) if t is None})

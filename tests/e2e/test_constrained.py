@@ -258,8 +258,9 @@ PEOPLE = [
 @pytest.mark.slow
 def test_jump_forward_on_smollm_extraction(smollm_path):
     """SmolLM2, float32, four extractions at once: with jump-forward the tokens are the same, in
-    fewer passes, and draft rows are verified among the tokens their grammar state allows (their
-    full logits rows are not computed)."""
+    fewer passes. Either way a row where the grammar allows few tokens (forced text, digits) is
+    chosen among those tokens (its full logits row is not computed): full rows only where the
+    output's text is free, fewer than the tokens not drafted."""
     from runner_driver import make_scheduler
 
     from langrt.scheduler.req import Req
@@ -289,13 +290,13 @@ def test_jump_forward_on_smollm_extraction(smollm_path):
             jsonschema.validate(json.loads(tokenizer.decode(r.output_ids, skip_special_tokens=True)), PERSON)
     assert outputs[True] == outputs[False]
     produced = sum(len(o) for o in outputs[True])
-    assert full_rows[False] == produced
     jumped = stats[True].jump_forward_tokens
     assert jumped > 0.3 * produced
     assert stats[True].forward_passes < 0.7 * stats[False].forward_passes
-    # each pass's emission outputs its accepted drafts and one token sampled after them: the
-    # drafts' rows never needed full logits
-    assert full_rows[True] <= produced - jumped
+    # the rows of many choices are the output's free text; with jump-forward, also those after a
+    # rejected draft (all of a pass's rows are answered before the drafts are checked)
+    assert full_rows[False] <= full_rows[True] <= produced - jumped
+    assert full_rows[False] < 0.5 * produced
 
 
 def test_jump_forward_outputs_a_certain_end_without_another_pass(tiny_llama_dir):

@@ -338,17 +338,42 @@ def test_greedy_draft_rows_choose_as_the_masked_full_row(decoder, compiler, voca
 
 
 def test_greedy_drafts_give_the_output_of_full_rows(decoder, compiler):
-    """Logits of three values (ties everywhere): drafting (picks among allowed tokens) and not
-    drafting (argmax of masked full rows) give the same output."""
+    """Logits of three values (ties everywhere): drafting and not drafting give the output of
+    masked full rows' argmaxes, token by token (both read the rows inside forced text from their
+    allowed tokens' logits alone)."""
     model = Hashed(levels=3, favour={BANG: 10.0})
+    walker, expected = compiler.compile_regex(LANGUAGES).matcher(), []
+    while len(expected) < 24 and not walker.is_terminated():
+        expected.append(masked_argmax(walker, model(PROMPT + expected)))
+        assert walker.accept_token(expected[-1])
     outputs, runs = {}, {}
     for jump_forward in (True, False):
         req = make_req(matcher=compiler.compile_regex(LANGUAGES).matcher(), max_new_tokens=24)
         runs[jump_forward] = generate(make_emitter(decoder, jump_forward), [req], model)
         outputs[jump_forward] = req.output_ids
-    assert outputs[True] == outputs[False]
-    assert any(r.single for r in runs[True]) and not any(r.single for r in runs[False])
+    assert outputs[True] == outputs[False] == expected
+    assert any(r.single for r in runs[True]) and any(r.single for r in runs[False])
     assert len(runs[True]) < len(runs[False])
+
+
+def test_greedy_rows_without_drafts_read_only_their_allowed_tokens(decoder, compiler, vocab):
+    """No jump-forward: a greedy row inside forced text is chosen from its allowed tokens'
+    logits alone (the forbidden `!` is highest), as the masked full row would choose; a row of
+    many choices, a sampled request and one that wants logprobs read full rows."""
+    emitter = make_emitter(decoder, jump_forward=False)
+    forced = make_req(matcher=compiler.compile_regex(LANGUAGES).matcher())
+    free = make_req(prompt=[200] + PROMPT[1:], matcher=compiler.compile_regex(r"[a-z]+").matcher())
+    sampled = make_req(prompt=[201] + PROMPT[1:], matcher=compiler.compile_regex(LANGUAGES).matcher(), temperature=1.0, seed=0)
+    logprobs = make_req(prompt=[202] + PROMPT[1:], matcher=compiler.compile_regex(LANGUAGES).matcher(), return_logprob=True)
+    model = Hashed(favour={BANG: 20.0})
+    runner = forward(emitter, [forced, free, sampled, logprobs], model)
+    allowed = compiler.compile_regex(LANGUAGES).matcher().allowed_ids_along([], 1)[0]
+    assert allowed is not None and 1 < len(allowed) <= 8
+    assert sorted(runner.single) == [(0, t) for t in allowed.tolist()]
+    assert runner.full_rows == [1, 2, 3]
+    assert forced.output_ids == [masked_argmax(compiler.compile_regex(LANGUAGES).matcher(), model(PROMPT))]
+    assert spelled(vocab, forced.output_ids + sampled.output_ids + logprobs.output_ids).count(b"{") == 3
+    assert re.fullmatch(rb"[a-z]+", spelled(vocab, free.output_ids))
 
 
 # ---- 4. certain tails -----------------------------------------------------------------------
