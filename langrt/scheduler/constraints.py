@@ -154,12 +154,10 @@ class GrammarDrafts:
 
 
 def allowed_ids_along_drafts(req: Req, drafts: list[int], n_rows: int) -> list[torch.Tensor | None]:
-    """Per row of a greedy request (its drafts' rows and the row after them): the ids its
-    grammar state allows there (the state after the drafts before the row;
-    GrammarMatcher.allowed_ids_along), or None where the row needs its full logits (sampled or
-    penalized requests, logprobs asked for, no grammar, or too many tokens allowed)."""
-    if req.matcher is None or req.return_logprob:
-        return [None] * n_rows
-    if not req.params.is_greedy or req.params.needs_penalties:
+    """Per row of a request (its drafts' rows and the row after them): the ids its grammar
+    state allows there (the state after the drafts before the row;
+    GrammarMatcher.allowed_ids_along), or None where the row needs its full logits (penalized
+    requests, logprobs asked for, no grammar, or too many tokens allowed)."""
+    if req.matcher is None or req.return_logprob or req.params.needs_penalties:
         return [None] * n_rows
     return req.matcher.allowed_ids_along(drafts, n_rows)

@@ -92,12 +92,11 @@ class TokenEmitter:
     def emit(self, emissions: list[Emission], hidden: torch.Tensor, runner) -> None:
         """Choose and output tokens from the rows of `hidden` the emissions name, and verify
         each emission's drafts against them (whatever their source)."""
-        # greedy rows where the grammar allows few tokens: chosen among those tokens alone
+        # rows where the grammar allows few tokens: only those tokens' logits are computed
         allowed = [allowed_ids_along_drafts(e.req, e.drafts, len(e.rows)) for e in emissions]
-        picks = _greedy_among_allowed(emissions, allowed, hidden, runner)
-        full = sorted({row for e, p in zip(emissions, picks) for row, t in zip(e.rows, p) if t is None})
-        logits = runner.compute_logits(hidden[torch.tensor(full, device=hidden.device)]) if full else None
-        where = {row: i for i, row in enumerate(full)}
+        picks, sparse = _among_allowed(emissions, allowed, hidden, runner)
+        full = sorted({row for e, p in zip(emissions, picks) for row, t in zip(e.rows, p) if t is None and row not in sparse})
+        logits, where = _rows_to_sample(full, sparse, hidden, runner)
         active, position = list(range(len(emissions))), 0
         kept = [0] * len(emissions)
         while active:
@@ -198,28 +197,43 @@ class TokenEmitter:
             ban_tokens(logits, banned)
 
 
-def _greedy_among_allowed(emissions: list[Emission], allowed: list[list], hidden: torch.Tensor, runner) -> list[list]:
-    """Per emission and row: the allowed token of highest logit, the lowest id on ties (argmax
-    over the masked full row gives the same), with only the allowed tokens' logits computed
-    (none where one token alone is allowed); None where `allowed` has None."""
+def _among_allowed(emissions: list[Emission], allowed: list[list], hidden: torch.Tensor, runner) -> tuple[list[list], dict]:
+    """Per emission and row where `allowed` lists the tokens, only their logits computed (none
+    for a greedy row where one token alone is allowed): (greedy rows' picks, the allowed token
+    of highest logit, the lowest id on ties, as the argmax over the masked full row gives, None
+    elsewhere; {row of hidden: [V] logits, -inf but at the allowed tokens} for sampled rows,
+    the masked full row's values, so the sampler draws the same token from the same noise)."""
     chosen = [[None] * len(a) for a in allowed]
     places = []
     for k, a in enumerate(allowed):
         for i, ids in enumerate(a):
-            if ids is not None and len(ids) == 1:
+            if ids is not None and len(ids) == 1 and emissions[k].req.params.is_greedy:
                 chosen[k][i] = int(ids[0])
             elif ids is not None:
                 places.append((k, i))
     if not places:
-        return chosen
+        return chosen, {}
     lists = [allowed[k][i] for k, i in places]
     sizes = [len(ids) for ids in lists]
     rows = torch.repeat_interleave(torch.tensor([emissions[k].rows[i] for k, i in places]), torch.tensor(sizes))
-    token_ids = torch.cat(lists)
-    logits = runner.compute_logits_of(hidden, rows.to(hidden.device), token_ids.to(hidden.device)).tolist()
-    ids, start = token_ids.tolist(), 0
+    token_ids = torch.cat(lists).to(hidden.device)
+    logits = runner.compute_logits_of(hidden, rows.to(hidden.device), token_ids)
+    values, ids, sparse, start = logits.tolist(), token_ids.tolist(), {}, 0
     for (k, i), n in zip(places, sizes):
-        values = logits[start : start + n]
-        chosen[k][i] = ids[start + values.index(max(values))]  # the first maximum: the lowest id
+        if emissions[k].req.params.is_greedy:
+            part = values[start : start + n]
+            chosen[k][i] = ids[start + part.index(max(part))]  # the first maximum: the lowest id
+        else:
+            row = torch.full((runner.vocab_size,), float("-inf"), device=hidden.device)
+            sparse[emissions[k].rows[i]] = row.index_copy_(0, token_ids[start : start + n].long(), logits[start : start + n])
         start += n
-    return chosen
+    return chosen, sparse
+
+
+def _rows_to_sample(full: list[int], sparse: dict, hidden: torch.Tensor, runner) -> tuple[torch.Tensor | None, dict]:
+    """The logits rows the sampler reads: the full rows of `full` (rows of hidden), then the
+    rows of `sparse`; and where each row of hidden is among them."""
+    parts = [runner.compute_logits(hidden[torch.tensor(full, device=hidden.device)])] if full else []
+    parts += [torch.stack(list(sparse.values()))] if sparse else []
+    where = {row: i for i, row in enumerate(full + list(sparse))}
+    return (torch.cat(parts) if parts else None), where

@@ -339,38 +339,44 @@ def test_jump_forward_outputs_a_certain_end_without_another_pass(tiny_llama_dir)
     assert list(ended_with_last_free[False].values()) == [False, False]
 
 
-def test_greedy_among_allowed_is_the_masked_argmax():
-    """A draft row's greedy pick, from the allowed tokens' logits alone, is the argmax of the
-    masked full row: ties go to the lowest id, and a row allowing one token takes it without any
-    logit computed."""
+def test_rows_among_allowed_are_the_masked_full_rows():
+    """From the allowed tokens' logits alone: a greedy row's pick is the argmax of the masked
+    full row (ties go to the lowest id; a row allowing one token takes it without any logit
+    computed), and a sampled row gets the masked full row itself (-inf outside the allowed
+    tokens), even where one token alone is allowed (its draw uses the noise it always did)."""
     from types import SimpleNamespace
 
     import torch
 
-    from langrt.scheduler.token_emitter import Emission, _greedy_among_allowed
+    from langrt.scheduler.token_emitter import Emission, _among_allowed
 
-    full = torch.tensor([[0.5, 2.0, 2.0, -1.0, 3.0], [1.0, 1.0, 0.0, 1.0, -2.0], [0.0, 0.0, 0.0, 0.0, 9.0]])
+    full = torch.tensor([[0.5, 2.0, 2.0, -1.0, 3.0], [1.0, 1.0, 0.0, 1.0, -2.0], [0.0, 0.0, 0.0, 0.0, 9.0], [4.0, 1.0, 2.0, 3.0, 5.0]])
     asked = []
 
     def compute_logits_of(hidden, rows, token_ids):
         asked.extend(zip(rows.tolist(), token_ids.tolist()))
         return full[rows, token_ids]
 
-    runner = SimpleNamespace(compute_logits_of=compute_logits_of)
-    emissions = [Emission(None, [0, 1, 2], [7, 7]), Emission(None, [2], [])]
+    runner = SimpleNamespace(compute_logits_of=compute_logits_of, vocab_size=5)
+    greedy, sampled = (SimpleNamespace(params=SimpleNamespace(is_greedy=g)) for g in (True, False))
+    emissions = [Emission(greedy, [0, 1, 2], [7, 7]), Emission(greedy, [2], []), Emission(sampled, [3], []), Emission(sampled, [1], [])]
     allowed = [[torch.tensor([1, 2, 3], dtype=torch.int32), torch.tensor([0, 1, 3], dtype=torch.int32), None],
-               [torch.tensor([2], dtype=torch.int32)]]  # fmt: skip
-    chosen = _greedy_among_allowed(emissions, allowed, torch.zeros(3, 4), runner)
-    for k, e in enumerate(emissions):
+               [torch.tensor([2], dtype=torch.int32)], [torch.tensor([0, 2, 3], dtype=torch.int32)],
+               [torch.tensor([4], dtype=torch.int32)]]  # fmt: skip
+    chosen, sparse = _among_allowed(emissions, allowed, torch.zeros(4, 4), runner)
+
+    def masked(row, ids):
+        out = torch.full((5,), float("-inf"))
+        out[ids.long()] = full[row, ids.long()]
+        return out
+
+    for k, e in enumerate(emissions[:2]):
         for i, ids in enumerate(allowed[k]):
-            if ids is None:
-                assert chosen[k][i] is None
-                continue
-            masked = torch.full((5,), float("-inf"))
-            masked[ids.long()] = full[e.rows[i], ids.long()]
-            assert chosen[k][i] == int(masked.argmax())
-    assert chosen == [[1, 0, None], [2]]
-    assert (2, 2) not in asked  # the one-token row: nothing computed
+            assert chosen[k][i] == (None if ids is None else int(masked(e.rows[i], ids).argmax()))
+    assert chosen == [[1, 0, None], [2], [None], [None]]
+    assert sorted(sparse) == [1, 3]
+    assert torch.equal(sparse[3], masked(3, allowed[2][0])) and torch.equal(sparse[1], masked(1, allowed[3][0]))
+    assert (2, 2) not in asked and (1, 4) in asked  # greedy's one-token row: nothing computed
 
 
 def test_logits_of_single_tokens_equal_the_full_rows(tiny_llama_dir):

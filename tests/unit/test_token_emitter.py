@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from langrt.messages import RequestOptions
-from langrt.sampling.sampler import make_generator
+from langrt.sampling.sampler import SamplingBatch, make_generator
 from langrt.sampling.sampling_params import SamplingParams
 from langrt.scheduler.req import FinishReason, Req, ReqStatus, StopChecker
 from langrt.scheduler.scheduler import SchedulerStats
@@ -96,6 +96,10 @@ class FakeRunner:
     @property
     def hidden(self) -> torch.Tensor:
         return torch.arange(len(self.table), dtype=torch.float32).unsqueeze(1)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.table.shape[1]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         rows = hidden[:, 0].long()
@@ -356,10 +360,10 @@ def test_greedy_drafts_give_the_output_of_full_rows(decoder, compiler):
     assert len(runs[True]) < len(runs[False])
 
 
-def test_greedy_rows_without_drafts_read_only_their_allowed_tokens(decoder, compiler, vocab):
-    """No jump-forward: a greedy row inside forced text is chosen from its allowed tokens'
-    logits alone (the forbidden `!` is highest), as the masked full row would choose; a row of
-    many choices, a sampled request and one that wants logprobs read full rows."""
+def test_rows_without_drafts_read_only_their_allowed_tokens(decoder, compiler, vocab):
+    """No jump-forward: a row inside forced text reads its allowed tokens' logits alone, greedy
+    (as the masked full row would choose: the forbidden `!` is highest) or sampled; a row of many
+    choices and a request that wants logprobs read full rows."""
     emitter = make_emitter(decoder, jump_forward=False)
     forced = make_req(matcher=compiler.compile_regex(LANGUAGES).matcher())
     free = make_req(prompt=[200] + PROMPT[1:], matcher=compiler.compile_regex(r"[a-z]+").matcher())
@@ -369,13 +373,33 @@ def test_greedy_rows_without_drafts_read_only_their_allowed_tokens(decoder, comp
     runner = forward(emitter, [forced, free, sampled, logprobs], model)
     allowed = compiler.compile_regex(LANGUAGES).matcher().allowed_ids_along([], 1)[0]
     assert allowed is not None and 1 < len(allowed) <= 8
-    assert sorted(runner.single) == [(0, t) for t in allowed.tolist()]
-    assert runner.full_rows == [1, 2, 3]
+    assert sorted(runner.single) == [(row, t) for row in (0, 2) for t in allowed.tolist()]
+    assert runner.full_rows == [1, 3]
     assert forced.output_ids == [masked_argmax(compiler.compile_regex(LANGUAGES).matcher(), model(PROMPT))]
     assert spelled(vocab, forced.output_ids + sampled.output_ids + logprobs.output_ids).count(b"{") == 3
     assert re.fullmatch(rb"[a-z]+", spelled(vocab, free.output_ids))
 
 
+@pytest.mark.parametrize("jump_forward", [True, False])
+def test_sampled_rows_draw_as_from_the_masked_full_rows(decoder, compiler, jump_forward):
+    """A seeded sampled request: its rows of few allowed tokens are built from those tokens'
+    logits alone, and it draws the tokens that sampling each masked full row with the same
+    generator draws, token for token (the same noise, V numbers a row)."""
+    model = Hashed(favour={BANG: 20.0})
+    params = dict(temperature=1.0, top_p=0.9, seed=7, max_new_tokens=14)
+    walker, generator, expected = compiler.compile_regex(LANGUAGES).matcher(), make_generator(7, "cpu"), []
+    while len(expected) < 14 and not walker.is_terminated():
+        bits = torch.zeros((1, (V + 31) // 32), dtype=torch.int32)
+        walker.fill_bitmask(bits, 0)
+        allowed = ((bits[0].unsqueeze(-1) >> torch.arange(32)) & 1).flatten()[:V].bool()
+        row = model(PROMPT + expected).masked_fill(~allowed, float("-inf")).unsqueeze(0)
+        batch = SamplingBatch.from_params([SamplingParams(**{k: v for k, v in params.items() if k != "seed"})], [generator], "cpu")
+        expected.append(int(batch.sample(row)[0]))
+        assert walker.accept_token(expected[-1])
+    req = make_req(matcher=compiler.compile_regex(LANGUAGES).matcher(), **params)
+    runs = generate(make_emitter(decoder, jump_forward), [req], model)
+    assert req.output_ids == expected
+    assert any(r.single for r in runs)
 # ---- 4. certain tails -----------------------------------------------------------------------
 
 
