@@ -260,6 +260,17 @@ def test_seeded_rows_do_not_touch_the_default_rng():
     assert torch.equal(torch.get_rng_state(), state)
 
 
+def test_a_seeded_row_draws_exponential_noise_from_its_generator():
+    """A seed's stream is exponential_'s, V numbers a step, in a batch with unseeded rows (whose
+    noise is -log U): the token is argmax(p / E) for E drawn by exponential_ from a generator of
+    the same seed, so a seed gives the tokens it gave before the unseeded draw changed."""
+    logits = torch.randn(3, 500, generator=torch.Generator().manual_seed(3))
+    gens = [None, make_generator(9, "cpu"), None]
+    tokens = batch_of([SamplingParams(), SamplingParams(seed=9), SamplingParams()], gens).sample(logits)
+    reference = torch.empty(500).exponential_(generator=make_generator(9, "cpu"))
+    assert int(tokens[1]) == int((logits[1].softmax(-1) / reference).argmax())
+
+
 def test_seeded_sampling_matches_softmax():
     n = 4000
     params = [SamplingParams(seed=s) for s in range(n)]
