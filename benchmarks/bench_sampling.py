@@ -4,7 +4,7 @@ exponential_ (the draw before 2026-11-26; seeded rows keep it, so a seed gives t
 gave before), on [B, 49152] rows (the built-in model's vocabulary). Also checks that both pick
 tokens at the rates the probabilities say, on a small vocabulary.
 
-    .venv/bin/python benchmarks/bench_sampling.py [--threads 2]
+    .venv/bin/python benchmarks/bench_sampling.py [--threads 2] [--quick]
 """
 
 from __future__ import annotations
@@ -51,20 +51,22 @@ def frequency_error(draw, generators: list, n: int = 20000) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="1 and 8 rows, fewer repeats and draws")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rows = []
-    for batch in (1, 8, 32):
+    for batch in (1, 8) if args.quick else (1, 8, 32):
         probs = torch.rand(batch, VOCAB).softmax(dim=-1)
         gens = [None] * batch
-        ms = {name: median_ms(lambda: draw(probs, gens), 51 if batch < 32 else 21) for name, draw in
+        ms = {name: median_ms(lambda: draw(probs, gens), 5 if args.quick else 51 if batch < 32 else 21) for name, draw in
               (("uniform_log", race), ("exponential", race_exponential))}  # fmt: skip
         rows.append({"rows": batch, "ms": ms, "speedup": ms["exponential"] / ms["uniform_log"]})
         print(f"{batch:2d} rows: -log U {ms['uniform_log']:.3f} ms, exponential_ {ms['exponential']:.3f} ms ({rows[-1]['speedup']:.2f}x)")
-    errors = {name: frequency_error(draw, [None] * 4) for name, draw in (("uniform_log", race), ("exponential", race_exponential))}
-    print(f"largest pick-rate error over 20,000 draws (standard error ~0.003): {errors}")
+    draws = 4000 if args.quick else 20000
+    errors = {name: frequency_error(draw, [None] * 4, draws) for name, draw in (("uniform_log", race), ("exponential", race_exponential))}
+    print(f"largest pick-rate error over {draws:,} draws (standard error ~{0.46 / draws ** 0.5:.3f}): {errors}")
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "bench_sampling.json"
+    out = RESULTS / f"bench_sampling{'_quick' if args.quick else ''}.json"
     out.write_text(json.dumps({"threads": args.threads, "vocab": VOCAB, "rows": rows, "pick_rate_error": errors}, indent=2))
     print(f"wrote {out}")
 
