@@ -216,9 +216,10 @@ def _among_allowed(emissions: list[Emission], allowed: list[list], hidden: torch
     lists = [allowed[k][i] for k, i in places]
     sizes = [len(ids) for ids in lists]
     rows = torch.repeat_interleave(torch.tensor([emissions[k].rows[i] for k, i in places]), torch.tensor(sizes))
-    token_ids = torch.cat(lists).to(hidden.device)
+    ids = torch.cat(lists)
+    token_ids = ids.to(hidden.device)
     logits = runner.compute_logits_of(hidden, rows.to(hidden.device), token_ids)
-    values, ids, sparse, start = logits.tolist(), token_ids.tolist(), {}, 0
+    values, ids, sparse, start = logits.tolist(), ids.tolist(), {}, 0
     for (k, i), n in zip(places, sizes):
         if emissions[k].req.params.is_greedy:
             part = values[start : start + n]
@@ -234,6 +235,6 @@ def _rows_to_sample(full: list[int], sparse: dict, hidden: torch.Tensor, runner)
     """The logits rows the sampler reads: the full rows of `full` (rows of hidden), then the
     rows of `sparse`; and where each row of hidden is among them."""
     parts = [runner.compute_logits(hidden[torch.tensor(full, device=hidden.device)])] if full else []
-    parts += [torch.stack(list(sparse.values()))] if sparse else []
+    parts += [row.unsqueeze(0) for row in sparse.values()]
     where = {row: i for i, row in enumerate(full + list(sparse))}
-    return (torch.cat(parts) if parts else None), where
+    return (torch.cat(parts) if len(parts) > 1 else parts[0] if parts else None), where
