@@ -77,10 +77,10 @@ class QuantLangrtRunner(LangrtRunner):
 class LlamaCppRunner:
     name = "llama_cpp"
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, n_ctx: int = 4096):
         from llama_cpp import Llama
 
-        self.llm = Llama(str(builtin_model_path()), n_threads=threads, n_threads_batch=threads, n_ctx=4096, verbose=False)
+        self.llm = Llama(str(builtin_model_path()), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, verbose=False)
 
     def generate(self, texts: list[str], new_tokens: int) -> int:
         """Sequences one after another (the Python API has no batched decoding)."""

@@ -31,6 +31,7 @@ from langrt.cpu_features import avx2_unavailable_reason, avx512_unavailable_reas
 SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp", "fused_layers.cpp")]
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
 LAYER_DISABLE_ENV = "LANGRT_CPU_LAYER_KERNELS"  # =0: this library off, the quantized products on (for comparisons)
+SEGMENTS_ENV = "LANGRT_CPU_ATTENTION_SEGMENTS"  # =0: paged_attention takes long rows whole (for comparisons)
 ISA_ENV = "LANGRT_CPU_ISA"
 # Per ISA: the library's name, its op namespace, and the instructions the build targets (exactly
 # these, so it runs on any CPU that has them).

@@ -14,6 +14,14 @@
 // free, costliest first, so chunks (compute-bound, keys in cache) and decodes (waiting on memory)
 // balance across threads.
 //
+// A row over more than kSegmentKeys keys takes them in segments: each segment's softmax and
+// weighted values on their own, then the segments merged, each rescaled by exp(its maximum - the
+// row's). A decode's segments are work items of their own, so one long sequence keeps every
+// thread reading (at batch 1 it made only as many items as KV heads: 3 for SmolLM2, on 2 threads
+// one idled a third of the time); in a chunk of several rows, a row's segments run in turn. The
+// segments depend only on the row's key count, so a row still gives the same bits whatever else
+// is in the pass (a decode and the same token among drafts or in a prompt agree).
+//
 // Numerics: scores, softmax and the weighted sum in float32 (bf16 inputs are widened exactly);
 // exp by a degree-6 polynomial after range reduction (about 1 ulp); the output rounded to the
 // input dtype to nearest-even, as torch's .to() does. Written in vec.h's helpers (kLanes floats a
@@ -26,7 +34,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "layer_ops.h"
@@ -39,6 +51,10 @@ constexpr int kMaxDim = 256;    // head_dim
 constexpr int64_t kChunkRows = 32;  // rows of one run per work item, at most
 constexpr int64_t kScoreBytes = 1 << 20;  // a work item's scores, at most (they stay in L2)
 constexpr int64_t kTransposeRows = 3;  // runs this long share each key block's transposition
+// A row attending to more keys than this takes them in segments of this many (a multiple of every
+// build's kLanes), each softmaxed on its own and the segments' sums then merged: a decode's
+// segments are work items of their own, so that one long sequence keeps every thread reading.
+constexpr int64_t kSegmentKeys = 512;
 
 #if defined(__AVX512F__) && !defined(LANGRT_CPU_SCALAR)
 
@@ -241,9 +257,9 @@ constexpr int kGroupBlock = std::max(1, std::min(4, 16 / chunks));
 
 // out[g] = inv_sum[g] * sum_j scores[g][j] * v[slots[j]] for the B heads g of a block, the sum
 // taken over j in order (the same bits however the heads are blocked).
-template <typename T, int chunks, int B>
+template <typename T, typename O, int chunks, int B>
 inline void weighted_values(const float* scores, int64_t stride, const float* inv_sum, const T* v, int64_t kv_stride,
-                            const int32_t* slots, int64_t count, T* out, int64_t out_head_stride) {
+                            const int32_t* slots, int64_t count, O* out, int64_t out_head_stride) {
   vfloat acc[B][chunks];
   for (int g = 0; g < B; ++g)
     for (int c = 0; c < chunks; ++c) acc[g][c] = vzero();
@@ -262,15 +278,12 @@ inline void weighted_values(const float* scores, int64_t stride, const float* in
   }
 }
 
-// One row's output from its scores (see row_scores): softmax, then the weighted sum of the values.
-template <typename T, int chunks>
-inline void row_output(float* scores, int64_t stride, const vfloat* running_max, const T* v, int64_t kv_stride,
-                       const int32_t* slots, int64_t count, int64_t group, T* out, int64_t out_head_stride) {
+// Softmax weights (unnormalized, in place of the scores) of one row's keys j < count for each
+// query head g, from the heads' maxima `top`; -> each head's sum of them in sums[g].
+inline void softmax_weights(float* scores, int64_t stride, int64_t count, int64_t group, const float* top, float* sums) {
   const int64_t padded = (count + kLanes - 1) / kLanes * kLanes;
-  // softmax weights (unnormalized) and their sums
-  float inv_sum[kMaxGroup];
   for (int64_t g = 0; g < group; ++g) {
-    const vfloat m = vset1(vreduce_max(running_max[g]));
+    const vfloat m = vset1(top[g]);
     vfloat sum = vzero();
     for (int64_t j0 = 0; j0 < padded; j0 += kLanes) {
       const vfloat s = vload(scores + g * stride + j0);
@@ -278,17 +291,21 @@ inline void row_output(float* scores, int64_t stride, const vfloat* running_max,
       vstore(scores + g * stride + j0, e);
       sum = vadd(sum, e);
     }
-    inv_sum[g] = 1.0f / vreduce_add(sum);
+    sums[g] = vreduce_add(sum);
   }
+}
 
-  // weighted sum of the values
+// out[g] = inv_sum[g] * sum_j weights[g][j] * v[slots[j]], heads blocked as registers allow.
+template <typename T, typename O, int chunks>
+inline void weighted_sums(const float* weights, int64_t stride, const float* inv_sum, const T* v, int64_t kv_stride,
+                          const int32_t* slots, int64_t count, int64_t group, O* out, int64_t out_head_stride) {
   for (int64_t g0 = 0; g0 < group; g0 += kGroupBlock<chunks>) {
     switch (std::min<int64_t>(kGroupBlock<chunks>, group - g0)) {
 #define LANGRT_BLOCK(B)                                                                                          \
   case B:                                                                                                        \
     if constexpr (B <= kGroupBlock<chunks>)                                                                      \
-      weighted_values<T, chunks, B>(scores + g0 * stride, stride, inv_sum + g0, v, kv_stride, slots, count,     \
-                                    out + g0 * out_head_stride, out_head_stride);                               \
+      weighted_values<T, O, chunks, B>(weights + g0 * stride, stride, inv_sum + g0, v, kv_stride, slots, count, \
+                                       out + g0 * out_head_stride, out_head_stride);                            \
     break;
       LANGRT_BLOCK(1) LANGRT_BLOCK(2) LANGRT_BLOCK(3) LANGRT_BLOCK(4)
 #undef LANGRT_BLOCK
@@ -296,9 +313,93 @@ inline void row_output(float* scores, int64_t stride, const vfloat* running_max,
   }
 }
 
+// A segment's partial result, per query head g: part[g * (dim + 2)] its scores' maximum m,
+// [+ 1] the sum of exp(score - m), [+ 2 ..] the values weighted by those exponentials (float32).
+template <int chunks>
+constexpr int64_t kPartFloats = kLanes * chunks + 2;
+
+// The partial result of one segment from its scores (keys j < count, padded with -inf), which
+// become its softmax weights. The same operations whether the segment's scores were taken alone
+// (a decode's segment, a work item) or as part of the row's (a row among drafts or a prompt).
+template <typename T, int chunks>
+inline void segment_part(float* scores, int64_t stride, const T* v, int64_t kv_stride, const int32_t* slots,
+                         int64_t count, int64_t group, float* part) {
+  const int64_t padded = (count + kLanes - 1) / kLanes * kLanes;
+  float top[kMaxGroup], sums[kMaxGroup], ones[kMaxGroup];
+  for (int64_t g = 0; g < group; ++g) {
+    vfloat m = vset1(-std::numeric_limits<float>::infinity());
+    for (int64_t j0 = 0; j0 < padded; j0 += kLanes) m = vmax(m, vload(scores + g * stride + j0));
+    top[g] = vreduce_max(m);
+    ones[g] = 1.0f;
+  }
+  softmax_weights(scores, stride, count, group, top, sums);
+  for (int64_t g = 0; g < group; ++g) {
+    part[g * kPartFloats<chunks>] = top[g];
+    part[g * kPartFloats<chunks> + 1] = sums[g];
+  }
+  weighted_sums<T, float, chunks>(scores, stride, ones, v, kv_stride, slots, count, group, part + 2, kPartFloats<chunks>);
+}
+
+// A row's output from its segments' partial results (`segments` of them, group * kPartFloats
+// floats each), merged in order: each rescaled by exp(its maximum - the largest).
+template <typename T, int chunks>
+inline void merge_segments(const float* parts, int64_t segments, int64_t group, T* out, int64_t out_head_stride) {
+  const int64_t part_size = group * kPartFloats<chunks>;
+  for (int64_t g = 0; g < group; ++g) {
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t s = 0; s < segments; ++s) top = std::max(top, parts[s * part_size + g * kPartFloats<chunks>]);
+    vfloat acc[chunks];
+    for (int c = 0; c < chunks; ++c) acc[c] = vzero();
+    float total = 0.0f;
+    for (int64_t s = 0; s < segments; ++s) {
+      const float* p = parts + s * part_size + g * kPartFloats<chunks>;
+      const float w = std::exp(p[0] - top);
+      total += w * p[1];
+      for (int c = 0; c < chunks; ++c) acc[c] = vfmadd(vset1(w), vload(p + 2 + kLanes * c), acc[c]);
+    }
+    const vfloat norm = vset1(1.0f / total);
+    for (int c = 0; c < chunks; ++c) vstore(out + g * out_head_stride + kLanes * c, vmul(acc[c], norm));
+  }
+}
+
 template <typename V>
 inline void grow(std::vector<V>& buffer, int64_t size) {
   if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
+}
+
+// LANGRT_CPU_ATTENTION_SEGMENTS=0 takes every row's keys whole, as before segments (for
+// comparisons: benchmarks/bench_long_context.py); read once, when the library loads.
+const bool kSegmenting = [] {
+  const char* value = std::getenv("LANGRT_CPU_ATTENTION_SEGMENTS");
+  return value == nullptr || std::string(value) != "0";
+}();
+
+inline int64_t segments_of(int64_t count) {
+  return kSegmenting && count > kSegmentKeys ? (count + kSegmentKeys - 1) / kSegmentKeys : 1;
+}
+
+// One row's output from its scores over all its keys (see row_scores): softmax, then the weighted
+// sum of the values; past kSegmentKeys keys, segment by segment, then merged.
+template <typename T, int chunks>
+inline void row_output(float* scores, int64_t stride, const vfloat* running_max, const T* v, int64_t kv_stride,
+                       const int32_t* slots, int64_t count, int64_t group, T* out, int64_t out_head_stride) {
+  const int64_t segments = segments_of(count);
+  if (segments > 1) {
+    thread_local std::vector<float> parts;
+    grow(parts, segments * group * kPartFloats<chunks>);
+    for (int64_t s = 0; s < segments; ++s) {
+      const int64_t first = s * kSegmentKeys;
+      segment_part<T, chunks>(scores + first, stride, v, kv_stride, slots + first, std::min(kSegmentKeys, count - first),
+                              group, parts.data() + s * group * kPartFloats<chunks>);
+    }
+    merge_segments<T, chunks>(parts.data(), segments, group, out, out_head_stride);
+    return;
+  }
+  float top[kMaxGroup], inv_sum[kMaxGroup];
+  for (int64_t g = 0; g < group; ++g) top[g] = vreduce_max(running_max[g]);
+  softmax_weights(scores, stride, count, group, top, inv_sum);
+  for (int64_t g = 0; g < group; ++g) inv_sum[g] = 1.0f / inv_sum[g];
+  weighted_sums<T, T, chunks>(scores, stride, inv_sum, v, kv_stride, slots, count, group, out, out_head_stride);
 }
 
 template <typename T, int chunks>  // chunks = head_dim / kLanes, a constant so the loops unroll
@@ -347,14 +448,41 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   }
   const int64_t num_chunks = static_cast<int64_t>(chunk_first.size());
   chunk_first.push_back(num_rows);
-  // costliest first (rows times keys), so that the last items to start are short ones
-  std::vector<int64_t> cost(num_chunks), order(num_chunks);
+  // Work items: (chunk, KV head) for a chunk's rows whole, or (chunk, KV head, segment) for a lone
+  // row past kSegmentKeys keys (a decode), whose segments' partial results the last of them to
+  // finish merges. Chunks costliest first (an item's keys times rows), so that the last items to
+  // start are short ones.
+  struct Item {
+    int64_t chunk, head, segment;  // segment -1: the chunk whole
+  };
+  std::vector<int64_t> cost(num_chunks), segments(num_chunks), order(num_chunks), part_of(num_chunks, -1);
+  int64_t num_parts = 0, num_items = 0;  // part_of[c]: a segmented chunk's first part (kv_heads x its segments)
   for (int64_t c = 0; c < num_chunks; ++c) {
+    const int64_t first = chunk_first[c], count = end_of[first] - start_of[first];
     order[c] = c;
-    for (int64_t n = chunk_first[c]; n < chunk_first[c + 1]; ++n) cost[c] += end_of[n] - start_of[n] + 16;
+    segments[c] = chunk_first[c + 1] - first == 1 ? segments_of(count) : 1;
+    for (int64_t n = first; n < chunk_first[c + 1]; ++n)
+      cost[c] += (segments[c] > 1 ? kSegmentKeys : end_of[n] - start_of[n]) + 16;
+    if (segments[c] > 1) {
+      part_of[c] = num_parts;
+      num_parts += kv_heads * segments[c];
+    }
+    num_items += kv_heads * segments[c];
   }
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost[a] > cost[b]; });
-  const int64_t num_items = num_chunks * kv_heads;
+  std::vector<Item> items;
+  items.reserve(num_items);
+  for (const int64_t c : order)
+    for (int64_t h = 0; h < kv_heads; ++h)
+      for (int64_t s = 0; s < segments[c]; ++s) items.push_back({c, h, segments[c] > 1 ? s : -1});
+  const int64_t part_size = group * kPartFloats<chunks>;
+  thread_local std::vector<float> parts_buffer;  // the calling thread's (a thread_local named in the
+  grow(parts_buffer, num_parts * part_size);      // lambda would be each worker's own): hence the pointer
+  float* const parts = parts_buffer.data();
+  struct alignas(64) Counter {  // one cache line each: threads finishing neighbours' segments do not contend
+    std::atomic<int64_t> n{0};
+  };
+  std::unique_ptr<Counter[]> finished(num_parts > 0 ? new Counter[num_chunks * kv_heads] : nullptr);
   std::atomic<int64_t> next_item{0};
 
   at::parallel_for(0, std::min<int64_t>(at::get_num_threads(), num_items), 1, [&](int64_t, int64_t) {
@@ -366,12 +494,27 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
     grow(scores, chunk_rows * group * padded_longest);
     grow(running_max, chunk_rows * group);
     grow(counts, chunk_rows);
-    for (int64_t item; (item = next_item.fetch_add(1)) < num_items;) {
-      const int64_t c = order[item / kv_heads], h = item % kv_heads;
+    for (int64_t next; (next = next_item.fetch_add(1)) < num_items;) {
+      const Item& item = items[next];
+      const int64_t c = item.chunk, h = item.head;
       const int64_t first = chunk_first[c], rows_here = chunk_first[c + 1] - first;
       const int32_t* slots = table + req_of[first] * table_width + start_of[first];  // the run's keys
       const T* k_head = kp + h * dim;
       const T* v_head = vp + h * dim;
+      const T* q_first = qp + row_of[first] * q_row_stride + h * group * q_head_stride;
+      T* out_first = op + row_of[first] * out_row_stride + h * group * out_head_stride;
+      if (item.segment >= 0) {
+        const int64_t count = end_of[first] - start_of[first];
+        const int64_t key0 = item.segment * kSegmentKeys, keys = std::min(kSegmentKeys, count - key0);
+        row_scores<T, chunks>(q_first, q_head_stride, scale, k_head, kv_heads * dim, slots + key0, keys, group, num_slots,
+                              scores.data(), kSegmentKeys, running_max.data());
+        float* row_parts = parts + (part_of[c] + h * segments[c]) * part_size;
+        segment_part<T, chunks>(scores.data(), kSegmentKeys, v_head, kv_heads * dim, slots + key0, keys, group,
+                                row_parts + item.segment * part_size);
+        if (finished[c * kv_heads + h].n.fetch_add(1, std::memory_order_acq_rel) == segments[c] - 1)
+          merge_segments<T, chunks>(row_parts, segments[c], group, out_first, out_head_stride);
+        continue;
+      }
       for (int64_t i = 0; i < rows_here; ++i) counts[i] = end_of[first + i] - start_of[first + i];
       if (rows_here >= kTransposeRows) {
         for (int64_t i = 0; i < rows_here; ++i)

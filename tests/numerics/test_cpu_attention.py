@@ -167,6 +167,63 @@ def test_one_requests_drafts_split_among_threads_give_the_same_bits(kernel, dtyp
     assert ((together.double() - want).abs() <= want.abs() * 2**-8 + 1e-5).all()
 
 
+def _long_case(dtype, seed):
+    """Rows past 512 keys (kernels/cpu/paged_attention.cpp's kSegmentKeys), which the kernel takes
+    in segments: a decode whose last segment is one key, a token with 4 drafts over ~1,300 keys, a
+    decode over 2,049 and one over a window of 700 keys starting at 1,400, on shuffled slots."""
+    gen = torch.Generator().manual_seed(seed)
+    slots = 6000
+    k, v = (torch.randn(slots, 3, 64, generator=gen).to(dtype) for _ in range(2))
+    perm = torch.randperm(slots, generator=gen).to(torch.int32)
+    lengths, rows_per_req = [513, 1300, 2049, 2100], [1, 5, 1, 1]
+    table = torch.zeros(len(lengths), 2100, dtype=torch.int32)
+    used = 0
+    for req, n in enumerate(lengths):
+        table[req, :n] = perm[used : used + n]
+        used += n
+    reqs, starts, ends = [], [], []
+    for req, (n, e) in enumerate(zip(lengths, rows_per_req)):
+        for i in range(e):
+            reqs.append(req)
+            ends.append(n - e + i + 1)
+            starts.append(1400 if req == 3 else 0)
+    total = len(ends)
+    return {
+        "q": torch.randn(total, 9, 64, generator=gen).to(dtype), "k": k, "v": v, "req_to_token": table,
+        "rows": torch.arange(total), "reqs": torch.tensor(reqs), "starts": torch.tensor(starts, dtype=torch.int32),
+        "ends": torch.tensor(ends, dtype=torch.int32), "scale": 0.125,
+    }  # fmt: skip
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_rows_of_many_keys_are_taken_in_segments_with_the_same_bits_however_they_run(kernel, dtype):
+    """A decode past 512 keys is split into segments that threads take as separate work items
+    (one long sequence keeps both threads reading); the same row among its request's drafts takes
+    its segments in turn on one thread. Both give the same bits, alone, together, with 1 to 3
+    threads, and the float64 reference's values within float32 rounding (merging the segments
+    rescales each once)."""
+    c = _long_case(dtype, seed=5)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        together = _call(kernel, c)
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            assert torch.equal(_call(kernel, c), together)
+        torch.set_num_threads(2)
+        for i in range(c["rows"].numel()):
+            alone = dict(c, **{name: c[name][i : i + 1] for name in ("rows", "reqs", "starts", "ends")})
+            assert torch.equal(_call(kernel, alone)[i], together[i])
+    finally:
+        torch.set_num_threads(threads)
+    want = _reference(c)
+    if dtype == torch.float32:
+        torch.testing.assert_close(together.double(), want, atol=2e-6, rtol=2e-6)
+    else:
+        assert ((together.double() - want).abs() <= want.abs() * 2**-8 + 1e-6).all()
+
+
 @needs_kernel
 def test_bad_calls_are_refused_with_a_reason(kernel):
     c = _case(torch.float32, 9, 3, 64, seed=2)
