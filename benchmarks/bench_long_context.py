@@ -2,7 +2,7 @@
 GGUF, same threads), and langrt with its CPU attention taking long rows whole (as before segments).
 
 For prompts of 1,000, 2,000 and 4,000 tokens (the built-in model, greedy, EOS ignored): the time
-to the first token, then decode speed over the next 64 tokens (tokens after the first over the time
+to the first token, then decode speed over the next 128 tokens (tokens after the first over the time
 they took, as they stream), each from an empty cache. A decode step reads the whole KV cache once per layer (4,000
 tokens: 92 MB in bfloat16, as much as the weights), so decode slows as the context grows;
 langrt's attention splits a decode's keys into 512-key segments that threads take separately
@@ -12,7 +12,7 @@ work (SmolLM2 has 3 KV heads: on 2 threads one idled a third of the time).
 
 Systems take turns within each repeat (the machine is shared: a noisy minute lands on all).
 
-    .venv/bin/python benchmarks/bench_long_context.py            # 1,000 / 2,000 / 4,000 tokens, 2 repeats
+    .venv/bin/python benchmarks/bench_long_context.py            # 1,000 / 2,000 / 4,000 tokens, 3 repeats
     .venv/bin/python benchmarks/bench_long_context.py --quick    # 1,000 tokens, 1 repeat
 
 Needs `pip install llama-cpp-python` for its rows (skipped without it).
@@ -38,7 +38,7 @@ import langrt  # noqa: E402
 from kernels.cpu import SEGMENTS_ENV  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-NEW_TOKENS = 64
+NEW_TOKENS = 128
 
 
 class Langrt:
@@ -88,7 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1,000 tokens, one repeat")
     args = parser.parse_args()
-    lengths, repeats = ((1000,), 1) if args.quick else ((1000, 2000, 4000), 2)
+    lengths, repeats = ((1000,), 1) if args.quick else ((1000, 2000, 4000), 3)
     threads = torch.get_num_threads()
     systems = [Langrt("langrt", {}), Langrt("langrt_unsegmented", {SEGMENTS_ENV: "0"})]
     try:

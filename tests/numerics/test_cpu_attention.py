@@ -286,11 +286,34 @@ def test_cpu_backend_uses_the_kernel_for_decodes_drafts_and_prompts(tiny_llama_d
     assert attn.reqs.tolist() == [4, 2, 7, 7, 7, 7] + [0] * 20
     assert attn.ends.tolist() == [9, 30, 9, 10, 11, 12] + list(range(1, 21))  # each row sees the keys up to itself
     assert attn.starts.tolist() == [0] * 26
-    # a prompt longer than KERNEL_MAX_EXTEND runs torch's SDPA
-    monkeypatch.setattr(cpu_backend, "KERNEL_MAX_EXTEND", 19)
+    # a prompt longer than the build's KERNEL_MAX_EXTEND runs torch's SDPA
+    monkeypatch.setattr(cpu_backend, "KERNEL_MAX_EXTEND", dict.fromkeys(cpu_backend.KERNEL_MAX_EXTEND, 19))
     attn = _KernelAttention(runner.attn_backend, batch)
     assert attn.rows.tolist() == [0, 1, 2, 3, 4, 5]
     assert len(attn.extends) == 1 and attn.extends[0].extend_len == 20
+
+
+@needs_kernel
+@pytest.mark.parametrize("build", ["avx512", "avx2", "scalar"])
+def test_long_prompts_take_the_kernel_on_avx512_and_sdpa_past_1024_tokens_elsewhere(tiny_llama_dir, build):
+    """The AVX-512 build attends prompts of any length (1.5x SDPA's speed at 1,500-8,000 tokens on
+    the built-in model); the AVX2 and plain C++ builds hand SDPA those past 1,024 tokens (even
+    with it at 1,200, slower at 2,000)."""
+    from test_kernels_attention import _runner
+
+    from langrt.model.attention.cpu_backend import _KernelAttention
+
+    runner = _runner(tiny_llama_dir, "cpu", "cpu")
+    runner.attn_backend.kernel_isa = build
+    batch = SimpleNamespace(  # a decode, a prompt of 1,024 tokens and one of 1,500
+        extend_lens=[1, 1024, 1500], extend_starts=[0, 1, 1025], seq_lens=[9, 1024, 1500], req_pool_indices=[4, 2, 7],
+        input_ids=torch.zeros(2525, dtype=torch.int64),
+    )  # fmt: skip
+    attn = _KernelAttention(runner.attn_backend, batch)
+    if build == "avx512":
+        assert attn.rows.numel() == 2525 and not attn.extends
+    else:
+        assert attn.rows.numel() == 1025 and [e.extend_len for e in attn.extends] == [1500]
 
 
 def test_backend_falls_back_to_torch_with_a_reason(tiny_llama_dir, monkeypatch, caplog):

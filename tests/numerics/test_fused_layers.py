@@ -132,7 +132,7 @@ def test_a_long_float32_prompt_on_blocks_gives_the_loops_bits(tiny_paths, monkey
 def test_a_prompt_longer_than_the_kernel_takes_keeps_the_loop(tiny_paths, monkeypatch, whole_passes):
     from langrt.model.attention import cpu_backend
 
-    monkeypatch.setattr(cpu_backend, "KERNEL_MAX_EXTEND", 8)  # longer prompts go to SDPA, per request
+    monkeypatch.setattr(cpu_backend, "KERNEL_MAX_EXTEND", dict.fromkeys(cpu_backend.KERNEL_MAX_EXTEND, 8))  # longer: SDPA
     driver = RunnerDriver(make_runner(tiny_paths["llama"], max_total_tokens=2048, max_running_requests=4))
     driver.prefill([list(range(20, 40))])
     driver.decode([0], [4])

@@ -1,11 +1,12 @@
 """The CPU backend: the torch backend, with the rows of the pass attended by langrt's C++ kernel
 (`kernels/cpu`) straight from the paged pool, one call per layer for all of them: decodes,
-jump-forward drafts and prompts of up to KERNEL_MAX_EXTEND tokens.
+jump-forward drafts and prompts (up to KERNEL_MAX_EXTEND tokens on the kernel's AVX2 and plain C++
+builds; all of them on its AVX-512 build).
 
 The torch path gathers every request's K/V (into a padded block for decodes and drafts, per
 request for prompts) and runs SDPA on it; the kernel reads the pool in place, so a pass costs
 one call per layer whatever the mix, and a long shared prefix is not copied once per request.
-Longer prompts run torch's SDPA per request, where its flash kernel is faster. Where the kernel
+Longer prompts on those builds run torch's SDPA per request, where its flash kernel is as fast. Where the kernel
 cannot be used (see `kernels.cpu.unavailable_reason`) this backend is the torch backend.
 """
 
@@ -25,12 +26,16 @@ from langrt.model.forward_batch import ForwardBatch
 
 logger = logging.getLogger(__name__)
 
-# Why 1024: a request's new tokens up to this many are attended by the kernel, longer ones by
-# torch's SDPA. Measured on SmolLM2 (9 heads, 3 KV heads, head_dim 64, bf16, 2 cores), one
-# prompt's whole forward pass, kernel vs SDPA: 786 tokens in 15 prompts of ~52, 183 vs 220 ms;
-# one prompt of 300, 101 vs 116; 1,200, 540 vs 570; 1,536, 864 vs 841; 2,000, 1,250 vs 1,140;
-# 4 x 64 tokens after a cached 1,236, 220 vs 258; 512 after a cached 3,500, 1,045 vs 1,014.
-KERNEL_MAX_EXTEND = 1024
+# The most new tokens of one request the kernel attends, per build of it (kernels.cpu.isa(); None:
+# no limit); longer extends run torch's SDPA. Measured on SmolLM2 (9 heads, 3 KV heads, head_dim
+# 64, 2-core Zen 4), one prompt's whole forward pass, kernel vs SDPA:
+# - AVX-512, bf16 (2026-11-26, the kernel with its transposed key blocks and segments, the pass
+#   in one fused_layers call): 1,500 tokens 0.66 vs 0.99 s, 2,000 1.01 vs 1.54, 4,000 3.05 vs
+#   4.72, 8,000 10.6 vs 16.0; float32 1,200 1.49 vs 1.74, 2,000 2.78 vs 3.14.
+# - AVX2 build, float32 (torch capped at AVX2): 1,200 tokens 1.74 vs 1.77 s, 2,000 3.33 vs 3.18.
+# - earlier (the kernel before its transposed blocks, bf16): 300 tokens 101 vs 116 ms, 1,200 540
+#   vs 570, 1,536 864 vs 841, 2,000 1,250 vs 1,140; 4 x 64 tokens after a cached 1,236 220 vs 258.
+KERNEL_MAX_EXTEND: dict[str, int | None] = {"avx512": None, "avx2": 1024, "scalar": 1024}
 
 
 class CpuAttentionBackend(TorchAttentionBackend):
@@ -44,9 +49,10 @@ class CpuAttentionBackend(TorchAttentionBackend):
         from langrt import kernels_package
 
         kernels_package()  # refuses a foreign top-level `kernels`
-        from kernels.cpu import paged_attention
+        from kernels.cpu import isa, paged_attention
 
         self.kernel = paged_attention()
+        self.kernel_isa = isa()
 
     def _shape_problem(self) -> str | None:
         if self.kv_pool.device.type != "cpu":
@@ -66,8 +72,9 @@ class CpuAttentionBackend(TorchAttentionBackend):
 
 
 class _KernelAttention(Attention):
-    """Rows of requests adding at most KERNEL_MAX_EXTEND tokens: the kernel, one call per layer;
-    longer extends: torch's SDPA per request, as in the torch backend."""
+    """Rows of requests adding at most KERNEL_MAX_EXTEND[build] tokens (any number on AVX-512):
+    the kernel, one call per layer; longer extends: torch's SDPA per request, as in the torch
+    backend."""
 
     def __init__(self, backend: CpuAttentionBackend, batch: ForwardBatch):
         self.b = backend
@@ -75,9 +82,10 @@ class _KernelAttention(Attention):
         window = backend.sliding_window
         rows, reqs, starts, ends = [], [], [], []
         self.extends = []
+        limit = KERNEL_MAX_EXTEND[backend.kernel_isa]
         for i, n in enumerate(batch.extend_lens):
             start, seq_len = batch.extend_starts[i], batch.seq_lens[i]
-            if n > KERNEL_MAX_EXTEND:
+            if limit is not None and n > limit:
                 self.extends.append(_SingleExtend(backend, batch.req_pool_indices[i], start, seq_len, n, batch.input_ids.device))
                 continue
             row_ends = range(seq_len - n + 1, seq_len + 1)  # each token sees its request's keys up to itself
