@@ -22,8 +22,7 @@
 // segments depend only on the row's key count, so a row still gives the same bits whatever else
 // is in the pass (a decode and the same token among drafts or in a prompt agree).
 //
-// Numerics: scores, softmax and the weighted sum in float32 (bf16 inputs are widened exactly; on
-// AVX512-BF16 CPUs bf16 scores are VDPBF16PS dot products of the raw pairs, scaled after the sum);
+// Numerics: scores, softmax and the weighted sum in float32 (bf16 inputs are widened exactly);
 // exp by a degree-6 polynomial after range reduction (about 1 ulp); the output rounded to the
 // input dtype to nearest-even, as torch's .to() does. Written in vec.h's helpers (kLanes floats a
 // vector: 16 on AVX-512F, 8 on AVX2), so the one source builds for both.
@@ -40,7 +39,6 @@
 #include <limits>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "layer_ops.h"
@@ -252,116 +250,6 @@ inline void run_scores(const float* qs, int64_t rows, const int64_t* counts, con
   }
 }
 
-#if defined(__AVX512F__) && !defined(LANGRT_CPU_SCALAR)
-// Scores of bfloat16 rows by AVX512-BF16 dot products where the CPU has them (the build targets
-// AVX-512F only, so these carry their instructions as a target attribute and are chosen at run
-// time): VDPBF16PS multiplies the raw bf16 pairs (32 per vector, no widening) and adds both
-// products to a lane, twice the products per instruction of the float32 FMAs. The same bits from
-// a row alone (row_scores_dot) and from a run of rows on transposed key blocks (run_scores_dot):
-// lane l of a key's sum takes its 32-bit words l, 16 + l, ... (bf16 pairs) in that order, then the
-// lanes are summed by sum_lanes's tree, then the sum is scaled.
-#define LANGRT_BF16_DOT __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl")))
-constexpr bool kDotsBuild = true;
-
-inline bool bf16_dots() {
-  static const bool here = __builtin_cpu_supports("avx512bf16");
-  return here;
-}
-
-LANGRT_BF16_DOT inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
-  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
-}
-
-template <int chunks>  // vectors of 32 bf16: chunks / 2
-LANGRT_BF16_DOT void row_scores_dot(const c10::BFloat16* q, int64_t q_head_stride, float scale, const c10::BFloat16* k,
-                                    int64_t kv_stride, const int32_t* slots, int64_t count, int64_t group,
-                                    int64_t num_slots, float* scores, int64_t stride, vfloat* max_out) {
-  constexpr int vecs = chunks / 2;
-  const vfloat neg_inf = vset1(-std::numeric_limits<float>::infinity());
-  const vfloat scale_v = vset1(scale);
-  __m512i qv[kMaxGroup][vecs];
-  vfloat running_max[kMaxGroup];
-  for (int64_t g = 0; g < group; ++g) {
-    running_max[g] = neg_inf;
-    for (int v = 0; v < vecs; ++v) qv[g][v] = _mm512_loadu_si512(q + g * q_head_stride + 32 * v);
-  }
-  for (int64_t j0 = 0; j0 < count; j0 += kLanes) {
-    const int valid = static_cast<int>(std::min<int64_t>(kLanes, count - j0));
-    __m512i key[kLanes][vecs];
-    for (int t = 0; t < kLanes; ++t) {
-      const c10::BFloat16* src = t < valid ? key_row(k, kv_stride, slots[j0 + t], num_slots) : nullptr;
-      for (int v = 0; v < vecs; ++v) key[t][v] = src ? _mm512_loadu_si512(src + 32 * v) : _mm512_setzero_si512();
-    }
-    for (int64_t g = 0; g < group; ++g) {
-      vfloat dots[kLanes];
-      for (int t = 0; t < kLanes; ++t) {
-        __m512 acc = dot_pairs(_mm512_setzero_ps(), qv[g][0], key[t][0]);
-        for (int v = 1; v < vecs; ++v) acc = dot_pairs(acc, qv[g][v], key[t][v]);
-        dots[t] = acc;
-      }
-      const vfloat s = vfirst(valid, vmul(sum_lanes(dots), scale_v), neg_inf);
-      vstore(scores + g * stride + j0, s);
-      running_max[g] = vmax(running_max[g], s);
-    }
-  }
-  for (int64_t g = 0; g < group; ++g) max_out[g] = running_max[g];
-}
-
-// run_scores's work on bf16 pairs: each block of 16 keys' 32-bit words transposed once (kt[w]:
-// word w of the 16 keys), then per row and head 16 accumulators, lane t of accumulator l being
-// key t's lane l of row_scores_dot.
-template <int chunks>
-LANGRT_BF16_DOT void run_scores_dot(const c10::BFloat16* const* q_rows, int64_t q_head_stride, float scale,
-                                    int64_t rows, const int64_t* counts, const c10::BFloat16* k, int64_t kv_stride,
-                                    const int32_t* slots, int64_t group, int64_t num_slots, float* scores,
-                                    int64_t stride, vfloat* running_max) {
-  constexpr int vecs = chunks / 2, words = 16 * vecs;
-  const vfloat neg_inf = vset1(-std::numeric_limits<float>::infinity());
-  const vfloat scale_v = vset1(scale);
-  int64_t longest = 0;
-  for (int64_t i = 0; i < rows; ++i) longest = std::max(longest, counts[i]);
-  for (int64_t i = 0; i < rows * group; ++i) running_max[i] = neg_inf;
-  for (int64_t j0 = 0; j0 < longest; j0 += kLanes) {
-    const int valid = static_cast<int>(std::min<int64_t>(kLanes, longest - j0));
-    vfloat kt[words];
-    for (int v = 0; v < vecs; ++v) {
-      vfloat key[kLanes];
-      for (int t = 0; t < kLanes; ++t)
-        key[t] = t < valid ? _mm512_castsi512_ps(_mm512_loadu_si512(key_row(k, kv_stride, slots[j0 + t], num_slots) + 32 * v))
-                           : vzero();
-      transpose(key, kt + 16 * v);
-    }
-    for (int64_t i = 0; i < rows; ++i) {
-      if (counts[i] <= j0) continue;
-      const int row_valid = static_cast<int>(std::min<int64_t>(kLanes, counts[i] - j0));
-      for (int64_t g = 0; g < group; ++g) {
-        const int32_t* qw = reinterpret_cast<const int32_t*>(q_rows[i] + g * q_head_stride);
-        vfloat p[kLanes];
-        for (int l = 0; l < kLanes; ++l)
-          p[l] = dot_pairs(_mm512_setzero_ps(), _mm512_set1_epi32(qw[l]), _mm512_castps_si512(kt[l]));
-        for (int v = 1; v < vecs; ++v)
-          for (int l = 0; l < kLanes; ++l)
-            p[l] = dot_pairs(p[l], _mm512_set1_epi32(qw[16 * v + l]), _mm512_castps_si512(kt[16 * v + l]));
-        vfloat quad[kLanes / 4];
-        for (int j = 0; j < kLanes / 4; ++j) quad[j] = vadd(vadd(p[4 * j], p[4 * j + 2]), vadd(p[4 * j + 1], p[4 * j + 3]));
-        const vfloat s = vfirst(row_valid, vmul(sum_quads(quad), scale_v), neg_inf);
-        vstore(scores + (i * group + g) * stride + j0, s);
-        running_max[i * group + g] = vmax(running_max[i * group + g], s);
-      }
-    }
-  }
-}
-#else
-constexpr bool kDotsBuild = false;
-inline bool bf16_dots() { return false; }
-template <int chunks>
-void row_scores_dot(const c10::BFloat16*, int64_t, float, const c10::BFloat16*, int64_t, const int32_t*, int64_t, int64_t,
-                    int64_t, float*, int64_t, vfloat*) {}
-template <int chunks>
-void run_scores_dot(const c10::BFloat16* const*, int64_t, float, int64_t, const int64_t*, const c10::BFloat16*, int64_t,
-                    const int32_t*, int64_t, int64_t, float*, int64_t, vfloat*) {}
-#endif
-
 // Query heads taken together in the weighted sum of values: their accumulators (B x chunks
 // vectors) stay in registers, each value row is widened once for all of them.
 template <int chunks>
@@ -514,19 +402,6 @@ inline void row_output(float* scores, int64_t stride, const vfloat* running_max,
   weighted_sums<T, T, chunks>(scores, stride, inv_sum, v, kv_stride, slots, count, group, out, out_head_stride);
 }
 
-// row_scores, or row_scores_dot where `dots` (bf16 rows, AVX512-BF16, an even number of chunks).
-template <typename T, int chunks>
-inline void scores_of_row(bool dots, const T* q, int64_t q_head_stride, float scale, const T* k, int64_t kv_stride,
-                          const int32_t* slots, int64_t count, int64_t group, int64_t num_slots, float* scores,
-                          int64_t stride, vfloat* max_out) {
-  if constexpr (std::is_same<T, c10::BFloat16>::value && chunks % 2 == 0) {
-    if (dots)
-      return row_scores_dot<chunks>(q, q_head_stride, scale, k, kv_stride, slots, count, group, num_slots, scores, stride,
-                                    max_out);
-  }
-  row_scores<T, chunks>(q, q_head_stride, scale, k, kv_stride, slots, count, group, num_slots, scores, stride, max_out);
-}
-
 template <typename T, int chunks>  // chunks = head_dim / kLanes, a constant so the loops unroll
 void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& req_to_token,
                  const at::Tensor& rows, const at::Tensor& reqs, const at::Tensor& starts, const at::Tensor& ends,
@@ -545,7 +420,6 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   const int32_t* end_of = ends.data_ptr<int32_t>();
   const int64_t q_row_stride = q.stride(0), q_head_stride = q.stride(1);
   const int64_t out_row_stride = out.stride(0), out_head_stride = out.stride(1);
-  const bool dots = kDotsBuild && std::is_same<T, c10::BFloat16>::value && chunks % 2 == 0 && bf16_dots();
 
   int64_t longest = 0;
   for (int64_t n = 0; n < num_rows; ++n) longest = std::max<int64_t>(longest, end_of[n] - start_of[n]);
@@ -632,8 +506,8 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
       if (item.segment >= 0) {
         const int64_t count = end_of[first] - start_of[first];
         const int64_t key0 = item.segment * kSegmentKeys, keys = std::min(kSegmentKeys, count - key0);
-        scores_of_row<T, chunks>(dots, q_first, q_head_stride, scale, k_head, kv_heads * dim, slots + key0, keys, group,
-                                 num_slots, scores.data(), kSegmentKeys, running_max.data());
+        row_scores<T, chunks>(q_first, q_head_stride, scale, k_head, kv_heads * dim, slots + key0, keys, group, num_slots,
+                              scores.data(), kSegmentKeys, running_max.data());
         float* row_parts = parts + (part_of[c] + h * segments[c]) * part_size;
         segment_part<T, chunks>(scores.data(), kSegmentKeys, v_head, kv_heads * dim, slots + key0, keys, group,
                                 row_parts + item.segment * part_size);
@@ -642,14 +516,7 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
         continue;
       }
       for (int64_t i = 0; i < rows_here; ++i) counts[i] = end_of[first + i] - start_of[first + i];
-      if (rows_here >= kTransposeRows && dots) {
-        if constexpr (std::is_same<T, c10::BFloat16>::value && chunks % 2 == 0) {
-          const c10::BFloat16* q_rows[kChunkRows];
-          for (int64_t i = 0; i < rows_here; ++i) q_rows[i] = qp + row_of[first + i] * q_row_stride + h * group * q_head_stride;
-          run_scores_dot<chunks>(q_rows, q_head_stride, scale, rows_here, counts.data(), k_head, kv_heads * dim, slots, group,
-                                 num_slots, scores.data(), padded_longest, running_max.data());
-        }
-      } else if (rows_here >= kTransposeRows) {
+      if (rows_here >= kTransposeRows) {
         for (int64_t i = 0; i < rows_here; ++i)
           scaled_query<T, chunks>(qp + row_of[first + i] * q_row_stride + h * group * q_head_stride, q_head_stride,
                                   group, scale, qs.data() + i * group * dim);
@@ -657,9 +524,9 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
                               scores.data(), padded_longest, running_max.data());
       } else {
         for (int64_t i = 0; i < rows_here; ++i)
-          scores_of_row<T, chunks>(dots, qp + row_of[first + i] * q_row_stride + h * group * q_head_stride, q_head_stride,
-                                   scale, k_head, kv_heads * dim, slots, counts[i], group, num_slots,
-                                   scores.data() + i * group * padded_longest, padded_longest, running_max.data() + i * group);
+          row_scores<T, chunks>(qp + row_of[first + i] * q_row_stride + h * group * q_head_stride, q_head_stride, scale,
+                                k_head, kv_heads * dim, slots, counts[i], group, num_slots,
+                                scores.data() + i * group * padded_longest, padded_longest, running_max.data() + i * group);
       }
       for (int64_t i = 0; i < rows_here; ++i) {
         const int64_t n = first + i;
