@@ -57,14 +57,22 @@ VARIANTS = {
 }
 
 
+def engine_with_env(env: dict[str, str], **kwargs) -> langrt.Engine:
+    """A langrt.Engine (log level warning) whose processes start with `env` added to this one's
+    environment (they inherit it); this process's environment is left as it was."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        return langrt.Engine(log_level="warning", **kwargs)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 class QuantLangrtRunner(LangrtRunner):
     def __init__(self, dtype: str, quantization: str, variant: str = ""):
         self.name = f"langrt_{dtype}_{'blocks' if quantization == 'auto' else 'dequantized'}{variant}"
-        saved = dict(os.environ)
-        os.environ.update(VARIANTS[variant])
-        self.engine = langrt.Engine(dtype=dtype, quantization=quantization, log_level="warning", max_total_tokens=65536)
-        os.environ.clear()
-        os.environ.update(saved)
+        self.engine = engine_with_env(VARIANTS[variant], dtype=dtype, quantization=quantization, max_total_tokens=65536)
         self.tokenizer = self.engine.tokenizer
 
     def first_token_seconds(self, ids: list[int]) -> float:

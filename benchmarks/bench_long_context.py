@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -31,10 +30,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_cpu_decode import LlamaCppRunner, long_prompt_ids  # noqa: E402
+from bench_cpu_decode import LlamaCppRunner, engine_with_env, long_prompt_ids  # noqa: E402
 from bench_offline import cpu_flags_summary  # noqa: E402
 
-import langrt  # noqa: E402
 from kernels.cpu import SEGMENTS_ENV  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -44,13 +42,7 @@ NEW_TOKENS = 128
 class Langrt:
     def __init__(self, name: str, env: dict[str, str]):
         self.name = name
-        saved = dict(os.environ)
-        os.environ.update(env)  # the engine's processes inherit it
-        try:
-            self.engine = langrt.Engine(log_level="warning", max_total_tokens=16384)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        self.engine = engine_with_env(env, max_total_tokens=16384)
         self.tokenizer = self.engine.tokenizer
 
     def measure(self, ids: list[int]) -> tuple[float, float]:

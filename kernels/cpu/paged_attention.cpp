@@ -501,9 +501,9 @@ void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
       const int32_t* slots = table + req_of[first] * table_width + start_of[first];  // the run's keys
       const T* k_head = kp + h * dim;
       const T* v_head = vp + h * dim;
-      const T* q_first = qp + row_of[first] * q_row_stride + h * group * q_head_stride;
-      T* out_first = op + row_of[first] * out_row_stride + h * group * out_head_stride;
       if (item.segment >= 0) {
+        const T* q_first = qp + row_of[first] * q_row_stride + h * group * q_head_stride;
+        T* out_first = op + row_of[first] * out_row_stride + h * group * out_head_stride;
         const int64_t count = end_of[first] - start_of[first];
         const int64_t key0 = item.segment * kSegmentKeys, keys = std::min(kSegmentKeys, count - key0);
         row_scores<T, chunks>(q_first, q_head_stride, scale, k_head, kv_heads * dim, slots + key0, keys, group, num_slots,

@@ -6,8 +6,9 @@ builds; all of them on its AVX-512 build).
 The torch path gathers every request's K/V (into a padded block for decodes and drafts, per
 request for prompts) and runs SDPA on it; the kernel reads the pool in place, so a pass costs
 one call per layer whatever the mix, and a long shared prefix is not copied once per request.
-Longer prompts on those builds run torch's SDPA per request, where its flash kernel is as fast. Where the kernel
-cannot be used (see `kernels.cpu.unavailable_reason`) this backend is the torch backend.
+Longer prompts on those builds run torch's SDPA per request, where its flash kernel is as fast.
+Where the kernel cannot be used (see `kernels.cpu.unavailable_reason`) this backend is the torch
+backend.
 """
 
 from __future__ import annotations
