@@ -15,15 +15,17 @@ greedy, EOS ignored. Reports:
 
     .venv/bin/python benchmarks/bench_cpu_decode.py            # full (a few minutes)
     .venv/bin/python benchmarks/bench_cpu_decode.py --quick    # a smoke run
-    .venv/bin/python benchmarks/bench_cpu_decode.py --avx2     # langrt as an AVX2-only CPU runs it
+    .venv/bin/python benchmarks/bench_cpu_decode.py --avx2 [--llama-cpp DIR]  # as an AVX2-only CPU runs it
 
-`--avx2` caps torch, oneDNN and MKL at AVX2 for langrt's processes (the C++ layer kernels then
-run their AVX2 build; the quantized kernels are AVX2 code either way) and runs langrt only, also
-with the layer kernels off (`_torch_layers`: attention, norms and rotary in plain torch, as before
-they had an AVX2 build), to show what they give there: llama.cpp keeps
-the instructions it was built for, so its figures come from the main run. Needs `pip install
-llama-cpp-python` (a few minutes' build); without it, its rows are skipped. Results:
-results/bench_cpu_decode[_avx2][_quick].json.
+`--avx2` caps torch, oneDNN and MKL at AVX2 for the whole run (the C++ layer kernels then run
+their AVX2 build; the quantized kernels are AVX2 code either way), so HF runs as on an AVX2-only
+CPU too; langrt also runs with the layer kernels off (`_torch_layers`: attention, norms and rotary
+in plain torch, as before they had an AVX2 build), to show what they give there. llama.cpp keeps
+the instructions it was built for, and `pip install llama-cpp-python` builds it for this CPU
+(AVX-512 here): the AVX2 run takes llama.cpp only from a build for AVX2, given by `--llama-cpp DIR`
+(benchmarks/README.md, "The AVX2 path beside peers capped at AVX2", says how to make one; its
+system info, recorded with the results, lists the instructions it uses). Needs `pip install llama-cpp-python` (a few minutes'
+build); without it, its rows are skipped. Results: results/bench_cpu_decode[_avx2][_quick].json.
 """
 
 from __future__ import annotations
@@ -86,8 +88,11 @@ class LlamaCppRunner:
     name = "llama_cpp"
 
     def __init__(self, threads: int, n_ctx: int = 4096):
+        import llama_cpp
         from llama_cpp import Llama
 
+        # e.g. "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 0 | ...": the instructions this build uses
+        self.system_info = llama_cpp.llama_print_system_info().decode()
         self.llm = Llama(str(builtin_model_path()), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, verbose=False)
 
     def generate(self, texts: list[str], new_tokens: int) -> int:
@@ -149,11 +154,16 @@ def run_langrt(results: dict, args, threads: int) -> None:
 
 
 def run_peers(results: dict, args, threads: int) -> None:
-    try:
-        llama = LlamaCppRunner(threads)
-    except ImportError:
-        print("llama-cpp-python is not installed: its rows are skipped (pip install llama-cpp-python)")
-        llama = None
+    llama = None
+    if args.avx2 and not args.llama_cpp:
+        print("--avx2 without --llama-cpp DIR: llama.cpp's rows are skipped (its default build uses AVX-512 here)")
+    else:
+        try:
+            llama = LlamaCppRunner(threads)
+            results["llama_cpp_system_info"] = llama.system_info
+            print(f"llama.cpp: {llama.system_info}", flush=True)
+        except ImportError:
+            print("llama-cpp-python is not installed: its rows are skipped (pip install llama-cpp-python)")
     if llama is not None:
         texts = prompts(_tokenizer(), 1)
         results["batches"]["1"]["llama_cpp"] = timed(llama, texts, args.new_tokens, args.repeats)
@@ -206,8 +216,11 @@ def summarize(results: dict, threads: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short outputs, short prompt, one repeat")
-    parser.add_argument("--avx2", action="store_true", help="langrt only, as an AVX2-only CPU runs it")
+    parser.add_argument("--avx2", action="store_true", help="as an AVX2-only CPU runs it (langrt and HF; llama.cpp with --llama-cpp)")
+    parser.add_argument("--llama-cpp", metavar="DIR", help="import llama-cpp-python from DIR (pip install --target DIR ...)")
     args = parser.parse_args()
+    if args.llama_cpp:
+        sys.path.insert(0, str(Path(args.llama_cpp).resolve()))
     if args.avx2 and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
     args.new_tokens, args.repeats, args.prompt_tokens = (16, 1, 200) if args.quick else (128, 2, 1000)
@@ -222,8 +235,7 @@ def main() -> None:
     }  # fmt: skip
     print(f"{threads} threads, flags {results['cpu_flags']}, bandwidth {results['bandwidth_gbs']:.1f} GB/s", flush=True)
     run_langrt(results, args, threads)
-    if not args.avx2:
-        run_peers(results, args, threads)
+    run_peers(results, args, threads)
     summarize(results, threads)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_cpu_decode{'_avx2' if args.avx2 else ''}{'_quick' if args.quick else ''}.json"
