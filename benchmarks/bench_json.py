@@ -8,7 +8,11 @@ drafts (the speed-up is the pass ratio over the pass cost ratio), the share of d
 the tokens output with no pass at all (an output's certain end, like the `}` after its last
 value).
 
-    .venv/bin/python benchmarks/bench_json.py [--quick] [--dtype float32] [--batches 1,16]
+    .venv/bin/python benchmarks/bench_json.py [--quick] [--dtype float32] [--batches 1,16] [--ngram]
+
+`--ngram`: the jump-forward side also drafts by n-grams (`speculative_algorithm="NGRAM"`: values
+copied from the document), to show what the two give together against token by token; results
+then go to bench_json_ngram.json.
 """
 
 from __future__ import annotations
@@ -84,11 +88,14 @@ def run_waves(engine, prompts: list[str], params: dict, batch: int, counters: tu
 
 
 def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
-    counters = ("forward_passes", "forward_tokens", "drafted_tokens", "jump_forward_tokens", "certain_tail_tokens")
+    counters = ("forward_passes", "forward_tokens", "drafted_tokens", "jump_forward_tokens", "spec_accepted_tokens",
+                "certain_tail_tokens")  # fmt: skip
     return run_waves(engine, prompts, params, batch, counters)[1]
 
 
-def run_both(prompts: list[str], max_tokens: int, dtype: str, rounds: int, batches: list[int]) -> dict[int, tuple[dict, dict]]:
+def run_both(
+    prompts: list[str], max_tokens: int, dtype: str, rounds: int, batches: list[int], on_args: dict | None = None
+) -> dict[int, tuple[dict, dict]]:
     """Both engines up at once, rounds alternating which goes first (this machine is shared:
     interleaving keeps a noisy minute from landing on one side); each side's median round,
     for each batch size (5 rounds: the 16-request wave takes ~2 s, and single rounds of it
@@ -96,7 +103,7 @@ def run_both(prompts: list[str], max_tokens: int, dtype: str, rounds: int, batch
     params = {"json_schema": SCHEMA, "max_new_tokens": max_tokens, "temperature": 0}
     common = dict(log_level="warning", max_total_tokens=32768, dtype=dtype)
     results = {}
-    with langrt.Engine(**common) as on_engine, langrt.Engine(**common, disable_jump_forward=True) as off_engine:
+    with langrt.Engine(**common, **(on_args or {})) as on_engine, langrt.Engine(**common, disable_jump_forward=True) as off_engine:
         engines = {"on": on_engine, "off": off_engine}
         for engine in engines.values():
             # warm-up: the whole workload once, so that first-use work (compiling the grammar,
@@ -130,13 +137,15 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on this CPU) or float32: bf16 matmuls are not batch-invariant "
                         "here, so jump-forward's different batches can flip a near-tie; float32 shows the outputs identical")  # fmt: skip
     parser.add_argument("--batches", default=None, help="comma-separated requests per wave (default 1,4,16; --quick: 1,4)")
+    parser.add_argument("--ngram", action="store_true", help="n-gram drafts too on the jump-forward side")
     args = parser.parse_args()
     n = 4 if args.quick else 16
     batches = [int(b) for b in (args.batches or ("1,4" if args.quick else "1,4,16")).split(",")]
     with langrt.Engine(log_level="warning", max_total_tokens=4096) as probe:
         prompts = chat_prompts(probe.tokenizer, n)
-    measured = run_both(prompts, 160, args.dtype, 1 if args.quick else 5, batches)
-    results = {"requests": n, "dtype": args.dtype, "by_batch": {}}
+    on_args = {"speculative_algorithm": "NGRAM"} if args.ngram else {}
+    measured = run_both(prompts, 160, args.dtype, 1 if args.quick else 5, batches, on_args)
+    results = {"requests": n, "dtype": args.dtype, "jump_forward_side": {"jump_forward": True, **on_args}, "by_batch": {}}
     for batch, (on, off) in measured.items():
         row = {
             "identical_outputs": on["texts"] == off["texts"],
@@ -150,11 +159,12 @@ def main() -> None:
             # what a pass costs with the drafts' rows in it, against one without
             "tokens_per_pass": [on["forward_tokens"] / on["forward_passes"], off["forward_tokens"] / off["forward_passes"]],
             "pass_cost_ratio": (on["seconds"] / on["forward_passes"]) / (off["seconds"] / off["forward_passes"]),
-            "drafts_kept": on["jump_forward_tokens"] / max(1, on["drafted_tokens"]),
+            "drafts_kept": (on["jump_forward_tokens"] + on["spec_accepted_tokens"]) / max(1, on["drafted_tokens"]),
         }
         results["by_batch"][str(batch)] = row
         print(f"batch {batch:2d}: jump-forward {on['output_tok_s']:6.1f} tok/s, {on['forward_passes']} passes "
-              f"({on['jump_forward_tokens']} drafts kept, {on['certain_tail_tokens']} certain ends output without a pass) | without {off['output_tok_s']:6.1f} tok/s, "
+              f"({on['jump_forward_tokens']} jump-forward drafts kept{', %d n-gram' % on['spec_accepted_tokens'] if args.ngram else ''}, "
+              f"{on['certain_tail_tokens']} certain ends output without a pass) | without {off['output_tok_s']:6.1f} tok/s, "
               f"{off['forward_passes']} passes | {row['speedup_output_tok_s']:.2f}x tok/s, {row['pass_ratio']:.2f}x fewer passes; "
               f"identical {row['identical_count']}/{n}; valid {row['valid_outputs']}/{n}")  # fmt: skip
         print(f"          tokens computed per pass {row['tokens_per_pass'][0]:.1f} vs {row['tokens_per_pass'][1]:.1f}, "
@@ -162,7 +172,8 @@ def main() -> None:
     results["sample_output"] = measured[batches[0]][0]["texts"][0]
     print("sample:", results["sample_output"])
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench_json{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
+    suffix = ("_ngram" if args.ngram else "") + ("_quick" if args.quick else "") + ("" if args.dtype == "auto" else "_" + args.dtype)
+    out = RESULTS / f"bench_json{suffix}.json"
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")
 
