@@ -136,6 +136,38 @@ LANGRT_AVX2 float prepare(const RowLayout& row, const float* xd, const float* xs
   return hsum(extra) + tail;
 }
 
+// prepare for one weight row and RM activation rows at once (rows j of xd, xs and scales
+// `blocks` apart): each j gets prepare's values by prepare's operations, the row's float16 scales
+// widened once for all of them. For the types with float16 scales (Q4_0, Q4_1, Q8_0).
+template <int QT, int RM>
+LANGRT_AVX2 void prepare_rows(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales,
+                              float* extra_out) {
+  __m256 extra[RM];
+  for (int j = 0; j < RM; ++j) extra[j] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= blocks; b += 8) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.d + b)));
+    __m256 offset = _mm256_setzero_ps();
+    if constexpr (QT == kQ4_1) offset = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.m + b)));
+    if constexpr (QT == kQ4_0) offset = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+    for (int j = 0; j < RM; ++j) {
+      _mm256_storeu_ps(scales + j * blocks + b, _mm256_mul_ps(d, _mm256_loadu_ps(xd + j * blocks + b)));
+      if constexpr (QT == kQ4_1 || QT == kQ4_0)
+        extra[j] = _mm256_fmadd_ps(offset, _mm256_loadu_ps(xs + j * blocks + b), extra[j]);
+    }
+  }
+  float tail[RM] = {};
+  for (; b < blocks; ++b) {
+    const float d = _cvtsh_ss(row.d[b]);
+    for (int j = 0; j < RM; ++j) {
+      scales[j * blocks + b] = d * xd[j * blocks + b];
+      if constexpr (QT == kQ4_1) tail[j] += _cvtsh_ss(row.m[b]) * xs[j * blocks + b];
+      if constexpr (QT == kQ4_0) tail[j] += -8.0f * d * xs[j * blocks + b];
+    }
+  }
+  for (int j = 0; j < RM; ++j) extra_out[j] = hsum(extra[j]) + tail[j];
+}
+
 // RN weight rows (n0 ..) against RM activation rows (m0 ..): RN * RM independent sums, so the
 // FMAs of one block do not wait on each other, and each decoded weight block and loaded
 // activation block serves several products. `scales` has room for RN * RM * blocks * S floats.
@@ -149,10 +181,14 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
   float extra[RN][RM];
   for (int i = 0; i < RN; ++i) {
     rows[i] = row_layout(QT, w + (n0 + i) * row_bytes, blocks);
-    for (int j = 0; j < RM; ++j) {
-      acc[i][j] = _mm256_setzero_ps();
-      const int64_t first = (m0 + j) * blocks;
-      extra[i][j] = prepare<QT>(rows[i], x.d + first, x.s + first, blocks, scales + (i * RM + j) * blocks * S);
+    for (int j = 0; j < RM; ++j) acc[i][j] = _mm256_setzero_ps();
+    if constexpr (QT == kQ4_K || QT == kQ6_K) {
+      for (int j = 0; j < RM; ++j) {
+        const int64_t first = (m0 + j) * blocks;
+        extra[i][j] = prepare<QT>(rows[i], x.d + first, x.s + first, blocks, scales + (i * RM + j) * blocks * S);
+      }
+    } else {
+      prepare_rows<QT, RM>(rows[i], x.d + m0 * blocks, x.s + m0 * blocks, blocks, scales + i * RM * blocks, extra[i]);
     }
   }
   for (int64_t b = 0; b < blocks; ++b) {
