@@ -77,10 +77,10 @@ LANGRT_AVX2 inline void dot16x2(const Quants& w, const int16_t* x, __m256i* low,
   *high = _mm256_madd_epi16(w.w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
 }
 
-// prepare (below) for the K-quants' float32 scales: Q4_K as Q4_1; Q6_K's two scales per block,
-// scales[2b + h] = d_w[2b + h] * d_x[b].
+// prepare_rows (below) for the K-quants' float32 scales, one activation row: Q4_K as Q4_1; Q6_K's
+// two scales per block, scales[2b + h] = d_w[2b + h] * d_x[b].
 template <int QT>
-LANGRT_AVX2 float prepare_float(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales) {
+LANGRT_AVX2 float prepare_k(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales) {
   int64_t b = 0;
   if constexpr (QT == kQ6_K) {
     const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
@@ -108,37 +108,12 @@ LANGRT_AVX2 float prepare_float(const RowLayout& row, const float* xd, const flo
   }
 }
 
-// One weight row against one activation row, ahead of the dot products: scales[b] = d_w[b] *
-// d_x[b] for every block, and the return value sum_b offset_w[b] * s_x[b] (offset: Q4_1's m,
-// Q4_0's -8 d), 8 blocks at a time.
-template <int QT>
-LANGRT_AVX2 float prepare(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales) {
-  if constexpr (QT == kQ4_K || QT == kQ6_K) return prepare_float<QT>(row, xd, xs, blocks, scales);
-  __m256 extra = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 8 <= blocks; b += 8) {
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.d + b)));
-    _mm256_storeu_ps(scales + b, _mm256_mul_ps(d, _mm256_loadu_ps(xd + b)));
-    if constexpr (QT == kQ4_1) {
-      const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.m + b)));
-      extra = _mm256_fmadd_ps(m, _mm256_loadu_ps(xs + b), extra);
-    } else if constexpr (QT == kQ4_0) {
-      extra = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(-8.0f)), _mm256_loadu_ps(xs + b), extra);
-    }
-  }
-  float tail = 0.0f;
-  for (; b < blocks; ++b) {
-    const float d = _cvtsh_ss(row.d[b]);
-    scales[b] = d * xd[b];
-    if constexpr (QT == kQ4_1) tail += _cvtsh_ss(row.m[b]) * xs[b];
-    if constexpr (QT == kQ4_0) tail += -8.0f * d * xs[b];
-  }
-  return hsum(extra) + tail;
-}
-
-// prepare for one weight row and RM activation rows at once (rows j of xd, xs and scales
-// `blocks` apart): each j gets prepare's values by prepare's operations, the row's float16 scales
-// widened once for all of them. For the types with float16 scales (Q4_0, Q4_1, Q8_0).
+// One weight row against RM activation rows (rows j of xd, xs and scales `blocks` apart), ahead of
+// the dot products, for the types with float16 scales (Q4_0, Q4_1, Q8_0): scales[j][b] = d_w[b] *
+// d_x[j][b] for every block, and extra_out[j] = sum_b offset_w[b] * s_x[j][b] (offset: Q4_1's m,
+// Q4_0's -8 d), 8 blocks a lane-wise FMA, the lanes summed, then the blocks past a multiple of 8
+// added one by one. The weight row's scales are widened once for all RM rows; each pair's values
+// are those of the pair taken alone.
 template <int QT, int RM>
 LANGRT_AVX2 void prepare_rows(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales,
                               float* extra_out) {
@@ -185,7 +160,7 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
     if constexpr (QT == kQ4_K || QT == kQ6_K) {
       for (int j = 0; j < RM; ++j) {
         const int64_t first = (m0 + j) * blocks;
-        extra[i][j] = prepare<QT>(rows[i], x.d + first, x.s + first, blocks, scales + (i * RM + j) * blocks * S);
+        extra[i][j] = prepare_k<QT>(rows[i], x.d + first, x.s + first, blocks, scales + (i * RM + j) * blocks * S);
       }
     } else {
       prepare_rows<QT, RM>(rows[i], x.d + m0 * blocks, x.s + m0 * blocks, blocks, scales + i * RM * blocks, extra[i]);
