@@ -103,6 +103,21 @@ def test_quant_linear_matches_the_dequantized_product(qtype, rows, dtype, isa):
     assert torch.equal(alone, got)
 
 
+@pytest.mark.parametrize("qtype", TYPES)
+def test_long_runs_of_weight_rows_are_taken_in_chunks_with_the_same_values(qtype, isa):
+    """501 weight rows of 576 weights (a task's run past 64 KB of blocks on either thread, in
+    chunks of whole tiles, the last one short; K-quants: rows of 512) against 9 activation rows:
+    every output is the dequantized product's, and a row alone gives the same bits (a single row
+    takes its run whole)."""
+    blocks, values = _weights(qtype, 501, 576, seed=11)
+    assert blocks.shape[1] * 501 > 2 * 64 * 1024  # more than one chunk for each of two tasks
+    x = torch.randn(9, values.shape[1], generator=torch.Generator().manual_seed(11))
+    got = quant.quant_linear(x, blocks, quant.GGML_TYPES[qtype])
+    assert _rel(got, x.double() @ values.double().T) < REL[torch.float32]
+    alone = torch.cat([quant.quant_linear(x[i : i + 1], blocks, quant.GGML_TYPES[qtype]) for i in range(9)])
+    assert torch.equal(alone, got)
+
+
 needs_bf16_rows = pytest.mark.skipif(not quant.bf16_rows(), reason="dense_linear needs AVX512-BF16")
 
 
