@@ -24,8 +24,9 @@ in plain torch, as before they had an AVX2 build), to show what they give there.
 the instructions it was built for, and `pip install llama-cpp-python` builds it for this CPU
 (AVX-512 here): the AVX2 run takes llama.cpp only from a build for AVX2, given by `--llama-cpp DIR`
 (benchmarks/README.md, "The AVX2 path beside peers capped at AVX2", says how to make one; its
-system info, recorded with the results, lists the instructions it uses). Needs `pip install llama-cpp-python` (a few minutes'
-build); without it, its rows are skipped. Results: results/bench_cpu_decode[_avx2][_quick].json.
+system info, recorded with the results, lists the instructions it uses). Needs `pip install
+llama-cpp-python` (a few minutes' build); without it, its rows are skipped. Results:
+results/bench_cpu_decode[_avx2][_quick].json.
 """
 
 from __future__ import annotations
