@@ -191,28 +191,39 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
 
 constexpr int64_t kAhead = 1;  // tiles; 2 and 3 measured no faster
 
-// Tiles of 2 weight rows x 4 activation rows while 4 rows are left, then 4 x 1 (a decode's
-// single row), then 1 x 1.
+// RM activation rows (m ..) against weight rows n0 .. n1 in tiles of 2 weight rows, then 1.
+template <int QT, int RM>
+LANGRT_AVX2 void dot_pairs(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
+                           int64_t m, const OutRows& out, float* scales) {
+  int64_t n = n0;
+  for (; n + 2 <= n1; n += 2) {
+    const char* next = reinterpret_cast<const char*>(w + (n + 2) * row_bytes);
+    for (int64_t byte = 0; n + 4 <= n1 && byte < 2 * row_bytes; byte += 64) _mm_prefetch(next + byte, _MM_HINT_T0);
+    dot_tile<QT, 2, RM>(w, row_bytes, n, x, m, out, scales);
+  }
+  for (; n < n1; ++n) dot_tile<QT, 1, RM>(w, row_bytes, n, x, m, out, scales);
+}
+
+// Tiles of 2 weight rows x 4 activation rows while 4 rows are left; 2 or 3 rows left (a token and
+// its drafts) take 2 x 2 or 2 x 3 tiles, so the weights are decoded once for them, not once a row;
+// a single row (a decode's) takes 4 x 1 tiles, then 1 x 1.
 template <int QT>
 LANGRT_AVX2 void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                           int64_t m0, int64_t m1, const OutRows& out) {
   std::vector<float> scales(16 * (x.k / kBlock));  // the largest tile (8 products) at 2 scales a block
   int64_t m = m0;
-  for (; m + 4 <= m1; m += 4) {
-    int64_t n = n0;
-    for (; n + 2 <= n1; n += 2) dot_tile<QT, 2, 4>(w, row_bytes, n, x, m, out, scales.data());
-    for (; n < n1; ++n) dot_tile<QT, 1, 4>(w, row_bytes, n, x, m, out, scales.data());
+  for (; m + 4 <= m1; m += 4) dot_pairs<QT, 4>(w, row_bytes, n0, n1, x, m, out, scales.data());
+  if (m1 - m == 3) dot_pairs<QT, 3>(w, row_bytes, n0, n1, x, m, out, scales.data());
+  if (m1 - m == 2) dot_pairs<QT, 2>(w, row_bytes, n0, n1, x, m, out, scales.data());
+  if (m1 - m != 1) return;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    // The next tile's rows, fetched while this one computes (a decode's weights come from memory).
+    const char* next = reinterpret_cast<const char*>(w + (n + 4 * kAhead) * row_bytes);
+    for (int64_t byte = 0; n + 4 * (kAhead + 1) <= n1 && byte < 4 * row_bytes; byte += 64) _mm_prefetch(next + byte, _MM_HINT_T0);
+    dot_tile<QT, 4, 1>(w, row_bytes, n, x, m, out, scales.data());
   }
-  for (; m < m1; ++m) {
-    int64_t n = n0;
-    for (; n + 4 <= n1; n += 4) {
-      // The next tile's rows, fetched while this one computes (a decode's weights come from memory).
-      const char* next = reinterpret_cast<const char*>(w + (n + 4 * kAhead) * row_bytes);
-      for (int64_t byte = 0; n + 4 * (kAhead + 1) <= n1 && byte < 4 * row_bytes; byte += 64) _mm_prefetch(next + byte, _MM_HINT_T0);
-      dot_tile<QT, 4, 1>(w, row_bytes, n, x, m, out, scales.data());
-    }
-    for (; n < n1; ++n) dot_tile<QT, 1, 1>(w, row_bytes, n, x, m, out, scales.data());
-  }
+  for (; n < n1; ++n) dot_tile<QT, 1, 1>(w, row_bytes, n, x, m, out, scales.data());
 }
 
 }  // namespace
