@@ -8,24 +8,30 @@ drafts (the speed-up is the pass ratio over the pass cost ratio), the share of d
 the tokens output with no pass at all (an output's certain end, like the `}` after its last
 value).
 
-    .venv/bin/python benchmarks/bench_json.py [--quick] [--dtype float32] [--batches 1,16] [--ngram]
+    .venv/bin/python benchmarks/bench_json.py [--quick] [--dtype float32] [--batches 1,16] [--ngram] [--avx2]
 
 `--ngram`: the jump-forward side also drafts by n-grams (`speculative_algorithm="NGRAM"`: values
 copied from the document), to show what the two give together against token by token; results
-then go to bench_json_ngram.json.
+then go to bench_json_ngram.json. `--avx2`: the whole run as an AVX2-only CPU runs it (torch, oneDNN
+and MKL capped at AVX2, so langrt's kernels take their AVX2 paths; `--dtype auto` is then
+float32); results go to bench_json_avx2.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import sys
 import time
 from pathlib import Path
 
 import jsonschema
 
 import langrt
+from langrt.cpu_features import fast_bf16
+from bench_offline import AVX2_ENV, cpu_flags_summary
 
 RESULTS = Path(__file__).parent / "results"
 SCHEMA = {
@@ -138,14 +144,21 @@ def main() -> None:
                         "here, so jump-forward's different batches can flip a near-tie; float32 shows the outputs identical")  # fmt: skip
     parser.add_argument("--batches", default=None, help="comma-separated requests per wave (default 1,4,16; --quick: 1,4)")
     parser.add_argument("--ngram", action="store_true", help="n-gram drafts too on the jump-forward side")
+    parser.add_argument("--avx2", action="store_true", help="run everything as an AVX2-only CPU does")
     args = parser.parse_args()
+    if args.avx2 and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
     n = 4 if args.quick else 16
     batches = [int(b) for b in (args.batches or ("1,4" if args.quick else "1,4,16")).split(",")]
     with langrt.Engine(log_level="warning", max_total_tokens=4096) as probe:
         prompts = chat_prompts(probe.tokenizer, n)
     on_args = {"speculative_algorithm": "NGRAM"} if args.ngram else {}
     measured = run_both(prompts, 160, args.dtype, 1 if args.quick else 5, batches, on_args)
-    results = {"requests": n, "dtype": args.dtype, "jump_forward_side": {"jump_forward": True, **on_args}, "by_batch": {}}
+    results = {
+        "requests": n, "dtype": args.dtype, "auto_dtype": "bfloat16" if fast_bf16() else "float32", "avx2": args.avx2,
+        "cpu_flags": cpu_flags_summary(),
+        "jump_forward_side": {"jump_forward": True, **on_args}, "by_batch": {},
+    }  # fmt: skip
     for batch, (on, off) in measured.items():
         row = {
             "identical_outputs": on["texts"] == off["texts"],
@@ -172,7 +185,7 @@ def main() -> None:
     results["sample_output"] = measured[batches[0]][0]["texts"][0]
     print("sample:", results["sample_output"])
     RESULTS.mkdir(exist_ok=True)
-    suffix = ("_ngram" if args.ngram else "") + ("_quick" if args.quick else "") + ("" if args.dtype == "auto" else "_" + args.dtype)
+    suffix = ("_ngram" if args.ngram else "") + ("_avx2" if args.avx2 else "") + ("_quick" if args.quick else "") + ("" if args.dtype == "auto" else "_" + args.dtype)
     out = RESULTS / f"bench_json{suffix}.json"
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")
