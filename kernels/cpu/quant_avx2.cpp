@@ -204,15 +204,21 @@ LANGRT_AVX2 void dot_pairs(const uint8_t* w, int64_t row_bytes, int64_t n0, int6
   for (; n < n1; ++n) dot_tile<QT, 1, RM>(w, row_bytes, n, x, m, out, scales);
 }
 
-// Tiles of 2 weight rows x 4 activation rows while 4 rows are left; 2 or 3 rows left (a token and
-// its drafts) take 2 x 2 or 2 x 3 tiles, so the weights are decoded once for them, not once a row;
-// a single row (a decode's) takes 4 x 1 tiles, then 1 x 1.
+// Tiles of 2 weight rows x 4 activation rows while 4 rows are left, the last 5 rows as 2 x 5; 2 or 3
+// rows left (a token and its drafts) take 2 x 2 or 2 x 3 tiles, so the weights are decoded once for
+// them, not once a row; a single row (a decode's) takes 4 x 1 tiles, then 1 x 1.
 template <int QT>
 LANGRT_AVX2 void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                           int64_t m0, int64_t m1, const OutRows& out) {
-  std::vector<float> scales(16 * (x.k / kBlock));  // the largest tile (8 products) at 2 scales a block
+  std::vector<float> scales(20 * (x.k / kBlock));  // the largest tile (10 products) at 2 scales a block
   int64_t m = m0;
-  for (; m + 4 <= m1; m += 4) dot_pairs<QT, 4>(w, row_bytes, n0, n1, x, m, out, scales.data());
+  for (; m + 4 <= m1; m += 4) {
+    if (m1 - m == 5) {  // not 4 then 1: a single row's tiles go through the weights alone
+      dot_pairs<QT, 5>(w, row_bytes, n0, n1, x, m, out, scales.data());
+      return;
+    }
+    dot_pairs<QT, 4>(w, row_bytes, n0, n1, x, m, out, scales.data());
+  }
   if (m1 - m == 3) dot_pairs<QT, 3>(w, row_bytes, n0, n1, x, m, out, scales.data());
   if (m1 - m == 2) dot_pairs<QT, 2>(w, row_bytes, n0, n1, x, m, out, scales.data());
   if (m1 - m != 1) return;

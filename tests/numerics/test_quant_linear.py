@@ -89,7 +89,7 @@ def test_dequantize_gives_gguf_values_exactly(qtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 9, 70])  # the AVX2 tiles (4x1, 2x2, 2x3, 2x4), 64-row chunks
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 9, 70])  # the AVX2 tiles (4x1, 2x2-2x5), 64-row chunks
 @pytest.mark.parametrize("qtype", TYPES)
 def test_quant_linear_matches_the_dequantized_product(qtype, rows, dtype, isa):
     blocks, values = _weights(qtype, 37, 160, seed=rows)
