@@ -41,7 +41,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_offline import AVX2_ENV, HFRunner, LangrtRunner, cpu_flags_summary, measure_bandwidth_gbs, prompts, timed  # noqa: E402
+from bench_offline import (  # noqa: E402
+    HFRunner, LangrtRunner, cpu_flags_summary, measure_bandwidth_gbs, prompts, run_capped_at_avx2, timed,
+)  # fmt: skip
 
 import langrt  # noqa: E402
 from kernels.cpu import LAYER_DISABLE_ENV  # noqa: E402
@@ -222,8 +224,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.llama_cpp:
         sys.path.insert(0, str(Path(args.llama_cpp).resolve()))
-    if args.avx2 and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
+    if args.avx2:
+        run_capped_at_avx2()
     args.new_tokens, args.repeats, args.prompt_tokens = (16, 1, 200) if args.quick else (128, 2, 1000)
     threads = torch.get_num_threads()
     nbytes, params = weight_bytes_and_params()

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -31,7 +29,7 @@ import jsonschema
 
 import langrt
 from langrt.cpu_features import fast_bf16
-from bench_offline import AVX2_ENV, cpu_flags_summary
+from bench_offline import cpu_flags_summary, run_capped_at_avx2
 
 RESULTS = Path(__file__).parent / "results"
 SCHEMA = {
@@ -146,8 +144,8 @@ def main() -> None:
     parser.add_argument("--ngram", action="store_true", help="n-gram drafts too on the jump-forward side")
     parser.add_argument("--avx2", action="store_true", help="run everything as an AVX2-only CPU does")
     args = parser.parse_args()
-    if args.avx2 and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
+    if args.avx2:
+        run_capped_at_avx2()
     n = 4 if args.quick else 16
     batches = [int(b) for b in (args.batches or ("1,4" if args.quick else "1,4,16")).split(",")]
     with langrt.Engine(log_level="warning", max_total_tokens=4096) as probe:

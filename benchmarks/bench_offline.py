@@ -37,6 +37,13 @@ from langrt.cpu_features import describe_path
 RESULTS = Path(__file__).parent / "results"
 # What an AVX2-only CPU runs, forced on this one (see langrt.cpu_features).
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def run_capped_at_avx2() -> None:
+    """Start this script again with AVX2_ENV set, unless it is set already: torch reads the
+    capability once, at start (the children the run starts inherit the cap)."""
+    if any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
 TOPICS = ["the sea", "a robot", "winter", "a small town", "music", "the moon", "a garden", "trains"]
 
 
@@ -142,9 +149,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], help="langrt's (default: bfloat16; float32 with --avx2)")
     parser.add_argument("--avx2", action="store_true", help="run everything as an AVX2-only CPU does")
     args = parser.parse_args()
-    if args.avx2 and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
-        # torch reads the capability once, at start: run again with it set.
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
+    if args.avx2:
+        run_capped_at_avx2()
     args.dtype = args.dtype or ("float32" if args.avx2 else "bfloat16")
     new_tokens = 16 if args.quick else 128
     repeats = 1 if args.quick else 2
