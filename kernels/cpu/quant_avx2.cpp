@@ -195,6 +195,12 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
 // 4, 2.5-2.9 at 6.
 constexpr int64_t kAhead = 4;
 
+// Weight rows n .. n + count, fetched into L1 while earlier tiles compute.
+LANGRT_AVX2 inline void fetch_rows(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t count) {
+  const char* first = reinterpret_cast<const char*>(w + n * row_bytes);
+  for (int64_t byte = 0; byte < count * row_bytes; byte += 64) _mm_prefetch(first + byte, _MM_HINT_T0);
+}
+
 // RM activation rows (m ..) against weight rows n0 .. n1 in tiles of 2 weight rows, then 1;
 // `fetch`: the rows come from memory (the first group of activation rows over them), so fetch ahead.
 template <int QT, int RM>
@@ -202,39 +208,35 @@ LANGRT_AVX2 void dot_pairs(const uint8_t* w, int64_t row_bytes, int64_t n0, int6
                            int64_t m, const OutRows& out, float* scales, bool fetch) {
   int64_t n = n0;
   for (; n + 2 <= n1; n += 2) {
-    const char* next = reinterpret_cast<const char*>(w + (n + 2 * kAhead) * row_bytes);
-    for (int64_t byte = 0; fetch && n + 2 * (kAhead + 1) <= n1 && byte < 2 * row_bytes; byte += 64) _mm_prefetch(next + byte, _MM_HINT_T0);
+    if (fetch && n + 2 * (kAhead + 1) <= n1) fetch_rows(w, row_bytes, n + 2 * kAhead, 2);
     dot_tile<QT, 2, RM>(w, row_bytes, n, x, m, out, scales);
   }
   for (; n < n1; ++n) dot_tile<QT, 1, RM>(w, row_bytes, n, x, m, out, scales);
 }
 
-// Tiles of 2 weight rows x 4 activation rows while 4 rows are left, the last 5 rows as 2 x 5; 2 or 3
-// rows left (a token and its drafts) take 2 x 2 or 2 x 3 tiles, so the weights are decoded once for
-// them, not once a row; a single row (a decode's) takes 4 x 1 tiles, then 1 x 1.
+// Tiles of 2 weight rows x 4 activation rows while more than 5 rows are left (or exactly 4), then
+// 2 x 5, 2 x 3 or 2 x 2 for what is left: a token and its drafts go through the weights once, not
+// once a row. A single row (a decode's) takes 4 x 1 tiles, then 1 x 1.
 template <int QT>
 LANGRT_AVX2 void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                           int64_t m0, int64_t m1, const OutRows& out) {
   std::vector<float> scales(20 * (x.k / kBlock));  // the largest tile (10 products) at 2 scales a block
+  float* s = scales.data();
   int64_t m = m0;
-  for (; m + 4 <= m1; m += 4) {
-    if (m1 - m == 5) {  // not 4 then 1: a single row's tiles go through the weights alone
-      dot_pairs<QT, 5>(w, row_bytes, n0, n1, x, m, out, scales.data(), m == m0);
-      return;
-    }
-    dot_pairs<QT, 4>(w, row_bytes, n0, n1, x, m, out, scales.data(), m == m0);
+  for (; m1 - m >= 4 && m1 - m != 5; m += 4) dot_pairs<QT, 4>(w, row_bytes, n0, n1, x, m, out, s, m == m0);
+  switch (m1 - m) {
+    case 5: return dot_pairs<QT, 5>(w, row_bytes, n0, n1, x, m, out, s, m == m0);
+    case 3: return dot_pairs<QT, 3>(w, row_bytes, n0, n1, x, m, out, s, m == m0);
+    case 2: return dot_pairs<QT, 2>(w, row_bytes, n0, n1, x, m, out, s, m == m0);
+    case 1: break;
+    default: return;
   }
-  if (m1 - m == 3) dot_pairs<QT, 3>(w, row_bytes, n0, n1, x, m, out, scales.data(), m == m0);
-  if (m1 - m == 2) dot_pairs<QT, 2>(w, row_bytes, n0, n1, x, m, out, scales.data(), m == m0);
-  if (m1 - m != 1) return;
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
-    // The rows kAhead tiles on, fetched while this one computes (a decode's weights come from memory).
-    const char* next = reinterpret_cast<const char*>(w + (n + 4 * kAhead) * row_bytes);
-    for (int64_t byte = 0; n + 4 * (kAhead + 1) <= n1 && byte < 4 * row_bytes; byte += 64) _mm_prefetch(next + byte, _MM_HINT_T0);
-    dot_tile<QT, 4, 1>(w, row_bytes, n, x, m, out, scales.data());
+    if (n + 4 * (kAhead + 1) <= n1) fetch_rows(w, row_bytes, n + 4 * kAhead, 4);
+    dot_tile<QT, 4, 1>(w, row_bytes, n, x, m, out, s);
   }
-  for (; n < n1; ++n) dot_tile<QT, 1, 1>(w, row_bytes, n, x, m, out, scales.data());
+  for (; n < n1; ++n) dot_tile<QT, 1, 1>(w, row_bytes, n, x, m, out, s);
 }
 
 }  // namespace
