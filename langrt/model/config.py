@@ -7,14 +7,13 @@ parser for every source.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from langrt.errors import ModelLoadError
+from langrt.model import registry
 
-# model_type -> whether q/k/v projections carry a bias by default.
-SUPPORTED_MODEL_TYPES = {"llama": False, "mistral": False, "qwen2": True}
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -37,6 +36,8 @@ class ModelConfig:
     sliding_window: int | None
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
+    # The whole config.json dict: the architecture modules read their own keys from it.
+    hf: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
         assert self.num_heads % self.num_kv_heads == 0, "num_heads must be a multiple of num_kv_heads"
@@ -51,11 +52,12 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
-        model_type = d.get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
+        arch = registry.native_arch(d)
+        if arch is None:
             raise ModelLoadError(
-                f"unsupported model_type {model_type!r}; langrt serves {sorted(SUPPORTED_MODEL_TYPES)}"
+                f"unsupported model_type {d.get('model_type')!r}; langrt serves {registry.native_model_types()}"
             )
+        model_type = arch.model_type
         num_heads = d["num_attention_heads"]
         hidden = d["hidden_size"]
         rope_theta, rope_scaling = _rope_settings(d)
@@ -73,10 +75,11 @@ class ModelConfig:
             rope_scaling=rope_scaling,
             max_position_embeddings=d.get("max_position_embeddings", 4096),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            attention_bias=bool(d.get("attention_bias", SUPPORTED_MODEL_TYPES[model_type])),
+            attention_bias=bool(d.get("attention_bias", arch.qkv_bias)),
             sliding_window=_sliding_window(d),
             bos_token_id=d.get("bos_token_id"),
             eos_token_ids=_as_tuple(d.get("eos_token_id")),
+            hf=dict(d),
         )
 
     @classmethod

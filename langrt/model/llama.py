@@ -293,6 +293,8 @@ class LlamaForCausalLM(nn.Module):
         return names
 
 
+ENTRY_CLASS = LlamaForCausalLM
+
 _FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
           "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}  # fmt: skip
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)

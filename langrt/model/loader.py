@@ -10,7 +10,7 @@ import torch
 
 from langrt.errors import ModelLoadError
 from langrt.model.config import ModelConfig
-from langrt.model.llama import LlamaForCausalLM
+from langrt.model.registry import model_class
 from langrt.model.quant import PLAIN_QUANTIZATIONS, dense_copy_budget
 from langrt.model.source import ModelSource
 
@@ -30,7 +30,7 @@ def load_model(
     quantize: str | None = None,
     shard: Callable[[Iterable], Iterable] | None = None,
     tp=None,
-) -> LlamaForCausalLM:
+) -> torch.nn.Module:
     """Build the model on `device` in `dtype` with real (or dummy) weights, in eval mode; with
     `gguf_blocks` a GGUF file's quantized matrices keep their blocks, with `quantize` ('int8',
     'int4') plain weights are quantized into blocks (see langrt.model.quant). Under tensor
@@ -41,7 +41,7 @@ def load_model(
     if load_format == "gguf" and not source.is_gguf or load_format == "safetensors" and source.is_gguf:
         raise ModelLoadError(f"load format {load_format!r} does not match model path {source.path}")
     with torch.device(device), _default_dtype(dtype):
-        model = LlamaForCausalLM(config, compiled)  # parameters uninitialized: filled below
+        model = model_class(config.model_type)(config, compiled)  # parameters uninitialized: filled below
     model.set_tensor_parallel(tp)
     if load_format == "dummy":
         _fill_dummy(model, seed)
@@ -67,7 +67,7 @@ def _default_dtype(dtype: torch.dtype):
         torch.set_default_dtype(previous)
 
 
-def _fill_dummy(model: LlamaForCausalLM, seed: int) -> None:
+def _fill_dummy(model: torch.nn.Module, seed: int) -> None:
     """Seeded N(0, 0.02) weights and unit norms: a model of the right shape and cost."""
     gen = torch.Generator().manual_seed(seed)
     for name, param in model.named_parameters():

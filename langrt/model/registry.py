@@ -1,0 +1,67 @@
+"""Which langrt module serves a model, by its HF `architectures` name, `model_type` or GGUF
+`general.architecture`.
+
+Each native architecture is one module under `langrt.model` that defines `ENTRY_CLASS` (the
+torch module) and is listed once in `NATIVE` below; adding an architecture is that module, one
+`Arch` line and a test against transformers. Models whose architecture is not listed run
+through their own transformers code (`--model-impl transformers`, langrt.model.hf_fallback).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from langrt.errors import ModelLoadError
+
+
+@dataclass(frozen=True)
+class Arch:
+    hf_class: str  # the `architectures` entry of an HF config.json
+    model_type: str  # its `model_type`
+    module: str  # the langrt module defining ENTRY_CLASS
+    gguf: str | None = None  # llama.cpp's `general.architecture`, where langrt loads GGUF files of it
+    qkv_bias: bool = False  # q/k/v projections carry a bias unless the config says otherwise
+
+
+NATIVE: tuple[Arch, ...] = (
+    Arch("LlamaForCausalLM", "llama", "langrt.model.llama", gguf="llama"),
+    Arch("MistralForCausalLM", "mistral", "langrt.model.llama"),  # GGUF: arch "llama", told apart by name
+    Arch("Qwen2ForCausalLM", "qwen2", "langrt.model.llama", gguf="qwen2", qkv_bias=True),
+)
+
+MODEL_IMPLS = ("auto", "langrt", "transformers")
+
+
+def native_arch(hf_config: Mapping[str, Any]) -> Arch | None:
+    """The native architecture serving this config: by its `architectures` names, else its
+    `model_type`; None where langrt has no module for it."""
+    names = hf_config.get("architectures") or ()
+    for arch in NATIVE:
+        if arch.hf_class in names:
+            return arch
+    model_type = hf_config.get("model_type")
+    return next((arch for arch in NATIVE if arch.model_type == model_type), None)
+
+
+def arch_by_model_type(model_type: str) -> Arch:
+    arch = next((a for a in NATIVE if a.model_type == model_type), None)
+    if arch is None:
+        raise ModelLoadError(f"no native langrt module for model_type {model_type!r}; native: {native_model_types()}")
+    return arch
+
+
+def native_model_types() -> list[str]:
+    return sorted({arch.model_type for arch in NATIVE})
+
+
+def gguf_architectures() -> dict[str, Arch]:
+    """GGUF `general.architecture` -> the Arch that serves it."""
+    return {arch.gguf: arch for arch in NATIVE if arch.gguf is not None}
+
+
+def model_class(model_type: str) -> type:
+    """The torch module class of a native model_type."""
+    arch = arch_by_model_type(model_type)
+    return importlib.import_module(arch.module).ENTRY_CLASS
