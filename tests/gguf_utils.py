@@ -60,22 +60,28 @@ def encode_tensor(values: np.ndarray, qtype: Q) -> tuple[np.ndarray, Q]:
 
 
 def random_k_quant_rows(qtype: Q, n: int, k: int, seed: int) -> np.ndarray:
-    """n rows of k weights as random Q4_K / Q6_K super-blocks (gguf-py has no quantizer for them):
+    """n rows of k weights as random K-quant super-blocks (gguf-py has no quantizer for them):
     random quants, scales and minimums, and fp16 super-block scales that keep the weights near
     +-0.1. uint8 [n, k / 256 * super-block bytes]."""
     rng = np.random.default_rng(seed)
-    size = {Q.Q4_K: 144, Q.Q6_K: 210}[qtype]
+    size = {Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}[qtype]
     raw = rng.integers(0, 256, (n, k // 256, size), dtype=np.uint8)
 
     def put(offset: int, low: float, high: float) -> None:
         values = rng.uniform(low, high, (n, k // 256, 1)).astype(np.float16)
         raw[..., offset : offset + 2] = values.view(np.uint8)
 
-    if qtype == Q.Q4_K:
-        put(0, 2e-5, 1e-4)  # d: times a 6-bit scale and a 4-bit quant
-        put(2, 2e-5, 1e-4)  # dmin: times a 6-bit minimum
-    else:
-        put(208, 5e-6, 2e-5)  # d: times an int8 scale and a quant in [-32, 31]
+    # (offset of d, its range), (offset of dmin, its range): the largest quant times the largest
+    # sub-block scale times d stays near 0.1
+    scales = {
+        Q.Q2_K: [(80, 1e-3, 5e-3), (82, 1e-3, 5e-3)],  # 4-bit scales and minimums, 2-bit quants
+        Q.Q3_K: [(108, 5e-5, 2e-4)],  # 6-bit scales less 32, quants in [-4, 3]
+        Q.Q4_K: [(0, 2e-5, 1e-4), (2, 2e-5, 1e-4)],  # 6-bit scales and minimums, 4-bit quants
+        Q.Q5_K: [(0, 1e-5, 5e-5), (2, 2e-5, 1e-4)],  # 5-bit quants
+        Q.Q6_K: [(208, 5e-6, 2e-5)],  # int8 scales, quants in [-32, 31]
+    }
+    for offset, low, high in scales[qtype]:
+        put(offset, low, high)
     return raw.reshape(n, -1)
 
 

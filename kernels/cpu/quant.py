@@ -1,6 +1,6 @@
-"""langrt's quantized matrix products on CPU: y = x W^T with W kept in GGUF's Q4_0 / Q4_1 / Q8_0
-blocks (and Q4_K / Q6_K, unpacked at load into blocks of 32 with float32 scales:
-langrt.model.kquants), by quant_linear.cpp over quant_avx2.cpp and quant_scalar.cpp: each 32
+"""langrt's quantized matrix products on CPU: y = x W^T with W kept in GGUF's Q4_0 / Q4_1 / Q5_0 /
+Q5_1 / Q8_0 blocks (and the K-quants Q2_K / Q3_K / Q4_K / Q5_K / Q6_K, unpacked at load into
+blocks of 32 with float32 scales: langrt.model.kquants), by quant_linear.cpp over quant_avx2.cpp and quant_scalar.cpp: each 32
 activations are quantized to int16 with one scale and multiplied with a weight block in integers.
 
 Unlike the other CPU kernels this library is built without -m flags: its AVX2 functions carry
@@ -33,7 +33,7 @@ ISA_ENV = "LANGRT_CPU_ISA"
 # No -m flags (see above); -ffp-contract=off keeps the scalar path's products and sums apart.
 CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
 # GGML type numbers of the block types the kernels take.
-GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14}
+GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 
 logger = logging.getLogger("langrt.kernels.cpu")
 

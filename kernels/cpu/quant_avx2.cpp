@@ -49,12 +49,51 @@ struct Quants {
   __m256i w0, w1;
 };
 
+// 32 bytes: byte i is 0xFF where bit i of the 4 bytes at p is set, else 0 (each 128-bit lane's
+// shuffle spreads the same 4 bytes; the OR leaves all ones only where the byte's own bit was set).
+LANGRT_AVX2 inline __m256i bit_bytes(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), spread);
+  return _mm256_cmpeq_epi8(_mm256_or_si256(bytes, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE)), _mm256_set1_epi64x(-1));
+}
+
+// 16 bytes of nibbles (low: weights 0-15, high: 16-31) as 32 bytes in weight order.
+LANGRT_AVX2 inline __m256i nibble_bytes(const uint8_t* quants) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quants));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
+}
+
+// 8 bytes of 2-bit quants (byte i: weights i, i + 8, i + 16, i + 24) as 32 bytes in weight order.
+LANGRT_AVX2 inline __m256i crumb_bytes(const uint8_t* quants) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(quants));
+  const __m128i mask = _mm_set1_epi8(3);
+  const __m128i low = _mm_unpacklo_epi64(b, _mm_srli_epi16(b, 2)), high = _mm_unpacklo_epi64(_mm_srli_epi16(b, 4), _mm_srli_epi16(b, 6));
+  return _mm256_set_m128i(_mm_and_si128(high, mask), _mm_and_si128(low, mask));
+}
+
+LANGRT_AVX2 inline Quants widen(__m256i bytes, bool is_signed) {
+  const __m128i lo = _mm256_castsi256_si128(bytes), hi = _mm256_extracti128_si256(bytes, 1);
+  if (is_signed) return {_mm256_cvtepi8_epi16(lo), _mm256_cvtepi8_epi16(hi)};
+  return {_mm256_cvtepu8_epi16(lo), _mm256_cvtepu8_epi16(hi)};
+}
+
 template <int QT>
 LANGRT_AVX2 inline Quants decode(const uint8_t* quants) {
   Quants q;
   if constexpr (QT == kQ8_0 || QT == kQ6_K) {
     q.w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants)));
     q.w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 16)));
+  } else if constexpr (QT == kQ5_0 || QT == kQ5_1 || QT == kQ5_K) {  // nibble + 16 * high bit, in [0, 31]
+    const __m256i high = _mm256_and_si256(bit_bytes(quants), _mm256_set1_epi8(16));
+    q = widen(_mm256_or_si256(nibble_bytes(quants + 4), high), false);
+  } else if constexpr (QT == kQ3_K) {  // low + 4 * high bit - 4, in [-4, 3]
+    const __m256i high = _mm256_and_si256(bit_bytes(quants), _mm256_set1_epi8(4));
+    q = widen(_mm256_sub_epi8(_mm256_or_si256(crumb_bytes(quants + 4), high), _mm256_set1_epi8(4)), true);
+  } else if constexpr (QT == kQ2_K) {
+    q = widen(crumb_bytes(quants), false);
   } else {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quants));
     const __m128i mask = _mm_set1_epi8(0x0F);
@@ -77,12 +116,22 @@ LANGRT_AVX2 inline void dot16x2(const Quants& w, const int16_t* x, __m256i* low,
   *high = _mm256_madd_epi16(w.w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
 }
 
-// prepare_rows (below) for the K-quants' float32 scales, one activation row: Q4_K as Q4_1; Q6_K's
-// two scales per block, scales[2b + h] = d_w[2b + h] * d_x[b].
+// prepare_rows (below) for the K-quants' float32 scales, one activation row: Q4_K and Q5_K as
+// Q4_1; Q6_K's and Q3_K's two scales per block, scales[2b + h] = d_w[2b + h] * d_x[b]; Q2_K's
+// two scales and two minimums, scales[4b + h] = d_w[2b + h] * d_x[b], scales[4b + 2 + h] =
+// m_w[2b + h] * d_x[b] (they multiply the sums of the block's halves of x: see dot_tile).
 template <int QT>
 LANGRT_AVX2 float prepare_k(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales) {
   int64_t b = 0;
-  if constexpr (QT == kQ6_K) {
+  if constexpr (QT == kQ2_K) {
+    for (; b < blocks; ++b) {
+      for (int h = 0; h < 2; ++h) {
+        scales[4 * b + h] = row.df[2 * b + h] * xd[b];
+        scales[4 * b + 2 + h] = row.mf[2 * b + h] * xd[b];
+      }
+    }
+    return 0.0f;
+  } else if constexpr (QT == kQ6_K || QT == kQ3_K) {
     const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
     for (; b + 4 <= blocks; b += 4) {
       const __m256 x = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(xd + b)), pairs);
@@ -109,25 +158,26 @@ LANGRT_AVX2 float prepare_k(const RowLayout& row, const float* xd, const float* 
 }
 
 // One weight row against RM activation rows (rows j of xd, xs and scales `blocks` apart), ahead of
-// the dot products, for the types with float16 scales (Q4_0, Q4_1, Q8_0): scales[j][b] = d_w[b] *
-// d_x[j][b] for every block, and extra_out[j] = sum_b offset_w[b] * s_x[j][b] (offset: Q4_1's m,
-// Q4_0's -8 d), 8 blocks a lane-wise FMA, the lanes summed, then the blocks past a multiple of 8
+// the dot products, for the types with float16 scales (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): scales[j][b] = d_w[b] *
+// d_x[j][b] for every block, and extra_out[j] = sum_b offset_w[b] * s_x[j][b] (offset: Q4_1's and
+// Q5_1's m, Q4_0's -8 d, Q5_0's -16 d), 8 blocks a lane-wise FMA, the lanes summed, then the blocks past a multiple of 8
 // added one by one. The weight row's scales are widened once for all RM rows; each pair's values
 // are those of the pair taken alone.
 template <int QT, int RM>
 LANGRT_AVX2 void prepare_rows(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales,
                               float* extra_out) {
+  constexpr float kZero = QT == kQ5_0 ? 16.0f : 8.0f;  // Q4_0's and Q5_0's quants are unsigned, offset by this
   __m256 extra[RM];
   for (int j = 0; j < RM; ++j) extra[j] = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= blocks; b += 8) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.d + b)));
     __m256 offset = _mm256_setzero_ps();
-    if constexpr (QT == kQ4_1) offset = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.m + b)));
-    if constexpr (QT == kQ4_0) offset = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+    if constexpr (has_min(QT)) offset = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.m + b)));
+    if constexpr (QT == kQ4_0 || QT == kQ5_0) offset = _mm256_mul_ps(d, _mm256_set1_ps(-kZero));
     for (int j = 0; j < RM; ++j) {
       _mm256_storeu_ps(scales + j * blocks + b, _mm256_mul_ps(d, _mm256_loadu_ps(xd + j * blocks + b)));
-      if constexpr (QT == kQ4_1 || QT == kQ4_0)
+      if constexpr (QT != kQ8_0)
         extra[j] = _mm256_fmadd_ps(offset, _mm256_loadu_ps(xs + j * blocks + b), extra[j]);
     }
   }
@@ -136,8 +186,8 @@ LANGRT_AVX2 void prepare_rows(const RowLayout& row, const float* xd, const float
     const float d = _cvtsh_ss(row.d[b]);
     for (int j = 0; j < RM; ++j) {
       scales[j * blocks + b] = d * xd[j * blocks + b];
-      if constexpr (QT == kQ4_1) tail[j] += _cvtsh_ss(row.m[b]) * xs[j * blocks + b];
-      if constexpr (QT == kQ4_0) tail[j] += -8.0f * d * xs[j * blocks + b];
+      if constexpr (has_min(QT)) tail[j] += _cvtsh_ss(row.m[b]) * xs[j * blocks + b];
+      if constexpr (QT == kQ4_0 || QT == kQ5_0) tail[j] += -kZero * d * xs[j * blocks + b];
     }
   }
   for (int j = 0; j < RM; ++j) extra_out[j] = hsum(extra[j]) + tail[j];
@@ -149,7 +199,7 @@ LANGRT_AVX2 void prepare_rows(const RowLayout& row, const float* xd, const float
 template <int QT, int RN, int RM>
 LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const QuantizedRows& x, int64_t m0,
                           const OutRows& out, float* scales) {
-  constexpr int S = QT == kQ6_K ? 2 : 1;  // scales per block
+  constexpr int S = QT == kQ2_K ? 4 : scales_per_block(QT);  // scales per block (Q2_K: and its 2 minimums)
   const int64_t blocks = x.k / kBlock, quants = quant_bytes(QT);
   RowLayout rows[RN];
   __m256 acc[RN][RM];
@@ -157,7 +207,7 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
   for (int i = 0; i < RN; ++i) {
     rows[i] = row_layout(QT, w + (n0 + i) * row_bytes, blocks);
     for (int j = 0; j < RM; ++j) acc[i][j] = _mm256_setzero_ps();
-    if constexpr (QT == kQ4_K || QT == kQ6_K) {
+    if constexpr (k_quant(QT)) {
       for (int j = 0; j < RM; ++j) {
         const int64_t first = (m0 + j) * blocks;
         extra[i][j] = prepare_k<QT>(rows[i], x.d + first, x.s + first, blocks, scales + (i * RM + j) * blocks * S);
@@ -171,13 +221,23 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
     for (int i = 0; i < RN; ++i) wq[i] = decode<QT>(rows[i].quants + b * quants);
     for (int j = 0; j < RM; ++j) {
       const int16_t* xb = x.q + (m0 + j) * x.k + b * kBlock;
+      __m256 half_sums[2];  // Q2_K: the sums of x's halves, which the minimums multiply
+      if constexpr (S == 4) {
+        const __m256i ones = _mm256_set1_epi16(1);
+        half_sums[0] = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb))));
+        half_sums[1] = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 16))));
+      }
       for (int i = 0; i < RN; ++i) {
         const float* scale = scales + ((i * RM + j) * blocks + b) * S;
-        if constexpr (S == 2) {
+        if constexpr (S >= 2) {
           __m256i low, high;
           dot16x2(wq[i], xb, &low, &high);
           acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale), _mm256_cvtepi32_ps(low), acc[i][j]);
           acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale + 1), _mm256_cvtepi32_ps(high), acc[i][j]);
+          if constexpr (S == 4) {
+            acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale + 2), half_sums[0], acc[i][j]);
+            acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale + 3), half_sums[1], acc[i][j]);
+          }
         } else {
           acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale), _mm256_cvtepi32_ps(dot32(wq[i], xb)), acc[i][j]);
         }
@@ -220,7 +280,7 @@ LANGRT_AVX2 void dot_pairs(const uint8_t* w, int64_t row_bytes, int64_t n0, int6
 template <int QT>
 LANGRT_AVX2 void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                           int64_t m0, int64_t m1, const OutRows& out) {
-  std::vector<float> scales(20 * (x.k / kBlock));  // the largest tile (10 products) at 2 scales a block
+  std::vector<float> scales(40 * (x.k / kBlock));  // the largest tile (10 products) at 4 scales a block (Q2_K)
   float* s = scales.data();
   int64_t m = m0;
   for (; m1 - m >= 4 && m1 - m != 5; m += 4) dot_pairs<QT, 4>(w, row_bytes, n0, n1, x, m, out, s, m == m0);
@@ -282,6 +342,11 @@ LANGRT_AVX2 void dot_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, i
     case kQ8_0: return dot_rows<kQ8_0>(w, row_bytes, n0, n1, x, m0, m1, out);
     case kQ4_K: return dot_rows<kQ4_K>(w, row_bytes, n0, n1, x, m0, m1, out);
     case kQ6_K: return dot_rows<kQ6_K>(w, row_bytes, n0, n1, x, m0, m1, out);
+    case kQ5_0: return dot_rows<kQ5_0>(w, row_bytes, n0, n1, x, m0, m1, out);
+    case kQ5_1: return dot_rows<kQ5_1>(w, row_bytes, n0, n1, x, m0, m1, out);
+    case kQ5_K: return dot_rows<kQ5_K>(w, row_bytes, n0, n1, x, m0, m1, out);
+    case kQ3_K: return dot_rows<kQ3_K>(w, row_bytes, n0, n1, x, m0, m1, out);
+    case kQ2_K: return dot_rows<kQ2_K>(w, row_bytes, n0, n1, x, m0, m1, out);
     default: return;
   }
 }

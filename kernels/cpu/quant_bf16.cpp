@@ -129,6 +129,12 @@ LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint1
   }
 }
 
+// The types dequantize_block (or dequantize_row_4bit) takes; the others (Q5_0, Q5_1, Q2_K, Q3_K,
+// Q5_K) are dequantized by the plain C++ loop, the same values more slowly.
+constexpr bool vector_dequantized(int qtype) {
+  return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0 || qtype == kQ4_K || qtype == kQ6_K;
+}
+
 template <int QT>
 LANGRT_BF16 void dense_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const uint16_t* x,
                             int64_t x_stride, int64_t k, int64_t m0, int64_t m1, const OutRows& out) {
@@ -145,6 +151,8 @@ LANGRT_BF16 void dense_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int
       const RowLayout row = row_layout(QT, w + (n + i) * row_bytes, blocks);
       if constexpr (QT == kQ4_0 || QT == kQ4_1) {
         dequantize_row_4bit<QT>(row, blocks, tile.data() + i * k);
+      } else if constexpr (!vector_dequantized(QT)) {  // the scalar dequantization's values, bit for bit
+        dequantize_rows_scalar(QT, w + (n + i) * row_bytes, row_bytes, 0, 1, k, OutRows{tile.data() + i * k, k, true});
       } else {
         for (int64_t b = 0; b < blocks; ++b) _mm512_storeu_si512(tile.data() + i * k + b * kBlock, dequantize_block<QT>(row, b));
       }
@@ -175,6 +183,11 @@ LANGRT_BF16 void dense_rows_bf16(int qtype, const uint8_t* w, int64_t row_bytes,
     case kQ8_0: return dense_rows<kQ8_0>(w, row_bytes, n0, n1, x, x_stride, k, m0, m1, out);
     case kQ4_K: return dense_rows<kQ4_K>(w, row_bytes, n0, n1, x, x_stride, k, m0, m1, out);
     case kQ6_K: return dense_rows<kQ6_K>(w, row_bytes, n0, n1, x, x_stride, k, m0, m1, out);
+    case kQ5_0: return dense_rows<kQ5_0>(w, row_bytes, n0, n1, x, x_stride, k, m0, m1, out);
+    case kQ5_1: return dense_rows<kQ5_1>(w, row_bytes, n0, n1, x, x_stride, k, m0, m1, out);
+    case kQ5_K: return dense_rows<kQ5_K>(w, row_bytes, n0, n1, x, x_stride, k, m0, m1, out);
+    case kQ3_K: return dense_rows<kQ3_K>(w, row_bytes, n0, n1, x, x_stride, k, m0, m1, out);
+    case kQ2_K: return dense_rows<kQ2_K>(w, row_bytes, n0, n1, x, x_stride, k, m0, m1, out);
     default: return;
   }
 }

@@ -1,4 +1,5 @@
-// Matrix products on GGUF's quantized weight blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) without dequantizing
+// Matrix products on GGUF's quantized weight blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) without dequantizing
 // them: each block's integers multiply the activations in integers, and the sum is scaled once.
 //
 // The activations are quantized to int16 per block of 32 (scale d = max|x| / 32767, and d * the
@@ -19,43 +20,73 @@
 namespace langrt_quant {
 
 // GGML's type numbers.
-enum QType : int { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14 };
+enum QType : int {
+  kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14
+};
 constexpr int64_t kBlock = 32;  // weights per block, all types (K-quants: their 32-weight sub-blocks)
 
-// Bytes per block of 32 weights in langrt's row layout (below). Q4_0, Q4_1 and Q8_0 take as many
-// as GGUF; the K-quants' super-blocks of 256 are unpacked at load (langrt.model.quant) into
-// blocks of 32 with float32 scales, so their products need no scale arithmetic beyond Q4_1's and
-// Q8_0's and their values are exactly GGUF's.
-inline int64_t block_bytes(int qtype) {
+// Bytes per block of 32 weights in langrt's row layout (below). Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
+// take as many as GGUF; the K-quants' super-blocks of 256 are unpacked at load (langrt.model.kquants)
+// into blocks of 32 with float32 scales, so their products need no scale arithmetic beyond Q4_1's
+// and Q8_0's and their values are exactly GGUF's. Bytes per weight, GGUF -> here: Q5_K 0.69 ->
+// 0.88, Q3_K 0.43 -> 0.63, Q2_K 0.33 -> 0.75 (its scale and minimum per 16 weights as floats).
+//
+// 5-bit quants (Q5_0, Q5_1, Q5_K): 4 bytes of high bits (bit i: weight i's fifth bit), then 16
+// bytes of nibbles as Q4's. Q3_K: 4 bytes of high bits, then 8 bytes of 2-bit lows (byte i holds
+// weights i, i + 8, i + 16, i + 24 at bits 0, 2, 4, 6), q = low + 4 * high - 4. Q2_K: the 8
+// bytes of 2-bit quants alone.
+constexpr int64_t block_bytes(int qtype) {
   switch (qtype) {
     case kQ4_0: return 18;  // fp16 d, 16 bytes of nibbles: w = d * (q - 8)
     case kQ4_1: return 20;  // fp16 d, fp16 m, 16 bytes of nibbles: w = d * q + m
+    case kQ5_0: return 22;  // fp16 d, 5-bit quants: w = d * (q - 16)
+    case kQ5_1: return 24;  // fp16 d, fp16 m, 5-bit quants: w = d * q + m
     case kQ8_0: return 34;  // fp16 d, 32 int8: w = d * q
+    case kQ2_K: return 24;  // 2-bit quants, two float d, two float m (weights 0-15, 16-31): w = d * q + m
+    case kQ3_K: return 20;  // 3-bit quants, two float d (weights 0-15, 16-31): w = d * q
     case kQ4_K: return 24;  // float d, float m, 16 bytes of nibbles: w = d * q + m (d = d * scale, m = -dmin * min)
+    case kQ5_K: return 28;  // float d, float m, 5-bit quants: w = d * q + m
     case kQ6_K: return 40;  // two float d (weights 0-15, 16-31), 32 int8 (q - 32): w = d * q
     default: return 0;
   }
 }
 
 // Types stored as in GGUF, repacked by repack_rows (the K-quants are unpacked in Python).
-inline bool gguf_sized(int qtype) { return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0; }
+constexpr bool gguf_sized(int qtype) {
+  return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ5_0 || qtype == kQ5_1 || qtype == kQ8_0;
+}
+
+constexpr bool k_quant(int qtype) { return qtype >= kQ2_K && qtype <= kQ6_K; }
+
+// Types with a minimum (offset) per block, or (Q2_K) per 16 weights.
+constexpr bool has_min(int qtype) {
+  return qtype == kQ4_1 || qtype == kQ5_1 || qtype == kQ2_K || qtype == kQ4_K || qtype == kQ5_K;
+}
 
 // langrt's layout of a quantized weight row (repack_rows makes it from GGUF's blocks): the quants
-// of all the row's blocks first (16 bytes per 4-bit block, 32 per 8-bit one), then the blocks'
-// scales d, then (Q4_1, Q4_K) their minimums m; fp16 as in GGUF, float32 for the K-quants (Q6_K:
-// two per block, one per 16 weights). The scales sit together, so the kernels convert and
+// of all the row's blocks first (quant_bytes per block), then the blocks' scales d, then (the
+// types with minimums) their minimums m; fp16 as in GGUF, float32 for the K-quants (Q6_K, Q3_K,
+// Q2_K: two per block, one per 16 weights). The scales sit together, so the kernels convert and
 // multiply them 8 at a time ahead of the dot products.
-inline int64_t quant_bytes(int qtype) { return qtype == kQ8_0 || qtype == kQ6_K ? 32 : 16; }
+constexpr int64_t quant_bytes(int qtype) {
+  switch (qtype) {
+    case kQ8_0: case kQ6_K: return 32;
+    case kQ5_0: case kQ5_1: case kQ5_K: return 20;
+    case kQ3_K: return 12;
+    case kQ2_K: return 8;
+    default: return 16;
+  }
+}
 
-// Scales per block: Q6_K's sub-blocks are 16 weights.
-inline int64_t scales_per_block(int qtype) { return qtype == kQ6_K ? 2 : 1; }
+// Scales per block: Q6_K's, Q3_K's and Q2_K's sub-blocks are 16 weights.
+constexpr int64_t scales_per_block(int qtype) { return qtype == kQ6_K || qtype == kQ3_K || qtype == kQ2_K ? 2 : 1; }
 
 struct RowLayout {
   const uint8_t* quants;
   const uint16_t* d;  // fp16 types
-  const uint16_t* m;  // Q4_1
+  const uint16_t* m;  // Q4_1, Q5_1
   const float* df;    // K-quants
-  const float* mf;    // Q4_K
+  const float* mf;    // Q4_K, Q5_K, Q2_K
 };
 
 inline RowLayout row_layout(int qtype, const uint8_t* row, int64_t blocks) {
@@ -63,9 +94,10 @@ inline RowLayout row_layout(int qtype, const uint8_t* row, int64_t blocks) {
   const uint8_t* scales = row + blocks * quant_bytes(qtype);
   r.quants = row;
   r.d = reinterpret_cast<const uint16_t*>(scales);
-  r.m = qtype == kQ4_1 ? r.d + blocks : nullptr;
+  const bool k = k_quant(qtype), min = has_min(qtype);
+  r.m = min && !k ? r.d + blocks : nullptr;
   r.df = reinterpret_cast<const float*>(scales);
-  r.mf = qtype == kQ4_K ? r.df + blocks : nullptr;
+  r.mf = min && k ? r.df + scales_per_block(qtype) * blocks : nullptr;
   return r;
 }
 

@@ -136,7 +136,7 @@ at::Tensor dequantize(const at::Tensor& w, int64_t qtype, int64_t k, at::ScalarT
 at::Tensor repack(const at::Tensor& w, int64_t qtype) {
   const int64_t bytes = langrt_quant::block_bytes(qtype);
   TORCH_CHECK(bytes > 0 && langrt_quant::gguf_sized(static_cast<int>(qtype)), "repack: GGML type ", qtype,
-              " is not one repacked here (Q4_0, Q4_1, Q8_0; the K-quants are unpacked in langrt.model.quant)");
+              " is not one repacked here (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; the K-quants are unpacked in langrt.model.kquants)");
   TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() && w.size(1) % bytes == 0,
               "repack: w must be contiguous uint8 [N, whole blocks]");
   at::Tensor out = at::empty_like(w);

@@ -13,26 +13,41 @@ float load_x(const void* x, bool bf16, int64_t i) {
   return bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
 }
 
-// Block b of a weight row (langrt's layout) as 32 integers, its scales d (d[0] for weights 0-15,
-// d[1] for 16-31: the same but in Q6_K) and offset m: w[i] = d[i / 16] * q[i] + m.
+// Block b of a weight row (langrt's layout) as 32 integers, its scales d and offsets m (d[0], m[0]
+// for weights 0-15, d[1], m[1] for 16-31: the same but in Q6_K, Q3_K and Q2_K): w[i] = d[i / 16]
+// * q[i] + m[i / 16].
 void unpack_block(int qtype, const RowLayout& row, int64_t b, int32_t* q, float* d, float* m) {
-  if (qtype == kQ4_K || qtype == kQ6_K) {
-    d[0] = row.df[scales_per_block(qtype) * b];
-    d[1] = row.df[scales_per_block(qtype) * b + scales_per_block(qtype) - 1];
-    *m = row.mf ? row.mf[b] : 0.0f;
+  const int64_t s = scales_per_block(qtype);
+  if (k_quant(qtype)) {
+    d[0] = row.df[s * b];
+    d[1] = row.df[s * b + s - 1];
+    m[0] = row.mf ? row.mf[s * b] : 0.0f;
+    m[1] = row.mf ? row.mf[s * b + s - 1] : 0.0f;
   } else {
     d[0] = d[1] = half_bits_to_float(row.d[b]);
-    *m = row.m ? half_bits_to_float(row.m[b]) : 0.0f;
+    m[0] = m[1] = row.m ? half_bits_to_float(row.m[b]) : 0.0f;
   }
   const uint8_t* quants = row.quants + b * quant_bytes(qtype);
   if (qtype == kQ8_0 || qtype == kQ6_K) {
     for (int i = 0; i < kBlock; ++i) q[i] = static_cast<int8_t>(quants[i]);
     return;
   }
-  const int32_t offset = qtype == kQ4_0 ? 8 : 0;
+  if (qtype == kQ2_K || qtype == kQ3_K) {  // 2-bit lows (after Q3_K's 4 bytes of high bits)
+    const uint8_t* lows = quants + (qtype == kQ3_K ? 4 : 0);
+    for (int i = 0; i < kBlock; ++i) {
+      const int32_t low = (lows[i % 8] >> (2 * (i / 8))) & 3;
+      q[i] = qtype == kQ2_K ? low : low + 4 * ((quants[i / 8] >> (i % 8)) & 1) - 4;
+    }
+    return;
+  }
+  const bool five = qtype == kQ5_0 || qtype == kQ5_1 || qtype == kQ5_K;
+  const uint8_t* nibbles = quants + (five ? 4 : 0);
+  const int32_t offset = qtype == kQ4_0 ? 8 : qtype == kQ5_0 ? 16 : 0;
   for (int i = 0; i < 16; ++i) {
-    q[i] = (quants[i] & 0x0F) - offset;
-    q[i + 16] = (quants[i] >> 4) - offset;
+    const int32_t high = five ? 16 * ((quants[i / 8] >> (i % 8)) & 1) : 0;
+    const int32_t high2 = five ? 16 * ((quants[2 + i / 8] >> (i % 8)) & 1) : 0;
+    q[i] = (nibbles[i] & 0x0F) + high - offset;
+    q[i + 16] = (nibbles[i] >> 4) + high2 - offset;
   }
 }
 
@@ -68,19 +83,23 @@ void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0,
       float acc = 0.0f;
       const RowLayout row = row_layout(qtype, w + n * row_bytes, blocks);
       for (int64_t b = 0; b < blocks; ++b) {
-        float dw[2], mw;
-        unpack_block(qtype, row, b, q, dw, &mw);
+        float dw[2], mw[2];
+        unpack_block(qtype, row, b, q, dw, mw);
         const int16_t* xb = x.q + m * x.k + b * kBlock;
-        if (qtype == kQ6_K) {  // a scale per 16 weights
-          int32_t dot[2] = {0, 0};
-          for (int i = 0; i < kBlock; ++i) dot[i / 16] += q[i] * xb[i];
-          const float xd = x.d[m * blocks + b];
+        const float xd = x.d[m * blocks + b];
+        if (scales_per_block(qtype) == 2) {  // a scale (and Q2_K: a minimum) per 16 weights
+          int32_t dot[2] = {0, 0}, sum[2] = {0, 0};
+          for (int i = 0; i < kBlock; ++i) {
+            dot[i / 16] += q[i] * xb[i];
+            sum[i / 16] += xb[i];
+          }
           acc += dw[0] * xd * static_cast<float>(dot[0]) + dw[1] * xd * static_cast<float>(dot[1]);
+          if (qtype == kQ2_K) acc += mw[0] * xd * static_cast<float>(sum[0]) + mw[1] * xd * static_cast<float>(sum[1]);
           continue;
         }
         int32_t dot = 0;
         for (int i = 0; i < kBlock; ++i) dot += q[i] * xb[i];
-        acc += dw[0] * x.d[m * blocks + b] * static_cast<float>(dot) + mw * x.s[m * blocks + b];
+        acc += dw[0] * xd * static_cast<float>(dot) + mw[0] * x.s[m * blocks + b];
       }
       store_out(out, m, n, acc);
     }
@@ -93,9 +112,9 @@ void dequantize_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int6
   for (int64_t n = n0; n < n1; ++n) {
     const RowLayout row = row_layout(qtype, w + n * row_bytes, k / kBlock);
     for (int64_t b = 0; b < k / kBlock; ++b) {
-      float d[2], m;
-      unpack_block(qtype, row, b, q, d, &m);
-      for (int i = 0; i < kBlock; ++i) store_out(out, n, b * kBlock + i, d[i / 16] * static_cast<float>(q[i]) + m);
+      float d[2], m[2];
+      unpack_block(qtype, row, b, q, d, m);
+      for (int i = 0; i < kBlock; ++i) store_out(out, n, b * kBlock + i, d[i / 16] * static_cast<float>(q[i]) + m[i / 16]);
     }
   }
 }
@@ -111,7 +130,7 @@ void repack_rows(int qtype, const uint8_t* gguf, uint8_t* out, int64_t rows, int
       const uint8_t* block = src + b * bytes;
       std::memcpy(dst + b * quants, block + header, quants);
       std::memcpy(d + 2 * b, block, 2);
-      if (qtype == kQ4_1) std::memcpy(d + 2 * blocks + 2 * b, block + 2, 2);
+      if (has_min(qtype)) std::memcpy(d + 2 * blocks + 2 * b, block + 2, 2);  // Q4_1, Q5_1
     }
   }
 }

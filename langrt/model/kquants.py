@@ -1,31 +1,43 @@
-"""GGUF's K-quants (Q4_K, Q6_K: super-blocks of 256 weights, the form most GGUF files on the Hub
-take: Q4_K_M mixes them) unpacked at load into langrt's rows of 32-weight blocks with float32
-scales, which kernels/cpu/quant_kernels.h multiplies like Q4_1 and Q8_0 blocks.
+"""GGUF's K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: super-blocks of 256 weights, the form most GGUF
+files on the Hub take: Q4_K_M mixes Q4_K and Q6_K, Q3_K_M and Q2_K files the others) unpacked at
+load into langrt's rows of 32-weight blocks with float32 scales, which kernels/cpu/quant_kernels.h
+multiplies like Q4_1, Q5_1 and Q8_0 blocks.
 
 Q4_K: per super-block fp16 d and dmin, eight 6-bit scales and minimums packed in 12 bytes, 128
-bytes of nibbles; sub-block s (32 weights) is d * scale[s] * q - dmin * min[s]. Q6_K: 128 bytes of
-low nibbles, 64 of high 2-bit pairs, sixteen int8 scales, fp16 d; weight w is d * scale[w / 16] *
-(q - 32). The unpacked scales (d * scale, -dmin * min) are exact in float32, so the values are
-exactly GGUF's (tests/numerics/test_quant_linear.py checks them against gguf-py's).
+bytes of nibbles; sub-block s (32 weights) is d * scale[s] * q - dmin * min[s]. Q5_K: the same
+with a fifth bit per weight (32 bytes of high bits). Q6_K: 128 bytes of low nibbles, 64 of high
+2-bit pairs, sixteen int8 scales, fp16 d; weight w is d * scale[w / 16] * (q - 32). Q3_K: 32 bytes
+of high bits, 64 of 2-bit lows, sixteen 6-bit scales, fp16 d; w = d * (scale - 32) * q, q in [-4,
+3]. Q2_K: sixteen 4-bit scale and minimum pairs, 64 bytes of 2-bit quants, fp16 d and dmin; w = d
+* scale * q - dmin * min per 16 weights. The unpacked scales (d * scale, -dmin * min) are exact in
+float32, so the values are exactly GGUF's (tests/numerics/test_quant_linear.py checks them against
+gguf-py's).
+
+Why unpack rather than serve the super-blocks: the kernels then decode one 32-weight block shape
+with its scales already multiplied out (no 6-bit scale arithmetic per block in the inner loop), at
+the cost of bytes: per weight, GGUF -> here, Q4_K 0.56 -> 0.75, Q5_K 0.69 -> 0.88, Q6_K 0.82 ->
+1.25, Q3_K 0.43 -> 0.63, Q2_K 0.33 -> 0.75.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-Q4_K, Q6_K = 12, 14
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 10, 11, 12, 13, 14
 SUPER_BLOCK = 256
-SUPER_BYTES = {Q4_K: 144, Q6_K: 210}
+SUPER_BYTES = {Q2_K: 84, Q3_K: 110, Q4_K: 144, Q5_K: 176, Q6_K: 210}
 
 
 def unpack(raw: np.ndarray, ggml_type: int, k: int) -> np.ndarray:
     """GGUF rows, uint8 [N, K / 256 * super-block bytes] -> langrt's rows, uint8 [N, K / 32 *
-    (24 for Q4_K, 40 for Q6_K)]: each row's quants, then its float32 scales (and Q4_K's offsets)."""
+    block bytes (quant_kernels.h's block_bytes)]: each row's quants, then its float32 scales
+    (and its offsets, for the types with minimums)."""
     n, supers = raw.shape[0], k // SUPER_BLOCK
     if k % SUPER_BLOCK or raw.shape[1] != supers * SUPER_BYTES[ggml_type]:
         raise ValueError(f"{raw.shape[1]} bytes per row are not {k // SUPER_BLOCK} super-blocks of type {ggml_type}")
     blocks = raw.reshape(n, supers, SUPER_BYTES[ggml_type])
-    parts = _unpack_q4_k(blocks) if ggml_type == Q4_K else _unpack_q6_k(blocks)
+    unpackers = {Q2_K: _unpack_q2_k, Q3_K: _unpack_q3_k, Q4_K: _unpack_q4_k, Q5_K: _unpack_q5_k, Q6_K: _unpack_q6_k}
+    parts = unpackers[ggml_type](blocks)
     return np.concatenate([np.ascontiguousarray(p).view(np.uint8).reshape(n, -1) for p in parts], axis=1)
 
 
@@ -66,3 +78,61 @@ def _unpack_q6_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
     scales = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).astype(np.float32)
     d = _fp16(blocks[..., 208:210])
     return q.reshape(n, -1), (d * scales).reshape(n, -1)
+
+
+
+def _unpack_q5_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
+    """-> (quants [N, supers * 8, 20]: 4 bytes of fifth bits, then Q4_1-ordered nibbles; scales
+    d * scale; offsets -dmin * min), as Q4_K with the fifth bit: bit s of high byte l belongs to
+    weight l of sub-block s."""
+    n, supers = blocks.shape[:2]
+    d, dmin = _fp16(blocks[..., 0:2]), _fp16(blocks[..., 2:4])
+    scale, minimum = _scales_and_mins(blocks[..., 4:16])
+    high = blocks[..., 16:48].reshape(n, supers, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)
+    packed = blocks[..., 48:].reshape(n, supers, 4, 32)
+    low = np.stack([packed & 0x0F, packed >> 4], axis=3).reshape(n, supers * 8, 32)
+    q = low | ((high & 1).reshape(n, supers * 8, 32) << 4)
+    return _five_bit(q), (d * scale).reshape(n, -1), (-(dmin * minimum)).reshape(n, -1)
+
+
+def _unpack_q3_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
+    """-> (quants [N, supers * 8, 12]: 4 bytes of high bits, then 8 of 2-bit lows, for q + 4 in
+    [0, 7]; scales d * (scale - 32) [N, supers * 16]). gguf-py's order: weight 128c + 32j + l has
+    its low bits at bits 2j of byte 32c + l and its high bit at bit 4c + j of mask byte l; its
+    high bit set means q = low, clear q = low - 4."""
+    n, supers = blocks.shape[:2]
+    mask, lows, packed, d = blocks[..., :32], blocks[..., 32:96], blocks[..., 96:108], _fp16(blocks[..., 108:110])
+    low = (lows.reshape(n, supers, 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 1, 4, 1)) & 3
+    high = (mask.reshape(n, supers, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)) & 1
+    q = low.reshape(n, supers * 8, 32) | (high.reshape(n, supers * 8, 32) << 2)  # q + 4
+    first, second = packed[..., :8], packed[..., 8:]
+    low_scales = np.concatenate([first & 0x0F, first >> 4], axis=-1)
+    high_scales = np.concatenate([(second >> shift) & 3 for shift in (0, 2, 4, 6)], axis=-1)
+    scales = (low_scales | (high_scales << 4)).astype(np.float32) - 32
+    return np.concatenate([_bits(q >> 2), _crumbs(q & 3)], axis=-1), (d * scales).reshape(n, -1)
+
+
+def _unpack_q2_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
+    """-> (2-bit quants [N, supers * 8, 8]; scales d * scale and offsets -dmin * min, [N, supers
+    * 16] each: one per 16 weights). Weight 128c + 32j + l sits at bits 2j of byte 32c + l."""
+    n, supers = blocks.shape[:2]
+    packed, lows, d, dmin = blocks[..., :16], blocks[..., 16:80], _fp16(blocks[..., 80:82]), _fp16(blocks[..., 82:84])
+    q = (lows.reshape(n, supers, 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 1, 4, 1)) & 3
+    scale, minimum = (packed & 0x0F).astype(np.float32), (packed >> 4).astype(np.float32)
+    return _crumbs(q.reshape(n, supers * 8, 32)), (d * scale).reshape(n, -1), (-(dmin * minimum)).reshape(n, -1)
+
+
+def _five_bit(q: np.ndarray) -> np.ndarray:
+    """Quants in [0, 31], [..., 32] -> [..., 20]: their fifth bits, then nibbles in Q4_1's order."""
+    return np.concatenate([_bits(q >> 4), (q[..., :16] & 0x0F) | ((q[..., 16:] & 0x0F) << 4)], axis=-1)
+
+
+def _bits(bit: np.ndarray) -> np.ndarray:
+    """[..., 32] of 0 / 1 -> [..., 4]: bit i of the 32 is weight i's."""
+    return np.packbits(bit.astype(np.uint8) & 1, axis=-1, bitorder="little")
+
+
+def _crumbs(q: np.ndarray) -> np.ndarray:
+    """[..., 32] in [0, 3] -> [..., 8]: byte i holds weights i, i + 8, i + 16, i + 24 at bits 0, 2, 4, 6."""
+    q = q.astype(np.uint8)
+    return q[..., 0:8] | (q[..., 8:16] << 2) | (q[..., 16:24] << 4) | (q[..., 24:32] << 6)

@@ -1,4 +1,5 @@
-"""Weights kept in GGUF's quantized blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), multiplied by langrt's C++ kernels
+"""Weights kept in GGUF's quantized blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
+Q6_K), multiplied by langrt's C++ kernels
 (kernels/cpu/quant.py) without being dequantized.
 
 At batch 1 a decode step reads every weight once, so bytes per weight set the speed: SmolLM2's
@@ -16,7 +17,10 @@ import torch
 
 # GGML type -> (name, bytes per block of 32 weights)
 # (the K-quants in langrt's layout: unpacked into blocks of 32 with float32 scales, see kquants)
-BLOCK_TYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34), 12: ("Q4_K", 24), 14: ("Q6_K", 40)}
+BLOCK_TYPES = {
+    2: ("Q4_0", 18), 3: ("Q4_1", 20), 6: ("Q5_0", 22), 7: ("Q5_1", 24), 8: ("Q8_0", 34),
+    10: ("Q2_K", 24), 11: ("Q3_K", 20), 12: ("Q4_K", 24), 13: ("Q5_K", 28), 14: ("Q6_K", 40),
+}  # fmt: skip
 BLOCK = 32
 Q4_1, Q8_0 = 3, 8
 # --quantization for plain weights -> the GGML types of (the layers, the LM head). Groups of 32
@@ -322,4 +326,5 @@ def serve_gguf_blocks(args, source) -> tuple[bool, str]:
 
     if not quant.available():
         return False, f"{dequantized} (quantized kernels off: {quant.unavailable_reason() or 'they could not be built'})"
-    return True, f"Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks served as stored, {quant.describe_isa()} kernels, activations in {args.dtype}"
+    types = "/".join(name for name, _ in BLOCK_TYPES.values())
+    return True, f"{types} blocks served as stored, {quant.describe_isa()} kernels, activations in {args.dtype}"

@@ -23,8 +23,8 @@ from langrt.model.quant import QuantizedWeight
 
 pytestmark = pytest.mark.skipif(not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)")
 
-TYPES = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
-K_QUANTS = ("Q4_K", "Q6_K")  # super-blocks of 256: rows of 512 here
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # super-blocks of 256: rows of 512 here
 # vnni: 4-bit blocks 16 weight rows at a time (quant_vnni.cpp), where the CPU has AVX512-VNNI
 ISAS = (["vnni"] if quant.vnni_rows() else []) + (["avx2", "scalar"] if quant.isa() == "avx2" else ["scalar"])
 REL = {torch.float32: 1e-4, torch.bfloat16: 6e-3}
@@ -165,7 +165,7 @@ def test_bad_inputs_are_refused():
     with pytest.raises(RuntimeError, match="do not hold"):
         quant.quant_linear(torch.randn(1, 64), blocks, 3)
     with pytest.raises(RuntimeError, match="unsupported GGML type"):
-        quant.quant_linear(torch.randn(1, 64), blocks, 10)  # Q2_K: not served as blocks
+        quant.quant_linear(torch.randn(1, 64), blocks, 9)  # Q8_1: not served as blocks
     with pytest.raises(RuntimeError, match="not one repacked here"):
         quant.repack(torch.zeros(2, 144, dtype=torch.uint8), 12)  # the K-quants are unpacked in Python
 
