@@ -42,6 +42,12 @@ class LayerTensors:
 def layer_tensors(model) -> LayerTensors | None:
     """The tensors fused_layers takes, or None where the model is not one it runs (an odd size
     or dtype, a Linear with a bias other than qkv's). Not for compiled layers (graphs of their own)."""
+    from langrt.model.llama import LlamaDecoderLayer  # here: llama imports this module
+
+    # The C++ op is LlamaDecoderLayer's math; other layers (mixture-of-experts blocks, q/k
+    # norms) run their own forward in the per-layer loop.
+    if any(type(layer) is not LlamaDecoderLayer for layer in model.layers):
+        return None
     c = model.config
     dtype = model.embed_tokens.weight.dtype
     if dtype not in (torch.bfloat16, torch.float32) or model.embed_tokens.weight.device.type != "cpu":

@@ -117,8 +117,12 @@ class LlamaDecoderLayer(nn.Module):
         q, k, v, residual = self.ops.before_attention(
             x, residual, norm.weight, norm.eps, *a.qkv_proj.weights, a.qkv_proj.bias, *rope, *self.sizes
         )
-        o = attn.attend(a.layer_id, q, k, v)
-        post, mlp = self.post_attention_layernorm, self.mlp
+        return self.after_attention(attn.attend(a.layer_id, q, k, v), residual)
+
+    def after_attention(self, o: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention's output [T, q_size] -> (this layer's output, the residual stream before
+        it): o projection, post norm, MLP (under tensor parallelism, each product summed)."""
+        a, post, mlp = self.self_attn, self.post_attention_layernorm, self.mlp
         if self.tp is None:
             return self.ops.after_attention(
                 o, residual, *a.o_proj.weights, post.weight, post.eps, *mlp.gate_up_proj.weights, *mlp.down_proj.weights,
@@ -134,7 +138,7 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
         ops = DenseOps.create(compiled)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, ops) for i in range(config.num_layers))
+        self.layers = nn.ModuleList(self.make_layer(config, i, ops) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(
             config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling
@@ -145,6 +149,11 @@ class LlamaForCausalLM(nn.Module):
         self.compiled = compiled
         self._layer_tensors: LayerTensors | None | bool = False  # fused_layers' tensors, once asked
         self.tp = None  # langrt.parallel.group.TensorParallel: this model is one rank's part
+
+    def make_layer(self, config: ModelConfig, layer_id: int, ops: DenseOps) -> nn.Module:
+        """Decoder layer `layer_id`; an architecture with other layers (mixture-of-experts MLPs)
+        overrides this. Called from __init__, where only self.config and the embedding are set."""
+        return LlamaDecoderLayer(config, layer_id, ops)
 
     def set_tensor_parallel(self, tp) -> None:
         """Make this model one rank's part (its config already is): the embedding and the o and
