@@ -25,6 +25,7 @@ from langrt.processes.launcher import ChildProcesses
 from langrt.server.req_state import merged_snapshots
 from langrt.server.generate_input import GenerateCall, make_generate_input
 from langrt.server.tokenizer_manager import TokenizerManager
+from langrt.model.hf_fallback_config import check_model_servable
 from langrt.model.source import ModelSource
 from langrt.tokenizer.loader import load_tokenizer
 from langrt.server_args import ServerArgs
@@ -38,6 +39,7 @@ class Engine:
         if self.args.dp_size != 1:
             raise ValueError("dp_size: an Engine runs one replica; `langrt launch --dp-size N` serves N behind a router")
         logging.basicConfig(level=self.args.log_level.upper(), format="[langrt] %(message)s")
+        check_model_servable(self.args.model_path, self.args.model_impl)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="langrt-engine", daemon=True)
         self._thread.start()

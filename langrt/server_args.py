@@ -10,6 +10,8 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from langrt.model.registry import MODEL_IMPLS
+
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
@@ -36,6 +38,7 @@ class ServerArgs:
     model_path: str | None = _flag("HF model directory or .gguf file (default: the built-in SmolLM2-135M-Instruct)", default=None)
     tokenizer_path: str | None = _flag("tokenizer directory or .gguf file (default: the model's)", default=None)
     load_format: str = _flag("weights format; dummy = seeded random weights", LOAD_FORMATS, default="auto")
+    model_impl: str = _flag("code that runs the model: langrt = its native module (docs/models.md lists them); transformers = the model's own transformers code with langrt's paged attention (any causal LM transformers has; no --tp-size or --quantization int8/int4); auto = native where langrt has the architecture, else transformers", MODEL_IMPLS, default="auto")
     dtype: str = _flag("serving dtype; auto = bfloat16 where the device runs it fast, else float32/float16", DTYPES, default="auto")
     device: str = _flag("auto = cuda when present, else cpu", DEVICES, default="auto")
     attention_backend: str = _flag("attention implementation; auto = triton on cuda, cpu (torch with langrt's C++ kernel for decode rows) on cpu", ATTENTION_BACKENDS, default="auto")

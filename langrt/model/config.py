@@ -38,6 +38,9 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
     # The whole config.json dict: the architecture modules read their own keys from it.
     hf: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Which code runs the model: "langrt" (its native module) or "transformers" (its own
+    # transformers code over langrt's paged attention, langrt.model.hf_fallback).
+    impl: str = "langrt"
 
     def __post_init__(self):
         assert self.num_heads % self.num_kv_heads == 0, "num_heads must be a multiple of num_kv_heads"

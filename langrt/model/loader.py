@@ -40,6 +40,10 @@ def load_model(
         raise ModelLoadError(f"unknown load format {load_format!r}; choose from {LOAD_FORMATS}")
     if load_format == "gguf" and not source.is_gguf or load_format == "safetensors" and source.is_gguf:
         raise ModelLoadError(f"load format {load_format!r} does not match model path {source.path}")
+    if config.impl == "transformers":  # the model's own transformers code over langrt's attention
+        from langrt.model.hf_fallback import load_transformers_model
+
+        return load_transformers_model(source, config, load_format, dtype, device, seed, compiled, quantize, tp)
     with torch.device(device), _default_dtype(dtype):
         model = model_class(config.model_type)(config, compiled)  # parameters uninitialized: filled below
     model.set_tensor_parallel(tp)

@@ -26,6 +26,10 @@ from langrt.server_args import ServerArgs
 logger = logging.getLogger(__name__)
 
 
+# What the start-up log says serves the model (ModelConfig.impl, set by --model-impl).
+_IMPL_NAMES = {"langrt": "langrt's native module", "transformers": "its transformers code, langrt's paged attention"}
+
+
 @dataclass(frozen=True)
 class MemoryPlan:
     context_len: int
@@ -67,8 +71,9 @@ class ModelRunner:
         )  # fmt: skip
         self.attn_backend = create_attention_backend(args.attention_backend, model_config, self.kv_pool, self.req_pool)
         logger.info(
-            "model ready: %s %s on %s, KV pool %d tokens, context %d",
-            config.model_type, args.dtype, self.device, self.plan.max_total_tokens, self.plan.context_len,
+            "model ready: %s (%s) %s on %s, KV pool %d tokens, context %d",
+            config.model_type, _IMPL_NAMES[config.impl], args.dtype, self.device, self.plan.max_total_tokens,
+            self.plan.context_len,
         )  # fmt: skip
 
     @property

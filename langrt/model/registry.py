@@ -45,6 +45,24 @@ def native_arch(hf_config: Mapping[str, Any]) -> Arch | None:
     return next((arch for arch in NATIVE if arch.model_type == model_type), None)
 
 
+def choose_impl(hf_config: Mapping[str, Any], model_impl: str) -> str:
+    """Which code serves this config under --model-impl: "langrt" (a native module) or
+    "transformers" (the model's own transformers code, langrt.model.hf_fallback)."""
+    if model_impl not in MODEL_IMPLS:
+        raise ModelLoadError(f"unknown model implementation {model_impl!r}; choose from {MODEL_IMPLS}")
+    native = native_arch(hf_config)
+    if model_impl == "transformers" or model_impl == "auto" and native is None:
+        return "transformers"
+    if native is None:
+        names = ", ".join(hf_config.get("architectures") or ()) or "none listed"
+        raise ModelLoadError(
+            f"--model-impl langrt: langrt has no native module for model_type {hf_config.get('model_type')!r} "
+            f"(architectures: {names}); native: {', '.join(a.hf_class for a in NATIVE)}. "
+            "--model-impl auto or transformers runs it through its transformers code"
+        )
+    return "langrt"
+
+
 def arch_by_model_type(model_type: str) -> Arch:
     arch = next((a for a in NATIVE if a.model_type == model_type), None)
     if arch is None:

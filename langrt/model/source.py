@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from langrt.errors import ModelLoadError
+from langrt.model import registry
 from langrt.model.config import ModelConfig
 
 if TYPE_CHECKING:
@@ -52,8 +53,14 @@ class ModelSource:
             raise ModelLoadError(f"{self.path} has no config.json")
         return json.loads(config_file.read_text())
 
-    def model_config(self) -> ModelConfig:
-        return ModelConfig.from_hf_dict(self.hf_config())
+    def model_config(self, model_impl: str = "auto") -> ModelConfig:
+        """The model's config, for the code --model-impl picks (see registry.choose_impl)."""
+        hf = self.hf_config()
+        if registry.choose_impl(hf, model_impl) == "transformers":
+            from langrt.model.hf_fallback_config import fallback_model_config
+
+            return fallback_model_config(self, hf)
+        return ModelConfig.from_hf_dict(hf)
 
     def _gguf(self):
         from langrt.model.gguf_loader import GGUFFile

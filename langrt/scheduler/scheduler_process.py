@@ -74,7 +74,7 @@ def build_scheduler(args: ServerArgs, tp=None) -> Scheduler:
 
     start = time.perf_counter()
     source = ModelSource.resolve(args.model_path)
-    config = source.model_config()
+    config = source.model_config(args.model_impl)
     tokenizer = load_text_decoder(args.tokenizer_path or source.path)
     loaded = time.perf_counter()
     runner = ModelRunner(args, source, config, progress=args.log_level in ("debug", "info"), tp=tp)

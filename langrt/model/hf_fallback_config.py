@@ -1,0 +1,130 @@
+"""ModelConfig of a model served through its own transformers code (--model-impl transformers).
+
+The KV pool and the attention backends need a few numbers (layers, KV heads, head size,
+vocabulary, context, sliding window); transformers' config classes read them under one set of
+names whatever the checkpoint calls them (GPT-2's `n_embd` is `hidden_size`), so they are read
+from `AutoConfig`, not from the raw config.json. Only transformers' config side is imported
+here: the main process checks a model with it before any process starts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from langrt.errors import ModelLoadError
+from langrt.model import registry
+from langrt.model.config import ModelConfig, _as_tuple
+
+if TYPE_CHECKING:
+    from langrt.model.source import ModelSource
+
+
+def fallback_model_config(source: ModelSource, hf: Mapping[str, Any]) -> ModelConfig:
+    """The numbers langrt needs of a model its transformers code runs; raises ModelLoadError
+    where transformers cannot serve it as a causal LM over langrt's attention."""
+    text = transformers_config(source, hf).get_text_config()
+    if getattr(text, "final_logit_softcapping", None):  # near the identity on small logits: the probe misses it
+        raise ModelLoadError(f"{source.path}: {text.model_type} caps its logits (final_logit_softcapping), which langrt does not")
+    heads = _number(text, "num_attention_heads")
+    hidden = _number(text, "hidden_size")
+    return ModelConfig(
+        model_type=text.model_type or hf.get("model_type"),
+        vocab_size=_number(text, "vocab_size"),
+        hidden_size=hidden,
+        intermediate_size=getattr(text, "intermediate_size", None) or 0,
+        num_layers=_number(text, "num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+        head_dim=getattr(text, "head_dim", None) or hidden // heads,
+        rms_norm_eps=getattr(text, "rms_norm_eps", None) or getattr(text, "layer_norm_eps", None) or 1e-6,
+        rope_theta=10000.0,  # the model's own code applies its rotary; langrt's is unused
+        rope_scaling=None,
+        max_position_embeddings=getattr(text, "max_position_embeddings", None) or 4096,
+        tie_word_embeddings=bool(getattr(text, "tie_word_embeddings", False)),
+        attention_bias=bool(getattr(text, "attention_bias", False)),
+        sliding_window=_uniform_window(text, source),
+        bos_token_id=hf.get("bos_token_id", getattr(text, "bos_token_id", None)),
+        eos_token_ids=_as_tuple(hf.get("eos_token_id", getattr(text, "eos_token_id", None))),
+        hf=dict(hf),
+        impl="transformers",
+    )
+
+
+def transformers_config(source: ModelSource, hf: Mapping[str, Any]):
+    """transformers' config object of the model, or a ModelLoadError naming why there is none."""
+    import transformers
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    what = _describe(hf)
+    if source.is_gguf:
+        raise ModelLoadError(
+            f"{source.path}: {what} would run through its transformers code, which langrt loads from an HF "
+            "directory (config.json + *.safetensors), not a GGUF file; use the model's HF checkpoint"
+        )
+    if hf.get("auto_map"):
+        raise ModelLoadError(
+            f"{source.path}: {what} ships its own modeling code (config.json's auto_map); langrt runs only the "
+            f"architectures it implements ({_native()}) and those the installed transformers has"
+        )
+    try:
+        config = AutoConfig.from_pretrained(source.path, local_files_only=True)
+    except (ValueError, KeyError, OSError) as e:
+        raise ModelLoadError(
+            f"{source.path}: {what} is served neither natively by langrt ({_native()}) nor by the installed "
+            f"transformers {transformers.__version__} ({_first_line(e)})"
+        ) from None
+    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise ModelLoadError(
+            f"{source.path}: {what}: transformers {transformers.__version__} knows model_type {config.model_type!r} "
+            "but has no causal LM (text generation) class for it, so langrt cannot serve it"
+        )
+    return config
+
+
+def _uniform_window(text, source: ModelSource) -> int | None:
+    """The sliding window every layer uses, or None; models mixing windowed and full layers are
+    refused (langrt's backends take one window for all layers)."""
+    window = getattr(text, "sliding_window", None)
+    kinds = set(getattr(text, "layer_types", None) or ())
+    if kinds - {"full_attention", "sliding_attention"} or len(kinds) > 1:
+        raise ModelLoadError(
+            f"{source.path}: {text.model_type} mixes attention kinds across layers ({sorted(kinds)}); langrt's "
+            "attention backends give every layer the same (full or one sliding window), so its transformers code "
+            "cannot run over them"
+        )
+    if kinds == {"full_attention"} or getattr(text, "use_sliding_window", True) is False:
+        return None
+    return int(window) if window else None
+
+
+def _number(text, name: str) -> int:
+    value = getattr(text, name, None)
+    if not isinstance(value, int) or value <= 0:
+        raise ModelLoadError(f"{text.model_type} config has no usable {name} ({value!r}); langrt sizes its KV pool by it")
+    return value
+
+
+def _describe(hf: Mapping[str, Any]) -> str:
+    names = ", ".join(hf.get("architectures") or ()) or "no architectures listed"
+    return f"model_type {hf.get('model_type')!r} ({names})"
+
+
+def _native() -> str:
+    return "native: " + ", ".join(arch.hf_class for arch in registry.NATIVE)
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def check_model_servable(model_path: str | None, model_impl: str) -> None:
+    """Raise ModelLoadError in the calling process where no code serves the model under
+    --model-impl, before any process starts (the scheduler's refusal would show only in its
+    log). An HF directory's config is read here; a GGUF file's reader makes its own refusals
+    when it loads, so it is read only when transformers is asked for (which refuses it)."""
+    from langrt.model.source import ModelSource
+
+    source = ModelSource.resolve(model_path)
+    if not source.is_gguf or model_impl == "transformers":
+        source.model_config(model_impl)

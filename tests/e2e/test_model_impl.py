@@ -1,0 +1,166 @@
+"""--model-impl: architectures langrt has no module for (GPT-NeoX, OLMo 2) served through their own
+transformers code over langrt's paged attention, against transformers' own greedy decoding.
+
+Tiny random-weight checkpoints written by transformers (float32, the built-in tokenizer borrowed
+as tests/conftest.py's build_tiny_model does); the reference is a plain greedy loop over the
+same checkpoint in transformers with its own (eager) attention.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import langrt
+from langrt.errors import ModelLoadError
+from langrt.model.source import ModelSource
+
+PROMPTS = [
+    [1, 504, 3458, 282, 253, 1345],
+    [1, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28],
+    [1, 9000, 45],
+]
+NEW_TOKENS = 10
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=49152,
+            max_position_embeddings=1024)  # fmt: skip
+# Per architecture: (config and model classes, extra config, the --model-impl it is served with:
+# one by naming transformers, one by auto, which must pick transformers for it).
+ARCHS = {
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(rotary_pct=0.25), "transformers"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_key_value_heads=2), "auto"),
+}
+
+
+def build_tiny(kind: str, path, seed: int = 0):
+    """Save a seeded random tiny `kind` model (and the built-in tokenizer) -> the model."""
+    import transformers
+
+    from langrt.builtin import builtin_model_path
+    from langrt.tokenizer.loader import load_tokenizer
+
+    config_name, model_name, extra, _ = ARCHS[kind]
+    tokenizer = load_tokenizer(builtin_model_path())
+    config = getattr(transformers, config_name)(
+        **TINY, **extra, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id
+    )
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(config).eval()
+    with torch.no_grad():  # larger than the default init, so greedy tokens are not near-ties
+        for name, param in model.named_parameters():
+            param.copy_(1.0 + 0.1 * torch.randn_like(param) if "norm" in name else 0.08 * torch.randn_like(param))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return model
+
+
+def reference_greedy(model, prompt: list[int], n: int = NEW_TOKENS) -> list[int]:
+    """transformers' own greedy decoding (its eager attention, the whole sequence each step)."""
+    model.config._attn_implementation = "eager"
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
+            ids.append(int(logits.argmax()))
+    return ids[len(prompt) :]
+
+
+def greedy(n: int = NEW_TOKENS, **kw) -> dict:
+    return {"max_new_tokens": n, "temperature": 0, "ignore_eos": True, **kw}
+
+
+@pytest.fixture(scope="module", params=sorted(ARCHS))
+def served(request, tmp_path_factory):
+    """(the transformers model, a langrt Engine serving its checkpoint through transformers)."""
+    kind = request.param
+    path = tmp_path_factory.mktemp(kind)
+    model = build_tiny(kind, path)
+    with langrt.Engine(
+        str(path), model_impl=ARCHS[kind][3], dtype="float32", max_total_tokens=4096, context_length=512,
+        log_level="warning", grammar_compile_timeout=120.0,  # the first grammar indexes the vocabulary
+    ) as engine:  # fmt: skip
+        yield model, engine
+
+
+def test_greedy_output_equals_transformers(served):
+    model, engine = served
+    for prompt in PROMPTS:
+        out = engine.generate(input_ids=prompt, sampling_params=greedy())
+        assert out["output_ids"] == reference_greedy(model, prompt), prompt
+
+
+def test_a_mixed_batch_gives_each_request_its_own_output(served):
+    model, engine = served
+    alone = [engine.generate(input_ids=p, sampling_params=greedy())["output_ids"] for p in PROMPTS]
+    engine.flush_cache()  # the batch prefills its prompts together, none from the cache
+    together = [out["output_ids"] for out in engine.generate(input_ids=PROMPTS, sampling_params=greedy())]
+    assert together == alone == [reference_greedy(model, p) for p in PROMPTS]
+
+
+def test_a_repeated_prefix_is_reused_from_the_cache(served):
+    model, engine = served
+    engine.flush_cache()
+    prefix = [1] + [100 + 7 * i for i in range(40)]
+    first = engine.generate(input_ids=prefix + [5, 6], sampling_params=greedy())
+    second = engine.generate(input_ids=prefix + [7, 8, 9], sampling_params=greedy())
+    assert first["meta_info"]["cached_tokens"] == 0
+    assert second["meta_info"]["cached_tokens"] >= len(prefix)
+    assert second["output_ids"] == reference_greedy(model, prefix + [7, 8, 9])
+
+
+def test_json_schema_output_is_valid_json(served):
+    _, engine = served
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "size": {"enum": ["small", "large"]}},
+        "required": ["ok", "size"],
+        "additionalProperties": False,
+    }
+    for seed in range(3):
+        params = {"json_schema": json.dumps(schema), "max_new_tokens": 40, "temperature": 1.0, "seed": seed}
+        out = engine.generate(input_ids=PROMPTS[0], sampling_params=params)
+        assert out["meta_info"]["finish_reason"]["type"] == "stop", out
+        value = json.loads(out["text"])
+        assert set(value) == {"ok", "size"} and isinstance(value["ok"], bool) and value["size"] in ("small", "large")
+
+
+def test_a_native_architecture_through_transformers_matches_native(tiny_llama_dir, new_engine):
+    settings = dict(dtype="float32", max_total_tokens=2048, context_length=256)
+    native = new_engine(tiny_llama_dir, model_impl="langrt", **settings)
+    expected = [out["output_ids"] for out in native.generate(input_ids=PROMPTS, sampling_params=greedy())]
+    native.shutdown()
+    fallback = new_engine(tiny_llama_dir, model_impl="transformers", **settings)
+    got = [out["output_ids"] for out in fallback.generate(input_ids=PROMPTS, sampling_params=greedy())]
+    assert got == expected
+
+
+def test_auto_picks_transformers_only_where_langrt_has_no_module(tmp_path, tiny_llama_dir):
+    for kind in ARCHS:
+        build_tiny(kind, tmp_path / kind)
+        assert ModelSource.resolve(tmp_path / kind).model_config("auto").impl == "transformers"
+    assert ModelSource.resolve(tiny_llama_dir).model_config("auto").impl == "langrt"
+    assert ModelSource.resolve(tiny_llama_dir).model_config("transformers").impl == "transformers"
+
+
+def test_model_impl_langrt_on_an_architecture_without_a_module_is_refused(tmp_path, new_engine):
+    build_tiny("gpt_neox", tmp_path)
+    with pytest.raises(ModelLoadError, match=r"--model-impl langrt: .*'gpt_neox'.*GPTNeoXForCausalLM.*LlamaForCausalLM"):
+        new_engine(tmp_path, model_impl="langrt")
+
+
+def test_an_architecture_neither_langrt_nor_transformers_has_is_named(tmp_path, new_engine):
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "frobnicator", "architectures": ["FrobnicatorForCausalLM"], "hidden_size": 64})
+    )
+    with pytest.raises(ModelLoadError, match=r"'frobnicator' \(FrobnicatorForCausalLM\) is served neither natively"):
+        new_engine(tmp_path)
+
+
+def test_quantization_of_a_fallback_model_is_refused(tmp_path):
+    from langrt.model.loader import load_model
+
+    build_tiny("gpt_neox", tmp_path)
+    source = ModelSource.resolve(tmp_path)
+    with pytest.raises(ModelLoadError, match="--quantization int8/int4: gpt_neox runs through its transformers code"):
+        load_model(source, source.model_config(), "safetensors", torch.float32, torch.device("cpu"), quantize="int8")
