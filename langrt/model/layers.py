@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 from types import SimpleNamespace
 from typing import Any, Mapping
 
@@ -24,6 +23,7 @@ from torch import nn
 from langrt.cpu_features import bf16_gemm_packing
 from langrt.errors import ModelLoadError
 from langrt.model.quant import QuantizedWeight, stack_parts
+from langrt.model.rope import rotary_tables
 
 
 class RMSNorm(nn.Module):
@@ -169,14 +169,11 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, max_position: int, base: float, scaling: Mapping[str, Any] | None):
         super().__init__()
-        self.head_dim = head_dim
-        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        inv_freq = _scale_inv_freq(inv_freq, scaling)
-        t = torch.arange(max_position, dtype=torch.float32)
-        freqs = torch.outer(t, inv_freq)
+        self.head_dim = head_dim  # the rotated width: a head's leading dimensions under partial rotary
+        cos, sin = rotary_tables(head_dim, max_position, base, scaling)
         # Not parameters, and not persistent: rebuilt from the config, never loaded.
-        self.register_buffer("cos", freqs.cos(), persistent=False)
-        self.register_buffer("sin", freqs.sin(), persistent=False)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """[T] positions -> cos, sin of shape [T, 1, D/2] in `dtype` (float32 math, as HF)."""
@@ -199,29 +196,21 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).view(shape)
 
 
-def _scale_inv_freq(inv_freq: torch.Tensor, scaling: Mapping[str, Any] | None) -> torch.Tensor:
-    if scaling is None:
-        return inv_freq
-    kind = scaling["rope_type"]
-    if kind == "linear":
-        return inv_freq / scaling["factor"]
-    if kind == "llama3":
-        return _llama3_inv_freq(inv_freq, scaling)
-    return inv_freq
+def apply_partial_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int, rotary_dim: int) -> torch.Tensor:
+    """x [T, n*head_dim] -> x with the first `rotary_dim` dimensions of each head rotated (cos,
+    sin [T, 1, rotary_dim / 2]) and the rest passed through (Phi-3's partial_rotary_factor)."""
+    if rotary_dim == head_dim:
+        return apply_rotary(x, cos, sin, head_dim)
+    heads = x.reshape(x.shape[0], -1, head_dim)
+    rotated = apply_rotary(heads[..., :rotary_dim].reshape(x.shape[0], -1), cos, sin, rotary_dim)
+    return torch.cat((rotated.view(x.shape[0], -1, rotary_dim), heads[..., rotary_dim:]), dim=-1).view(x.shape[0], -1)
 
 
-def _llama3_inv_freq(inv_freq: torch.Tensor, s: Mapping[str, Any]) -> torch.Tensor:
-    """Llama 3.1's frequency-dependent scaling: long wavelengths divided by `factor`, short ones
-    kept, and a smooth blend between `low_freq_factor` and `high_freq_factor`."""
-    factor, low, high = s["factor"], s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0)
-    old_len = s["original_max_position_embeddings"]
-    low_wavelen, high_wavelen = old_len / low, old_len / high
-    wavelen = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-    smooth = (old_len / wavelen - low) / (high - low)
-    blended = (1 - smooth) * scaled / factor + smooth * scaled
-    is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-    return torch.where(is_medium, blended, scaled)
+def gelu_tanh_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[.., 2I] gate and up side by side -> gelu_tanh(gate) * up (Gemma's MLP, HF's
+    gelu_pytorch_tanh)."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return nn.functional.gelu(gate, approximate="tanh") * up
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:

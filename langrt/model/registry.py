@@ -29,6 +29,7 @@ NATIVE: tuple[Arch, ...] = (
     Arch("LlamaForCausalLM", "llama", "langrt.model.llama", gguf="llama"),
     Arch("MistralForCausalLM", "mistral", "langrt.model.llama"),  # GGUF: arch "llama", told apart by name
     Arch("Qwen2ForCausalLM", "qwen2", "langrt.model.llama", gguf="qwen2", qkv_bias=True),
+    Arch("Qwen3ForCausalLM", "qwen3", "langrt.model.qwen3", gguf="qwen3"),
 )
 
 MODEL_IMPLS = ("auto", "langrt", "transformers")

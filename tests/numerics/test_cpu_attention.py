@@ -285,7 +285,7 @@ def test_cpu_backend_uses_the_kernel_for_decodes_drafts_and_prompts(tiny_llama_d
     assert attn.rows.tolist() == list(range(26)) and not attn.extends
     assert attn.reqs.tolist() == [4, 2, 7, 7, 7, 7] + [0] * 20
     assert attn.ends.tolist() == [9, 30, 9, 10, 11, 12] + list(range(1, 21))  # each row sees the keys up to itself
-    assert attn.starts.tolist() == [0] * 26
+    assert attn.starts == {None: attn.starts[None]} and attn.starts[None].tolist() == [0] * 26
     # a prompt longer than the build's KERNEL_MAX_EXTEND runs torch's SDPA
     monkeypatch.setattr(cpu_backend, "KERNEL_MAX_EXTEND", dict.fromkeys(cpu_backend.KERNEL_MAX_EXTEND, 19))
     attn = _KernelAttention(runner.attn_backend, batch)

@@ -39,8 +39,11 @@ class AttentionBackend(ABC):
         self.num_heads = config.num_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
-        self.scale = config.head_dim**-0.5
-        self.sliding_window = config.sliding_window
+        self.scale = config.softmax_scale
+        # Per layer: its sliding window (None: full); `windows` lists the distinct ones, so a pass
+        # builds each window's masks or key ranges once and every layer picks its own.
+        self.layer_windows = tuple(config.window_of(i) for i in range(config.num_layers))
+        self.windows = tuple(dict.fromkeys(self.layer_windows))
 
     def write_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         """The pass's new K/V ([T, Hkv*D] each) into the pool at the batch's `out_cache_loc`."""

@@ -80,8 +80,7 @@ class _KernelAttention(Attention):
     def __init__(self, backend: CpuAttentionBackend, batch: ForwardBatch):
         self.b = backend
         self.batch = batch
-        window = backend.sliding_window
-        rows, reqs, starts, ends = [], [], [], []
+        rows, reqs, ends = [], [], []
         self.extends = []
         limit = KERNEL_MAX_EXTEND[backend.kernel_isa]
         for i, n in enumerate(batch.extend_lens):
@@ -92,22 +91,23 @@ class _KernelAttention(Attention):
             row_ends = range(seq_len - n + 1, seq_len + 1)  # each token sees its request's keys up to itself
             rows += range(start, start + n)
             reqs += [batch.req_pool_indices[i]] * n
-            starts += [0] * n if window is None else [max(0, end - window) for end in row_ends]
             ends += row_ends
         self.rows = torch.tensor(rows, dtype=torch.int64)
         self.reqs = torch.tensor(reqs, dtype=torch.int64)
-        self.starts = torch.tensor(starts, dtype=torch.int32)
         self.ends = torch.tensor(ends, dtype=torch.int32)
+        # Each row's first visible key, per distinct window (full-attention layers: 0).
+        self.starts = {w: self.ends.new_zeros(len(ends)) if w is None else (self.ends - w).clamp_(min=0) for w in backend.windows}
 
     def pool_args(self) -> tuple | None:
         """What a caller running the layers itself (langrt.model.fused_layers) needs to do what
         `attend` does, every row through the kernel: (k_buffers, v_buffers, slots, req_to_token,
-        rows, reqs, starts, ends, heads, kv_heads, scale); None where some rows take SDPA."""
-        if self.extends or not self.rows.numel():
+        rows, reqs, starts, ends, heads, kv_heads, scale); None where some rows take SDPA, or the
+        layers' windows differ (the C++ op takes one `starts` for every layer)."""
+        if self.extends or not self.rows.numel() or len(self.b.windows) > 1:
             return None
         b = self.b
         return (b.kv_pool.k_buffers, b.kv_pool.v_buffers, self.batch.out_cache_loc, b.req_pool.req_to_token,
-                self.rows, self.reqs, self.starts, self.ends, b.num_heads, b.num_kv_heads, b.scale)  # fmt: skip
+                self.rows, self.reqs, self.starts[b.windows[0]], self.ends, b.num_heads, b.num_kv_heads, b.scale)  # fmt: skip
 
     def attend(self, layer_id, q, k, v):
         b = self.b
@@ -123,7 +123,7 @@ class _KernelAttention(Attention):
                 b.req_pool.req_to_token,
                 self.rows,
                 self.reqs,
-                self.starts,
+                self.starts[b.layer_windows[layer_id]],
                 self.ends,
                 out.view(n, heads, dim),
                 b.scale,

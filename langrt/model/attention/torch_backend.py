@@ -39,11 +39,11 @@ class TorchAttentionBackend(AttentionBackend):
         )
         return out[0].to(q.dtype)
 
-    def window_mask(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    def window_mask(self, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
         """Bool [.., Tq, Tk]: key at or before the query, and inside the sliding window if any."""
         allowed = k_pos <= q_pos
-        if self.sliding_window is not None:
-            allowed &= k_pos > q_pos - self.sliding_window
+        if window is not None:
+            allowed &= k_pos > q_pos - window
         return allowed
 
 
@@ -127,19 +127,19 @@ class _PaddedShortExtends:
         self.span = None
         if self.width == 1 and q_rows == list(range(q_rows[0], q_rows[0] + len(q_rows))):
             self.span = slice(q_rows[0], q_rows[0] + len(q_rows))
-        self.mask = self._mask(seq_lens, extend_lens, device)
+        self.masks = {window: self._mask(seq_lens, extend_lens, window, device) for window in backend.windows}
 
-    def _mask(self, seq_lens: list[int], extend_lens: list[int], device) -> torch.Tensor | None:
+    def _mask(self, seq_lens: list[int], extend_lens: list[int], window: int | None, device) -> torch.Tensor | None:
         """Additive [B, 1, group * E, L] mask (0 or -inf), or None when every position is visible."""
         b, width, max_len = self.b, self.width, self.max_len
-        if width == 1 and min(seq_lens) == max_len and (b.sliding_window is None or max_len <= b.sliding_window):
+        if width == 1 and min(seq_lens) == max_len and (window is None or max_len <= window):
             return None
         lens = torch.tensor(seq_lens, device=device)[:, None, None]
         # query e of request i sits at position len_i - E_i + e (padding rows: clamped, unused)
         q_pos = lens - torch.tensor(extend_lens, device=device)[:, None, None] + torch.arange(width, device=device)[None, :, None]
         q_pos = torch.minimum(q_pos, lens - 1)
         k_pos = torch.arange(max_len, device=device)[None, None, :]
-        visible = b.window_mask(q_pos, k_pos) & (k_pos < lens)  # [B, E, L]
+        visible = b.window_mask(q_pos, k_pos, window) & (k_pos < lens)  # [B, E, L]
         mask = torch.zeros(visible.shape, dtype=b.kv_pool.dtype, device=device).masked_fill_(~visible, float("-inf"))
         group = b.num_heads // b.num_kv_heads
         return mask[:, None].expand(-1, group, -1, -1).reshape(self.batch_size, 1, group * width, max_len)
@@ -154,7 +154,8 @@ class _PaddedShortExtends:
         values = b.kv_pool.v_buffers[layer_id].index_select(0, self.kv_index).view(shape).transpose(1, 2)
         # [B, E, Hkv, group, D] -> [B, Hkv, group * E, D]
         q = q.reshape(bs, width, kv_heads, group, dim).permute(0, 2, 3, 1, 4).reshape(bs, kv_heads, group * width, dim)
-        mask = None if self.mask is None else self.mask.to(q.dtype)
+        mask = self.masks[b.layer_windows[layer_id]]
+        mask = None if mask is None else mask.to(q.dtype)
         out = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, scale=b.scale)
         return out.reshape(bs, kv_heads, group, width, dim).permute(0, 3, 1, 2, 4).reshape(bs * width, b.num_heads * dim)
 
@@ -174,16 +175,15 @@ class _SingleExtend:
         self.b = backend
         self.start, self.extend_len = start, extend_len
         self.kv_index = backend.req_pool.slots(row, seq_len)
-        self.mask = self._mask(seq_len - extend_len, extend_len, device)
+        self.masks = {window: self._mask(seq_len - extend_len, extend_len, window, device) for window in backend.windows}
 
-    def _mask(self, prefix_len: int, extend_len: int, device) -> torch.Tensor | None:
+    def _mask(self, prefix_len: int, extend_len: int, window: int | None, device) -> torch.Tensor | None:
         """None when SDPA's own (top-left aligned) causal mask is exact: no prefix, no window cut."""
-        window = self.b.sliding_window
         if prefix_len == 0 and (window is None or extend_len <= window):
             return None
         q_pos = torch.arange(prefix_len, prefix_len + extend_len, device=device)[:, None]
         k_pos = torch.arange(prefix_len + extend_len, device=device)[None, :]
-        return self.b.window_mask(q_pos, k_pos)
+        return self.b.window_mask(q_pos, k_pos, window)
 
     def attend(self, layer_id: int, q: torch.Tensor, out: torch.Tensor) -> None:
         """Reads this request's rows of q [T, H*D], writes its rows of out."""
@@ -192,5 +192,6 @@ class _SingleExtend:
         qi = q[rows].reshape(self.extend_len, b.num_heads, b.head_dim).transpose(0, 1)  # [H, E, D]
         ki = b.kv_pool.k_buffers[layer_id].index_select(0, self.kv_index).transpose(0, 1).to(q.dtype)  # [Hkv, S, D]
         vi = b.kv_pool.v_buffers[layer_id].index_select(0, self.kv_index).transpose(0, 1).to(q.dtype)
-        oi = b.sdpa(qi, ki, vi, self.mask, causal=self.mask is None)
+        mask = self.masks[b.layer_windows[layer_id]]
+        oi = b.sdpa(qi, ki, vi, mask, causal=mask is None)
         out[rows] = oi.transpose(0, 1).reshape(self.extend_len, -1)

@@ -60,13 +60,13 @@ class _TritonAttention(Attention):
         common = (q.view(n, heads, dim), b.kv_pool.k_buffers[layer_id], b.kv_pool.v_buffers[layer_id], b.req_pool.req_to_token)
         if self.is_decode:
             b.decode_kernels.decode_attention_triton(
-                *common, self.req_pool_indices, self.seq_lens, scale=b.scale, sliding_window=b.sliding_window,
+                *common, self.req_pool_indices, self.seq_lens, scale=b.scale, sliding_window=b.layer_windows[layer_id],
                 num_kv_splits=self.num_kv_splits, out=out.view(n, heads, dim),
             )  # fmt: skip
         else:
             b.extend_kernels.extend_attention_triton(
                 *common, self.req_pool_indices, self.seq_lens, self.qo_indptr, self.max_extend_len,
-                scale=b.scale, sliding_window=b.sliding_window, out=out.view(n, heads, dim),
+                scale=b.scale, sliding_window=b.layer_windows[layer_id], out=out.view(n, heads, dim),
             )  # fmt: skip
         return out
 
