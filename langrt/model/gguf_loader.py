@@ -8,7 +8,8 @@ Layout facts the code relies on:
   `token_embd.weight` with dims [hidden, vocab] is HF's `embed_tokens.weight` [vocab, hidden].
 - llama.cpp's converter permutes the rows of attn_q / attn_k (weights and biases) of Llama-arch
   models, turning each head's "first half / second half" rotary layout into interleaved pairs.
-  `_unpermute_rows` undoes it; qwen2 files are stored unpermuted.
+  `_unpermute_rows` undoes it; the other architectures are stored unpermuted.
+- Each architecture's tensor names, config keys and storage quirks are in `gguf_archs`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import gguf
 import numpy as np
 
 from langrt.errors import ModelLoadError
+from langrt.model import registry
+from langrt.model.gguf_archs import ARCHITECTURES, MISTRAL, GGUFArch
 from langrt.model.gguf_reader import GGUFTensorInfo, read_header
 
 if TYPE_CHECKING:
@@ -35,72 +38,62 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# GGUF architecture -> (HF model_type, HF class, q/k rows permuted by llama.cpp's converter).
-_ARCHITECTURES = {
-    "llama": ("llama", "LlamaForCausalLM", True),
-    "qwen2": ("qwen2", "Qwen2ForCausalLM", False),
-}
-_MISTRAL = ("mistral", "MistralForCausalLM", True)  # stored as arch "llama"; told apart by name
-
-# GGUF tensor names -> HF parameter names (the architectures above share them).
+# GGUF tensor names outside the layers -> HF parameter names (every architecture).
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
 # Matrices one fused projection of langrt's model holds: served as blocks only if all are blocks
 # (of one type or several: langrt.model.quant.StackedQuantizedWeight).
 _FUSED_GROUPS = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
-# Tensors that carry no parameter: llama3 rope factors (folded into `rope_scaling`).
-_NON_PARAMETERS = {"rope_freqs.weight"}
 # llama.cpp's converter assumes this when a llama3-scaled config does not say (convert_hf_to_gguf.py).
 _LLAMA3_DEFAULT_ORIGINAL_CONTEXT = 8192
 
 
 class GGUFFile:
-    """A GGUF model file, memory-mapped. Only Llama-family architectures (llama, mistral, qwen2)."""
+    """A GGUF model file, memory-mapped, of an architecture langrt serves natively
+    (registry.Arch.gguf; its format facts in gguf_archs)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self._mm, self.metadata, tensors = read_header(self.path)
         self.tensors: dict[str, GGUFTensorInfo] = {t.name: t for t in tensors}
         self.architecture = self.metadata.get("general.architecture")
-        if self.architecture not in _ARCHITECTURES:
+        self.arch = self._arch()
+
+    def _arch(self) -> GGUFArch:
+        served = sorted(set(registry.gguf_architectures()) & set(ARCHITECTURES))
+        if self.architecture not in served:
             raise ModelLoadError(
-                f"{self.path}: GGUF architecture {self.architecture!r} is not supported; "
-                f"langrt loads {sorted(_ARCHITECTURES)} (Llama, Mistral, Qwen2 models)"
+                f"{self.path}: GGUF architecture {self.architecture!r} is not supported; langrt loads "
+                f"GGUF files of {served} (or convert the model to an HF directory and pass "
+                "--model-impl transformers)"
             )
+        name = f"{self.metadata.get('general.name', '')} {self.metadata.get('general.basename', '')}"
+        if self.architecture == "llama" and "mistral" in name.lower():
+            return MISTRAL
+        return ARCHITECTURES[self.architecture]
 
     @property
     def num_tensors(self) -> int:
-        """How many tensors `iter_weights` yields: the file's tensors less non-parameters (rope_freqs)."""
-        return sum(name not in _NON_PARAMETERS for name in self.tensors)
+        """How many tensors `iter_weights` yields: the file's tensors less non-parameters (rope factors)."""
+        return sum(name not in self.arch.non_parameters for name in self.tensors)
 
     @property
     def chat_template(self) -> str | None:
-        return self.metadata.get("tokenizer.chat_template")
+        """The file's template; else the architecture's own (Gemma's base-model files carry none)."""
+        return self.metadata.get("tokenizer.chat_template") or self.arch.default_chat_template
 
-    def _arch_key(self, key: str, default: Any = None) -> Any:
+    def arch_key(self, key: str, default: Any = None) -> Any:
+        """Metadata key `key` of this file's architecture (`<arch>.<key>`)."""
         return self.metadata.get(f"{self.architecture}.{key}", default)
 
-    @cached_property
-    def _model_kind(self) -> tuple[str, str, bool]:
-        name = f"{self.metadata.get('general.name', '')} {self.metadata.get('general.basename', '')}"
-        if self.architecture == "llama" and "mistral" in name.lower():
-            return _MISTRAL
-        return _ARCHITECTURES[self.architecture]
+    def vector(self, name: str) -> list[float] | None:
+        """A 1-D tensor's values (rope factors), None where the file has no such tensor."""
+        info = self.tensors.get(name)
+        return None if info is None else self._tensor(info, "float32").tolist()
 
     @property
     def hf_config(self) -> dict[str, Any]:
@@ -109,40 +102,48 @@ class GGUFFile:
 
     @cached_property
     def _hf_config(self) -> dict[str, Any]:
-        model_type, hf_class, _ = self._model_kind
         required = ("embedding_length", "block_count", "attention.head_count", "feed_forward_length")
-        bad = [k for k in required if not isinstance(self._arch_key(k), int) or self._arch_key(k) <= 0]
+        bad = [k for k in required if not isinstance(self.arch_key(k), int) or self.arch_key(k) <= 0]
         if bad:
             keys = ", ".join(f"{self.architecture}.{key}" for key in bad)
             raise ModelLoadError(f"{self.path}: the metadata lacks a positive {keys}, so the model's shape is unknown")
-        hidden = self._arch_key("embedding_length")
-        heads = self._arch_key("attention.head_count")
+        hidden = self.arch_key("embedding_length")
+        heads = self.arch_key("attention.head_count")
         embed = self.tensors.get("token_embd.weight")
         if embed is None:
             raise ModelLoadError(f"{self.path}: no token_embd.weight tensor")
         has_bias = any(f"blk.0.attn_{p}.bias" in self.tensors for p in "qkv")
         config = {
-            "model_type": model_type,
-            "architectures": [hf_class],
+            "model_type": self.arch.model_type,
+            "architectures": [self.arch.hf_class],
             "vocab_size": embed.shape[0],
             "hidden_size": hidden,
-            "intermediate_size": self._arch_key("feed_forward_length"),
-            "num_hidden_layers": self._arch_key("block_count"),
+            "intermediate_size": self.arch_key("feed_forward_length"),
+            "num_hidden_layers": self.arch_key("block_count"),
             "num_attention_heads": heads,
-            "num_key_value_heads": self._arch_key("attention.head_count_kv", heads),
-            "head_dim": self._arch_key("attention.key_length", hidden // heads),
+            "num_key_value_heads": self.arch_key("attention.head_count_kv", heads),
+            "head_dim": self.arch_key("attention.key_length", hidden // heads),
             "hidden_act": "silu",
-            "rms_norm_eps": _shortest_float(self._arch_key("attention.layer_norm_rms_epsilon", 1e-6)),
-            "rope_theta": float(self._arch_key("rope.freq_base", 10000.0)),
+            "rms_norm_eps": _shortest_float(self.arch_key("attention.layer_norm_rms_epsilon", 1e-6)),
+            "rope_theta": float(self.arch_key("rope.freq_base", 10000.0)),
             "rope_scaling": self._rope_scaling(),
-            "max_position_embeddings": self._arch_key("context_length", 2048),
+            "max_position_embeddings": self.arch_key("context_length", 2048),
             "tie_word_embeddings": "output.weight" not in self.tensors,
             "attention_bias": has_bias,
             "bos_token_id": self.metadata.get("tokenizer.ggml.bos_token_id"),
-            "eos_token_id": self.metadata.get("tokenizer.ggml.eos_token_id"),
+            "eos_token_id": self._eos_token_ids(),
             "torch_dtype": self._torch_dtype_name(),
         }
-        return config
+        return config if self.arch.config_hook is None else self.arch.config_hook(self, config)
+
+    def _eos_token_ids(self) -> int | list[int] | None:
+        """EOS, and the architecture's end-of-turn tokens where the vocabulary has them (Gemma's
+        <end_of_turn>: its HF generation_config lists both; llama.cpp stops on both too)."""
+        eos = self.metadata.get("tokenizer.ggml.eos_token_id")
+        tokens = self.metadata.get("tokenizer.ggml.tokens") or []
+        extra = [tokens.index(t) for t in self.arch.end_of_turn if t in tokens]
+        ids = [i for i in (eos, *extra) if i is not None]
+        return ids[0] if len(ids) == 1 else (ids or None)
 
     def _torch_dtype_name(self) -> str:
         """float32 / bfloat16 for files stored in them; float16 for F16 and for quantized files,
@@ -155,13 +156,13 @@ class GGUFFile:
         return "float16"
 
     def _rope_scaling(self) -> dict[str, Any] | None:
-        scaling_type = self._arch_key("rope.scaling.type")
-        factor = self._arch_key("rope.scaling.factor")
-        original = self._arch_key("rope.scaling.original_context_length")
-        if "rope_freqs.weight" in self.tensors:
+        scaling_type = self.arch_key("rope.scaling.type")
+        factor = self.arch_key("rope.scaling.factor")
+        original = self.arch_key("rope.scaling.original_context_length")
+        if "rope_freqs.weight" in self.tensors and "rope_freqs.weight" in self.arch.non_parameters:
             factors = self._tensor(self.tensors["rope_freqs.weight"], "float64").numpy()
-            head_dim = self._arch_key("rope.dimension_count") or 2 * len(factors)
-            base = float(self._arch_key("rope.freq_base", 10000.0))
+            head_dim = self.arch_key("rope.dimension_count") or 2 * len(factors)
+            base = float(self.arch_key("rope.freq_base", 10000.0))
             return _llama3_rope_scaling(factors, base, head_dim, original or _LLAMA3_DEFAULT_ORIGINAL_CONTEXT)
         if scaling_type in (None, "none") or factor is None:
             return None
@@ -171,10 +172,15 @@ class GGUFFile:
         return scaling
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
-        """The tokenizer described by the file's metadata, with its chat template."""
+        """The tokenizer described by the file's metadata, with its chat template (the
+        architecture's own where the file has none)."""
         from langrt.tokenizer.loader import tokenizer_from_gguf_metadata
 
-        return tokenizer_from_gguf_metadata(self.metadata, source=str(self.path))
+        tokenizer = tokenizer_from_gguf_metadata(self.metadata, source=str(self.path))
+        if tokenizer.chat_template is None and self.chat_template is not None:
+            logger.info("%s has no chat template; using %s's own", self.path, self.arch.hf_class)
+            tokenizer.chat_template = self.chat_template
+        return tokenizer
 
     def iter_weights(self, dtype: torch.dtype, quantized: bool = False) -> Iterator[tuple[str, Any]]:
         """(HF parameter name, tensor in `dtype`) for every parameter tensor, in file order.
@@ -186,10 +192,10 @@ class GGUFFile:
         """
 
         config = self._hf_config
-        permuted = self._model_kind[2]
+        permuted = self.arch.permuted
         head_counts = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
         for info in self.tensors.values():
-            if info.name in _NON_PARAMETERS:
+            if info.name in self.arch.non_parameters:
                 continue
             name = self._hf_name(info.name)
             expected = _expected_shape(name, config)
@@ -200,6 +206,9 @@ class GGUFFile:
                 )
             if quantized and info.name in self._block_tensors:
                 tensor = self._blocks(info)
+            elif self.arch.norm_offset and name.endswith("norm.weight"):
+                # Stored as offset + w (Gemma's 1 + w): subtract in float32, before any rounding.
+                tensor = (self._tensor(info, "float32") - self.arch.norm_offset).to(dtype)
             else:
                 tensor = self._tensor(info, dtype)
             proj = name.rsplit(".", 2)[-2]
@@ -211,26 +220,23 @@ class GGUFFile:
         if gguf_name in _GLOBAL_NAMES:
             return _GLOBAL_NAMES[gguf_name]
         match = _LAYER_TENSOR.fullmatch(gguf_name)
-        if match is None or match.group(2) not in _LAYER_NAMES:
+        if match is None or match.group(2) not in self.arch.layer_names:
             raise ModelLoadError(
-                f"{self.path}: tensor {gguf_name} has no counterpart in an HF {self._model_kind[1]}; "
+                f"{self.path}: tensor {gguf_name} has no counterpart in an HF {self.arch.hf_class}; "
                 "this GGUF may be a variant langrt does not load"
             )
         layer, part, kind = match.groups()
-        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
+        return f"model.layers.{layer}.{self.arch.layer_names[part]}.{kind}"
 
     @cached_property
     def _block_tensors(self) -> set[str]:
-        """Names of the matrices served as stored blocks (see iter_weights)."""
-        from langrt.model.quant import BLOCK_TYPES
+        """Names of the matrices served as stored blocks (see iter_weights); logs, once, every
+        quantized tensor expanded to floats instead, and why (gguf_blocks)."""
+        from langrt.model.gguf_blocks import kept_as_blocks
 
-        kept = {t.name for t in self.tensors.values() if len(t.shape) == 2 and t.ggml_type in BLOCK_TYPES}
-        for layer in range(self._hf_config["num_hidden_layers"]):
-            for group in _FUSED_GROUPS:
-                names = [f"blk.{layer}.{part}.weight" for part in group]
-                if not all(n in kept for n in names if n in self.tensors):
-                    kept.difference_update(names)
-        return kept
+        layers = range(self._hf_config["num_hidden_layers"])
+        groups = [[f"blk.{layer}.{part}.weight" for part in group] for layer in layers for group in _FUSED_GROUPS]
+        return kept_as_blocks(self.tensors.values(), groups, str(self.path))
 
     def _blocks(self, info: GGUFTensorInfo):
         """A quantized matrix as its blocks (a copy out of the mapping, one row per output)."""
@@ -286,6 +292,12 @@ def _expected_shape(name: str, config: dict[str, Any]) -> tuple[int, ...]:
     rows, cols = {
         "input_layernorm": (hidden, None),
         "post_attention_layernorm": (hidden, None),
+        "pre_feedforward_layernorm": (hidden, None),
+        "post_feedforward_layernorm": (hidden, None),
+        "q_norm": (config["head_dim"], None),
+        "k_norm": (config["head_dim"], None),
+        "qkv_proj": (q_size + 2 * kv_size, hidden),
+        "gate_up_proj": (2 * inter, hidden),
         "q_proj": (q_size, hidden),
         "k_proj": (kv_size, hidden),
         "v_proj": (kv_size, hidden),
