@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import gguf
 import numpy as np
@@ -89,12 +89,27 @@ def write_q4_k_m_like(path: str | Path, config: Any, state: Mapping[str, torch.T
     """Q4_K_M's mix on a Llama-arch model: Q4_K attention and gate/up, Q6_K down projections and
     output, and in layer 0 a Q6_K v projection beside Q4_K q and k (as llama.cpp gives some
     layers more bits); a Q8_0 embedding. Random super-blocks (see random_k_quant_rows)."""
+
+    def pick(name: str) -> Q:
+        more_bits = "down_proj" in name or name == "lm_head.weight" or "layers.0.self_attn.v_proj" in name
+        return Q.Q6_K if more_bits else Q.Q4_K
+
+    return write_mixed(path, config, state, pick)
+
+
+def write_mixed(path: str | Path, config: Any, state: Mapping[str, torch.Tensor], pick: Callable[[str], Q]) -> Path:
+    """Every matrix but the (Q8_0) embedding stored as `pick(hf_name)`: the K-quants as random
+    super-blocks (random_k_quant_rows), other types quantized from the state's values by gguf-py
+    (q/k rows as they are: a test comparing the blocks with the same file dequantized needs no
+    permutation)."""
     raw = {}
     for seed, (name, tensor) in enumerate(state.items()):
         if tensor.dim() == 2 and name != "model.embed_tokens.weight":
-            more_bits = "down_proj" in name or name == "lm_head.weight" or "layers.0.self_attn.v_proj" in name
-            qtype = Q.Q6_K if more_bits else Q.Q4_K
-            raw[name] = (random_k_quant_rows(qtype, tensor.shape[0], tensor.shape[1], seed), qtype)
+            qtype = pick(name)
+            if qtype in (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K):
+                raw[name] = (random_k_quant_rows(qtype, tensor.shape[0], tensor.shape[1], seed), qtype)
+            else:
+                raw[name] = encode_tensor(tensor.detach().float().numpy(), qtype)
     return write_gguf(path, state, config, Q.Q8_0, raw=raw)
 
 
@@ -194,6 +209,59 @@ def write_vocab_gguf(path: str | Path, tokenizer_metadata: Mapping[str, Any], ar
     writer = gguf.GGUFWriter(str(path), arch)
     for key, value in tokenizer_metadata.items():
         _add_metadata(writer, key, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
+
+
+# llama.cpp architectures written by `write_converted_gguf`, by HF model_type.
+_CONVERTED_ARCHS = {"qwen3": gguf.MODEL_ARCH.QWEN3, "gemma3_text": gguf.MODEL_ARCH.GEMMA3}
+
+
+def write_converted_gguf(
+    path: str | Path,
+    state_dict: Mapping[str, torch.Tensor],
+    config: Any,
+    qtype: Q = Q.F32,
+    *,
+    tokenizer_metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write an HF Qwen3 or Gemma 3 (text) model as llama.cpp's convert_hf_to_gguf.py does:
+    tensor names from gguf-py's TensorNameMap (the converter's own table), q/k rows unpermuted,
+    Gemma's norm weights stored as 1 + w, head size as key/value length, Gemma's sliding window.
+    Matrices as `qtype`, vectors F32; a tied lm_head left out."""
+    arch = _CONVERTED_ARCHS[config.model_type]
+    names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
+    gemma = arch == gguf.MODEL_ARCH.GEMMA3
+    writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
+    writer.add_name(f"tiny-{config.model_type}")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_key_length(config.head_dim)
+    writer.add_value_length(config.head_dim)
+    rope = config.rope_parameters["full_attention"] if gemma else config.rope_parameters
+    writer.add_rope_freq_base(float(rope["rope_theta"]))
+    if gemma:
+        writer.add_sliding_window(config.sliding_window)
+    for key, value in (tokenizer_metadata or {}).items():
+        _add_metadata(writer, key, value)
+    for hf_name, tensor in state_dict.items():
+        if config.tie_word_embeddings and hf_name == "lm_head.weight":
+            continue
+        module, kind = hf_name.rsplit(".", 1)
+        values = tensor.detach().to(torch.float32).numpy()
+        if gemma and hf_name.endswith("norm.weight"):
+            values = values + 1.0  # Gemma3Model.modify_tensors: norm_shift
+        data, raw_type = encode_tensor(values, qtype if values.ndim == 2 else Q.F32)
+        gguf_tensor = f"{names.get_name(module)}.{kind}"
+        writer.add_tensor(gguf_tensor, data, raw_dtype=raw_type if raw_type not in (Q.F32, Q.F16) else None)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

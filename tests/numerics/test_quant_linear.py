@@ -239,6 +239,66 @@ def test_a_q4_k_m_like_file_is_served_as_blocks(tmp_path):
     _assert_logits_agree(blocks, dense)
 
 
+def _tiny_llama_256():
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "unit"))
+    import test_gguf
+
+    return test_gguf.tiny_llama(hidden_size=256, intermediate_size=512)
+
+
+def test_a_file_mixing_every_block_type_is_served_as_blocks(tmp_path, caplog):
+    """Q5_0 attention and gate/up (as Qwen2.5-0.5B's Q4_K_M file keeps its 896-wide matrices),
+    a Q5_1 v projection beside them in layer 0, Q5_K / Q3_K down projections, a Q2_K LM head:
+    every matrix served as blocks, the load log says so, and the logits are within MODEL_REL of
+    the dequantized model's."""
+    from runner_driver import make_runner
+
+    from gguf_utils import write_mixed
+
+    def pick(name: str) -> Q:
+        if "down_proj" in name:
+            return Q.Q5_K if ".0." in name else Q.Q3_K
+        return Q.Q2_K if name == "lm_head.weight" else Q.Q5_1 if "layers.0.self_attn.v_proj" in name else Q.Q5_0
+
+    config, state = _tiny_llama_256()
+    path = write_mixed(tmp_path / "mixed.gguf", config, state, pick)
+    with caplog.at_level("INFO", logger="langrt.model.gguf_loader"):
+        blocks = make_runner(path, quantization="auto", max_total_tokens=512)
+    assert "all 16 quantized matrices kept in their stored blocks (1 Q2_K, 1 Q3_K, 11 Q5_0, 1 Q5_1, 1 Q5_K, 1 Q8_0)" in caplog.text
+    assert "expanded" not in caplog.text
+    layers = blocks.model.layers
+    assert layers[0].self_attn.qkv_proj.packed.type_name == "Q5_0+Q5_1" and layers[1].self_attn.qkv_proj.packed.type_name == "Q5_0"
+    assert layers[0].mlp.down_proj.packed.type_name == "Q5_K" and layers[1].mlp.down_proj.packed.type_name == "Q3_K"
+    assert blocks.model.lm_head_packed.type_name == "Q2_K"
+    _assert_logits_agree(blocks, make_runner(path, quantization="none", max_total_tokens=512))
+
+
+def test_matrices_expanded_to_floats_are_named_in_the_log(tmp_path, caplog):
+    """A v projection stored as F16 takes its q and k (fused with it) to floats, and a TQ2_0 down
+    projection (a type the kernels do not take) is dequantized: the load log names each, and why."""
+    from runner_driver import make_runner
+
+    from gguf_utils import write_mixed
+
+    def pick(name: str) -> Q:
+        if "layers.0.self_attn.v_proj" in name:
+            return Q.F16
+        return Q.TQ2_0 if "layers.1.mlp.down_proj" in name else Q.Q5_0
+
+    config, state = _tiny_llama_256()
+    path = write_mixed(tmp_path / "expanded.gguf", config, state, pick)
+    with caplog.at_level("INFO", logger="langrt.model.gguf_loader"):
+        blocks = make_runner(path, quantization="auto", max_total_tokens=512)
+    line = next(r.getMessage() for r in caplog.records if "expanded to floats" in r.getMessage())
+    assert "3 quantized tensors expanded to floats at load" in line
+    assert "blk.0.attn_q.weight (fused with blk.0.attn_v.weight, F16, which is not kept as blocks)" in line
+    assert "blk.0.attn_k.weight (fused with blk.0.attn_v.weight, F16" in line
+    assert "blk.1.ffn_down.weight (stored as TQ2_0, which langrt's block kernels do not take)" in line
+    layers = blocks.model.layers
+    assert not layers[0].self_attn.qkv_proj.quantized and not layers[1].mlp.down_proj.quantized
+    assert layers[1].self_attn.qkv_proj.quantized and layers[0].mlp.down_proj.quantized
+
+
 @pytest.mark.slow
 def test_smollm_on_its_q4_1_blocks_matches_the_dequantized_model(smollm_path):
     """The built-in file (Q4_1 layers, Q8_0 tied embedding) served as stored: logits within 1e-3
