@@ -17,6 +17,7 @@ from langrt.model.config import ModelConfig, _as_tuple
 
 if TYPE_CHECKING:
     from langrt.model.source import ModelSource
+    from langrt.server_args import ServerArgs
 
 
 def fallback_model_config(source: ModelSource, hf: Mapping[str, Any]) -> ModelConfig:
@@ -118,13 +119,26 @@ def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-def check_model_servable(model_path: str | None, model_impl: str) -> None:
+def check_model_servable(args: ServerArgs) -> None:
     """Raise ModelLoadError in the calling process where no code serves the model under
-    --model-impl, before any process starts (the scheduler's refusal would show only in its
-    log). An HF directory's config is read here; a GGUF file's reader makes its own refusals
-    when it loads, so it is read only when transformers is asked for (which refuses it)."""
+    --model-impl, or the code that would has no support for the options asked for, before any
+    process starts (the scheduler's refusal would show only in its log). An HF directory's
+    config is read here; a GGUF file's reader makes its own refusals when it loads, so it is
+    read only when transformers is asked for (which refuses it)."""
     from langrt.model.source import ModelSource
 
-    source = ModelSource.resolve(model_path)
-    if not source.is_gguf or model_impl == "transformers":
-        source.model_config(model_impl)
+    source = ModelSource.resolve(args.model_path)
+    if source.is_gguf and args.model_impl != "transformers":
+        return
+    config = source.model_config(args.model_impl)
+    native_only = {
+        f"--tp-size {args.tp_size}": args.tp_size > 1,
+        f"--quantization {args.quantization}": args.quantization in ("int8", "int4"),
+        "--enable-torch-compile": args.enable_torch_compile,
+    }
+    asked = [flag for flag, on in native_only.items() if on]
+    if config.impl == "transformers" and asked:
+        raise ModelLoadError(
+            f"{', '.join(asked)}: langrt applies it to its native modules only, and {config.model_type} runs "
+            "through its transformers code; leave it off"
+        )

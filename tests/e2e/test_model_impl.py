@@ -25,12 +25,14 @@ PROMPTS = [
 NEW_TOKENS = 10
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=49152,
             max_position_embeddings=1024)  # fmt: skip
-# Per architecture: (config and model classes, extra config, the --model-impl it is served with:
-# one by naming transformers, one by auto, which must pick transformers for it).
+# Per architecture: (config and model classes, extra config, how it is served: one by naming
+# transformers, one by auto (which must pick transformers for it) and with n-gram speculative
+# decoding, whose greedy output must not change).
 ARCHS = {
-    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(rotary_pct=0.25), "transformers"),
-    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_key_value_heads=2), "auto"),
-}
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(rotary_pct=0.25), dict(model_impl="transformers")),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_key_value_heads=2),
+              dict(model_impl="auto", speculative_algorithm="NGRAM")),
+}  # fmt: skip
 
 
 def build_tiny(kind: str, path, seed: int = 0):
@@ -77,7 +79,7 @@ def served(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(kind)
     model = build_tiny(kind, path)
     with langrt.Engine(
-        str(path), model_impl=ARCHS[kind][3], dtype="float32", max_total_tokens=4096, context_length=512,
+        str(path), **ARCHS[kind][3], dtype="float32", max_total_tokens=4096, context_length=512,
         log_level="warning", grammar_compile_timeout=120.0,  # the first grammar indexes the vocabulary
     ) as engine:  # fmt: skip
         yield model, engine
@@ -94,8 +96,10 @@ def test_a_mixed_batch_gives_each_request_its_own_output(served):
     model, engine = served
     alone = [engine.generate(input_ids=p, sampling_params=greedy())["output_ids"] for p in PROMPTS]
     engine.flush_cache()  # the batch prefills its prompts together, none from the cache
-    together = [out["output_ids"] for out in engine.generate(input_ids=PROMPTS, sampling_params=greedy())]
-    assert together == alone == [reference_greedy(model, p) for p in PROMPTS]
+    batch = engine.generate(input_ids=PROMPTS, sampling_params=greedy())
+    assert [out["output_ids"] for out in batch] == alone == [reference_greedy(model, p) for p in PROMPTS]
+    if engine.args.speculative_algorithm is not None:  # drafts copied from the same prompts' recent outputs
+        assert sum(out["meta_info"]["spec_accepted_tokens"] for out in batch) > 0, "n-gram drafts verified, some kept"
 
 
 def test_a_repeated_prefix_is_reused_from_the_cache(served):
@@ -157,10 +161,9 @@ def test_an_architecture_neither_langrt_nor_transformers_has_is_named(tmp_path, 
         new_engine(tmp_path)
 
 
-def test_quantization_of_a_fallback_model_is_refused(tmp_path):
-    from langrt.model.loader import load_model
-
+def test_options_only_native_modules_take_are_refused(tmp_path, new_engine):
     build_tiny("gpt_neox", tmp_path)
-    source = ModelSource.resolve(tmp_path)
-    with pytest.raises(ModelLoadError, match="--quantization int8/int4: gpt_neox runs through its transformers code"):
-        load_model(source, source.model_config(), "safetensors", torch.float32, torch.device("cpu"), quantize="int8")
+    for options, flag in [({"quantization": "int8"}, "--quantization int8"), ({"tp_size": 2}, "--tp-size 2"),
+                          ({"enable_torch_compile": True}, "--enable-torch-compile")]:  # fmt: skip
+        with pytest.raises(ModelLoadError, match=f"{flag}: langrt applies it to its native modules only"):
+            new_engine(tmp_path, **options)
