@@ -1,0 +1,122 @@
+"""GGUF files of Gemma 3 and Qwen3, written as llama.cpp's converter writes them (tensor names
+from gguf-py's own table, Gemma's norms as 1 + w), load into transformers' config and weights,
+and langrt serves them with transformers' logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from gguf_utils import tokenizer_fields, write_converted_gguf
+from langrt.builtin import builtin_model_path
+from langrt.model.gguf_loader import GGUFFile
+from langrt.model.gguf_reader import read_header
+from tiny_arch import TINY_DIMS, langrt_pieces, max_logit_error
+
+TOLERANCE = 1e-4  # float32 logits, as in tests/numerics/test_architectures.py
+
+
+def _tiny(config_cls, model_cls, **overrides):
+    """A tiny model with every parameter random (norms around 1, so Gemma's 1 + w is around 2)."""
+    config = config_cls(**{**TINY_DIMS, **overrides})
+    torch.manual_seed(0)
+    model = model_cls(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_((1.0 if "norm" in name else 0.0) + 0.1 * torch.randn_like(param))
+    return config, model
+
+
+def tiny_gemma3():
+    # 7 layers: the 6th is the first global one; a window shorter than the test prompts.
+    return _tiny(
+        transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
+        num_hidden_layers=7, num_key_value_heads=1, head_dim=32, sliding_window=8, query_pre_attn_scalar=32,
+    )  # fmt: skip
+
+
+def tiny_qwen3():
+    return _tiny(transformers.Qwen3Config, transformers.Qwen3ForCausalLM, head_dim=32, tie_word_embeddings=False)
+
+
+def _write(tmp_path, config, model):
+    _, metadata, _ = read_header(builtin_model_path())
+    path = tmp_path / f"{config.model_type}.gguf"
+    return write_converted_gguf(path, model.state_dict(), config, tokenizer_metadata=tokenizer_fields(metadata))
+
+
+CONFIG_KEYS = (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "tie_word_embeddings", "max_position_embeddings",
+)  # fmt: skip
+GEMMA3_KEYS = (
+    "layer_types", "sliding_window", "query_pre_attn_scalar", "rope_parameters", "hidden_activation",
+    "final_logit_softcapping", "attn_logit_softcapping",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("make, extra_keys", [(tiny_gemma3, GEMMA3_KEYS), (tiny_qwen3, ("rope_parameters",))])
+def test_config_rebuilds_transformers_config(tmp_path, make, extra_keys):
+    config, model = make()
+    loaded = GGUFFile(_write(tmp_path, config, model))
+    hf = loaded.hf_config
+    assert hf["architectures"] == [type(model).__name__]
+    rebuilt = transformers.AutoConfig.for_model(**hf)
+    assert type(rebuilt) is type(config)
+    for key in CONFIG_KEYS + extra_keys:
+        assert getattr(rebuilt, key) == getattr(config, key), key
+    assert rebuilt.rms_norm_eps == pytest.approx(config.rms_norm_eps, rel=1e-6)
+
+
+@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3])
+def test_weights_are_transformers_state_dict(tmp_path, make):
+    config, model = make()
+    weights = dict(GGUFFile(_write(tmp_path, config, model)).iter_weights(torch.float32))
+    state = model.state_dict()
+    expected = set(state) - ({"lm_head.weight"} if config.tie_word_embeddings else set())
+    assert set(weights) == expected
+    for name, tensor in weights.items():
+        # Gemma's norms come back from 1 + w: exact up to that rounding (half an ulp of ~2).
+        torch.testing.assert_close(tensor, state[name], rtol=0, atol=2.5e-7, msg=name)
+
+
+def test_gemma3_norms_are_stored_plus_one(tmp_path):
+    """Guards the test above: the file holds 1 + w (llama.cpp's layout), not w."""
+    config, model = tiny_gemma3()
+    loaded = GGUFFile(_write(tmp_path, config, model))
+    stored = loaded._tensor(loaded.tensors["blk.0.post_ffw_norm.weight"], torch.float32)
+    torch.testing.assert_close(stored, model.state_dict()["model.layers.0.post_feedforward_layernorm.weight"] + 1)
+
+
+def test_gemma3_end_of_turn_joins_eos_and_the_template_is_gemmas(tmp_path):
+    """A Gemma file whose vocabulary has <end_of_turn> stops on it as on EOS (Gemma's HF
+    generation_config lists both); one with no chat template gets Gemma's own."""
+    config, model = tiny_gemma3()
+    _, metadata, _ = read_header(builtin_model_path())
+    fields = tokenizer_fields(metadata)
+    del fields["tokenizer.chat_template"]
+    fields["tokenizer.ggml.tokens"] = list(fields["tokenizer.ggml.tokens"])
+    fields["tokenizer.ggml.tokens"][5] = "<end_of_turn>"
+    path = write_converted_gguf(tmp_path / "g.gguf", model.state_dict(), config, tokenizer_metadata=fields)
+    loaded = GGUFFile(path)
+    assert loaded.hf_config["eos_token_id"] == [fields["tokenizer.ggml.eos_token_id"], 5]
+    tokenizer = loaded.tokenizer()
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    assert text == f"{tokenizer.bos_token}<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+
+
+def test_qwen3_eos_is_the_files_alone(tmp_path):
+    config, model = tiny_qwen3()
+    loaded = GGUFFile(_write(tmp_path, config, model))
+    assert loaded.hf_config["eos_token_id"] == loaded.metadata["tokenizer.ggml.eos_token_id"]
+    assert loaded.chat_template == loaded.metadata["tokenizer.chat_template"]
+
+
+@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3])
+def test_langrt_serves_the_file_with_transformers_logits(tmp_path, make):
+    config, model = make()
+    path = _write(tmp_path, config, model)
+    worst = max_logit_error(model, langrt_pieces(path, lengths=(5, 23, 41)))
+    assert set(worst) == {"prefill", "prefix_reuse", "decode"}
+    assert max(worst.values()) < TOLERANCE, worst
