@@ -113,10 +113,26 @@ def hf_logits(hf_model, ids: list[int]) -> torch.Tensor:
         return hf_model(torch.tensor([ids])).logits[0].float()
 
 
-def max_logit_error(hf_model, pieces: list[Piece]) -> dict[str, float]:
-    """Worst |langrt - transformers| logit, per phase."""
+def hf_logits_stepwise(hf_model, ids: list[int]) -> torch.Tensor:
+    """transformers' float32 logits for every position, fed one token at a time through its KV
+    cache (as it generates): for rope scalings whose tables depend on the pass's last position
+    (LongRoPE), this is each position's own rotation."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=hf_model.config)
+    rows = []
+    with torch.no_grad():
+        for position, token in enumerate(ids):
+            out = hf_model(torch.tensor([[token]]), position_ids=torch.tensor([[position]]), cache=cache, use_cache=True)
+            rows.append(out.logits[0, -1].float())
+    return torch.stack(rows)
+
+
+def max_logit_error(hf_model, pieces: list[Piece], reference=hf_logits) -> dict[str, float]:
+    """Worst |langrt - transformers| logit, per phase; `reference(hf_model, ids)` gives
+    transformers' logits of a whole sequence."""
     worst: dict[str, float] = {}
     for piece in pieces:
-        error = (piece.logits - hf_logits(hf_model, piece.ids)[piece.start :]).abs().max().item()
+        error = (piece.logits - reference(hf_model, piece.ids)[piece.start :]).abs().max().item()
         worst[piece.phase] = max(worst.get(piece.phase, 0.0), error)
     return worst

@@ -19,13 +19,13 @@ _GEMMA3_TYPES = ("gemma3", "gemma3_text")
 
 def text_part(d: Mapping[str, Any]) -> Mapping[str, Any]:
     """A multimodal config (Gemma 3's `gemma3`) nests its language model's numbers under
-    `text_config`: that dict, with the outer token ids and tying where it lacks them, and the
-    outer `architectures` (which name the checkpoint's layout). Other configs as they are."""
+    `text_config`: that dict, with the outer config's token ids, tying and `architectures` (which
+    name the checkpoint's layout) over it. Other configs as they are."""
     text = d.get("text_config")
     if "hidden_size" in d or not isinstance(text, Mapping):
         return d
     outer = {k: d[k] for k in ("bos_token_id", "eos_token_id", "tie_word_embeddings") if k in d}
-    return {**outer, **text, "architectures": d.get("architectures", [])}
+    return {**text, **outer, "architectures": d.get("architectures", [])}
 
 
 def layer_windows(d: Mapping[str, Any], num_layers: int, window: int | None) -> tuple[int | None, ...]:
@@ -49,6 +49,12 @@ def layer_windows(d: Mapping[str, Any], num_layers: int, window: int | None) -> 
             f"({num_layers}); this model needs --model-impl transformers"
         )
     return tuple(window if kind == SLIDING else None for kind in kinds)
+
+
+def layer_is_sliding(d: Mapping[str, Any], num_layers: int) -> tuple[bool, ...]:
+    """Which layers are sliding-window layers by the config's layer kinds, whether or not a window
+    is set (Gemma rotates them with their own base either way)."""
+    return tuple(window is not None for window in layer_windows(d, num_layers, window=1))
 
 
 def attention_scale(d: Mapping[str, Any], head_dim: int) -> float:

@@ -140,9 +140,7 @@ class LlamaForCausalLM(nn.Module):
         ops = DenseOps.create(compiled)
         self.layers = nn.ModuleList(self.make_layer(config, i, ops) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary = RotaryEmbedding(
-            config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling
-        )
+        self.rotary = self.make_rotary(config)
         if not config.tie_word_embeddings:
             self.lm_head = Linear(config.hidden_size, config.vocab_size)
         self.lm_head_packed: torch.Tensor | None = None
@@ -154,6 +152,11 @@ class LlamaForCausalLM(nn.Module):
         """Decoder layer `layer_id`; an architecture with other layers (mixture-of-experts MLPs)
         overrides this. Called from __init__, where only self.config and the embedding are set."""
         return LlamaDecoderLayer(config, layer_id, ops)
+
+    def make_rotary(self, config: ModelConfig) -> nn.Module:
+        """The rotary tables `forward` reads; an architecture rotating part of each head, or with
+        a rope base per kind of layer, overrides this."""
+        return RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling)
 
     def set_tensor_parallel(self, tp) -> None:
         """Make this model one rank's part (its config already is): the embedding and the o and

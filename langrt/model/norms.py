@@ -8,6 +8,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from langrt.model.layers import RMSNorm, add_rms_norm, rms_norm
+
 NormFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 
@@ -36,3 +38,11 @@ def per_head_norm(norm: NormFn, x: torch.Tensor, weight: torch.Tensor, eps: floa
     kernels take them where the width suits them."""
     rows = x.reshape(-1, head_dim)
     return norm(rows, weight, eps).view(x.shape[0], -1)
+
+
+def input_norm(norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Llama-style layer's first step -> (its normed input, the residual stream): the residual
+    added first where there is one (the first layer's stream is its input)."""
+    if residual is None:
+        return rms_norm(x, norm.weight, norm.eps), x
+    return add_rms_norm(x, residual, norm.weight, norm.eps)

@@ -8,9 +8,9 @@ import torch
 
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
-from langrt.model.layers import RMSNorm, add_rms_norm, apply_rotary, linear, rms_norm
+from langrt.model.layers import RMSNorm, apply_rotary, linear, rms_norm
 from langrt.model.llama import DenseOps, LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, Rope
-from langrt.model.norms import per_head_norm
+from langrt.model.norms import input_norm, per_head_norm
 
 
 class Qwen3Attention(LlamaAttention):
@@ -36,13 +36,6 @@ class Qwen3Attention(LlamaAttention):
     def _qkv_args(self):
         weight, packed = self.qkv_proj.weights
         return weight, self.qkv_proj.bias, packed
-
-
-def input_norm(norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the layer's normed input, the residual stream): the first layer's stream is its input."""
-    if residual is None:
-        return rms_norm(x, norm.weight, norm.eps), x
-    return add_rms_norm(x, residual, norm.weight, norm.eps)
 
 
 class Qwen3DecoderLayer(LlamaDecoderLayer):

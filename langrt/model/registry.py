@@ -30,6 +30,9 @@ NATIVE: tuple[Arch, ...] = (
     Arch("MistralForCausalLM", "mistral", "langrt.model.llama"),  # GGUF: arch "llama", told apart by name
     Arch("Qwen2ForCausalLM", "qwen2", "langrt.model.llama", gguf="qwen2", qkv_bias=True),
     Arch("Qwen3ForCausalLM", "qwen3", "langrt.model.qwen3", gguf="qwen3"),
+    Arch("Gemma3ForCausalLM", "gemma3_text", "langrt.model.gemma3", gguf="gemma3"),
+    Arch("Gemma3ForConditionalGeneration", "gemma3", "langrt.model.gemma3"),  # its language model
+    Arch("Phi3ForCausalLM", "phi3", "langrt.model.phi3"),
 )
 
 MODEL_IMPLS = ("auto", "langrt", "transformers")
