@@ -94,7 +94,7 @@ class ModelConfig:
             rope_scaling=rope_scaling,
             max_position_embeddings=d.get("max_position_embeddings", 4096),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            attention_bias=bool(d.get("attention_bias", arch.qkv_bias)),
+            attention_bias=bool(d.get("attention_bias", d.get("qkv_bias", arch.qkv_bias))),  # qkv_bias: Qwen2-MoE's
             sliding_window=window,
             bos_token_id=d.get("bos_token_id"),
             eos_token_ids=_as_tuple(d.get("eos_token_id")),
@@ -133,7 +133,7 @@ def _rope_settings(d: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] | Non
 
 def _sliding_window(d: Mapping[str, Any]) -> int | None:
     window = d.get("sliding_window")
-    if d.get("model_type") in ("qwen2", "qwen3") and not d.get("use_sliding_window", False):
+    if d.get("model_type") in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not d.get("use_sliding_window", False):
         return None
     return int(window) if window else None
 

@@ -1,0 +1,224 @@
+"""Mixture-of-experts MLP blocks (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) in Llama-style layers.
+
+A router scores every expert for each token; the token's top-k experts run SwiGLU MLPs whose
+outputs are summed with the routing weights. Each kind of expert matrix is stored stacked
+([E, 2I, H] gate_up, [E, H, I] down) and a pass's (token, choice) pairs are grouped by expert,
+so a chosen expert's weights are multiplied once per pass, over all the tokens that chose it.
+
+Numerics are transformers': router logits in the model's dtype, softmax in float32, top-k,
+renormalised in float32 where the model does, then cast to the model's dtype (Mixtral keeps
+float32 weights into the product); each expert's product is weighted, cast, and added to a zero
+sum in ascending expert order.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import torch
+from torch import nn
+
+from langrt.errors import ModelLoadError
+from langrt.model.attention import Attention
+from langrt.model.config import ModelConfig
+from langrt.model.layers import Linear, RMSNorm, add_rms_norm, linear, silu_and_mul
+from langrt.model.llama import DenseOps, LlamaAttention, LlamaForCausalLM, LlamaMLP, Rope
+from langrt.model.moe_weights import ExpertLoader, is_expert_tensor
+
+
+@dataclass(frozen=True)
+class MoESettings:
+    num_experts: int
+    top_k: int  # experts per token
+    expert_size: int  # intermediate rows of one expert
+    renormalize: bool  # divide the top-k probabilities by their sum
+    float32_weights: bool  # the routing weights enter the weighted sum in float32 (Mixtral)
+    shared_expert_size: int = 0  # Qwen2-MoE's expert every token runs, behind a sigmoid gate; 0: none
+    dense_layers: frozenset[int] = frozenset()  # layers whose MLP is a plain SwiGLU (config.intermediate_size)
+
+    def __post_init__(self):
+        if not 0 < self.top_k <= self.num_experts:
+            raise ModelLoadError(f"num_experts_per_tok {self.top_k} must be in 1..num_experts ({self.num_experts})")
+
+
+def num_experts_of(hf: Mapping[str, Any], default: int) -> int:
+    """`num_experts` or `num_local_experts`, whichever the config.json has: transformers writes
+    the name its config class stores (Qwen3-MoE's save_pretrained writes `num_local_experts`,
+    its published configs say `num_experts`; Mixtral's is `num_local_experts`)."""
+    for key in ("num_experts", "num_local_experts"):
+        if hf.get(key) is not None:
+            return int(hf[key])
+    return default
+
+
+def dense_layers_of(hf: Mapping[str, Any], num_layers: int, num_experts: int) -> frozenset[int]:
+    """Qwen-MoE's dense layers: those in `mlp_only_layers`, those off the `decoder_sparse_step`
+    grid (layer i is sparse where (i + 1) % step == 0), every layer of a model without experts."""
+    only = set(hf.get("mlp_only_layers") or ())
+    step = hf.get("decoder_sparse_step") or 1
+    return frozenset(i for i in range(num_layers) if i in only or num_experts == 0 or (i + 1) % step)
+
+
+def route(logits: torch.Tensor, s: MoESettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """[T, E] router logits -> (routing weights [T, k], expert ids [T, k])."""
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.topk(probs, s.top_k, dim=-1)
+    if s.renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return (weights if s.float32_weights else weights.to(logits.dtype)), ids
+
+
+@dataclass(frozen=True)
+class ExpertGroups:
+    """A pass's (token, choice) pairs ordered by expert, by token within an expert."""
+
+    experts: tuple[int, ...]  # the experts chosen at least once, ascending
+    counts: tuple[int, ...]  # how many pairs each of them takes
+    pairs: torch.Tensor  # [T*k] flat index (token * k + choice) of each pair, in that order
+    top_k: int
+
+    @classmethod
+    def of(cls, ids: torch.Tensor, num_experts: int) -> "ExpertGroups":
+        flat = ids.flatten()
+        pairs = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=num_experts).tolist()  # the pass's one host sync
+        hit = tuple(e for e, n in enumerate(counts) if n)
+        return cls(hit, tuple(counts[e] for e in hit), pairs, ids.shape[1])
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """[T*k] the token of each pair."""
+        return self.pairs // self.top_k
+
+
+def run_experts(
+    x: torch.Tensor, weights: torch.Tensor, groups: ExpertGroups, gate_up: torch.Tensor, down: torch.Tensor
+) -> torch.Tensor:
+    """x [T, H] -> [T, H]: per token, the sum over its chosen experts e of its routing weight
+    times down[e] @ silu_and_mul(gate_up[e] @ x). One gate_up and one down product per expert
+    hit, over the rows of every token that chose it."""
+    tokens = groups.tokens
+    rows = x.index_select(0, tokens)
+    outs, start = [], 0
+    for e, n in zip(groups.experts, groups.counts):
+        outs.append(linear(silu_and_mul(linear(rows[start : start + n], gate_up[e])), down[e]))
+        start += n
+    weighted = torch.cat(outs) * weights.flatten().index_select(0, groups.pairs)[:, None]
+    # A token's pairs come in ascending expert order, the order transformers adds them in.
+    return torch.zeros_like(x).index_add_(0, tokens, weighted.to(x.dtype))
+
+
+class Router(nn.Module):
+    """The gate's [E, H] matrix. Not a Linear, so --quantization leaves it exact: blocks would
+    move near-tied scores and change which experts run."""
+
+    def __init__(self, hidden_size: int, num_experts: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_experts, hidden_size))
+
+
+class StackedExperts(nn.Module):
+    def __init__(self, hidden_size: int, s: MoESettings):
+        super().__init__()
+        self.gate_up = nn.Parameter(torch.empty(s.num_experts, 2 * s.expert_size, hidden_size))
+        self.down = nn.Parameter(torch.empty(s.num_experts, hidden_size, s.expert_size))
+
+
+class DenseMLP(LlamaMLP):
+    """A SwiGLU MLP of `intermediate_size` rows with its own forward (a dense layer's MLP, the
+    shared expert)."""
+
+    def __init__(self, config: ModelConfig, intermediate_size: int):
+        super().__init__(dataclasses.replace(config, intermediate_size=intermediate_size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+
+
+class SparseMoE(nn.Module):
+    def __init__(self, config: ModelConfig, s: MoESettings):
+        super().__init__()
+        self.settings = s
+        self.gate = Router(config.hidden_size, s.num_experts)
+        self.experts = StackedExperts(config.hidden_size, s)
+        self.shared_expert = DenseMLP(config, s.shared_expert_size) if s.shared_expert_size else None
+        self.shared_expert_gate = Linear(config.hidden_size, 1) if s.shared_expert_size else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, ids = route(nn.functional.linear(x, self.gate.weight), self.settings)
+        groups = ExpertGroups.of(ids, self.settings.num_experts)
+        out = run_experts(x, weights, groups, self.experts.gate_up, self.experts.down)
+        if self.shared_expert is None:
+            return out
+        return out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+
+
+class MoEDecoderLayer(nn.Module):
+    """A Llama layer whose MLP is a SparseMoE block (a DenseMLP in a model's dense layers).
+    Architectures with other attention inputs (q/k norms) subclass it: `attention_class` holds
+    the projections, `attention_inputs` turns the layer input into rotated q, k and v."""
+
+    attention_class: type[nn.Module] = LlamaAttention
+
+    def __init__(self, config: ModelConfig, layer_id: int, ops: DenseOps, s: MoESettings):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = self.attention_class(config, layer_id)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        dense = layer_id in s.dense_layers
+        self.mlp = DenseMLP(config, config.intermediate_size) if dense else SparseMoE(config, s)
+        self.ops = ops
+        self.sizes = (config.q_size, config.kv_size, config.head_dim)
+
+    def forward(
+        self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None, attn: Attention
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (this layer's output, the residual stream before it), as LlamaDecoderLayer."""
+        q, k, v, residual = self.attention_inputs(rope, x, residual)
+        o = attn.attend(self.self_attn.layer_id, q, k, v)
+        post = self.post_attention_layernorm
+        x, residual = add_rms_norm(self.self_attn.o_proj(o), residual, post.weight, post.eps)
+        return self.mlp(x), residual
+
+    def attention_inputs(self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None):
+        """-> (q, k, v, residual): (residual add +) input norm, qkv projection, rotary."""
+        a, norm = self.self_attn, self.input_layernorm
+        return self.ops.before_attention(
+            x, residual, norm.weight, norm.eps, *a.qkv_proj.weights, a.qkv_proj.bias, *rope, *self.sizes
+        )
+
+
+class MoEForCausalLM(LlamaForCausalLM, metaclass=abc.ABCMeta):
+    """LlamaForCausalLM with MoE layers: the embedding, rotary, final norm, LM head, logits and
+    the loading of every tensor but the experts' are Llama's. Each architecture says how its
+    config reads (`moe_settings`) and which layer it runs (`layer_class`)."""
+
+    layer_class: type[MoEDecoderLayer] = MoEDecoderLayer
+
+    @staticmethod
+    @abc.abstractmethod
+    def moe_settings(config: ModelConfig) -> MoESettings:
+        """The routing and expert sizes, from the architecture's own config.json keys."""
+
+    def make_layer(self, config: ModelConfig, layer_id: int, ops: DenseOps) -> nn.Module:
+        return self.layer_class(config, layer_id, ops, self.moe_settings(config))
+
+    def set_tensor_parallel(self, tp) -> None:
+        if tp is not None:
+            raise ModelLoadError(
+                f"--tp-size {tp.size}: tensor parallelism does not split mixture-of-experts models "
+                f"({self.config.model_type}); serve it with --tp-size 1"
+            )
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """The experts' matrices (per expert or stacked, see moe_weights) into the stacked
+        tensors; every other tensor as Llama loads it."""
+        experts = ExpertLoader(self.layers)
+        super().load_weights(experts.take(weights))
+        experts.check_complete()
+
+    def _expected_fills(self) -> list[str]:
+        return [name for name in super()._expected_fills() if not is_expert_tensor(name)]
