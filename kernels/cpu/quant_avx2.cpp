@@ -59,11 +59,12 @@ LANGRT_AVX2 inline __m256i bit_bytes(const uint8_t* p) {
   return _mm256_cmpeq_epi8(_mm256_or_si256(bytes, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE)), _mm256_set1_epi64x(-1));
 }
 
-// 16 bytes of nibbles (low: weights 0-15, high: 16-31) as 32 bytes in weight order.
+// 16 bytes of nibbles (low: weights 0-15, high: 16-31) as 32 bytes in weight order: the bytes
+// loaded into both lanes, the high lane shifted by 4 (3 instructions, where shifting, masking and
+// inserting the halves took 5).
 LANGRT_AVX2 inline __m256i nibble_bytes(const uint8_t* quants) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quants));
-  const __m128i mask = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
+  const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants)));
+  return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 // 8 bytes of 2-bit quants (byte i: weights i, i + 8, i + 16, i + 24) as 32 bytes in weight order.
@@ -117,31 +118,26 @@ LANGRT_AVX2 inline void dot16x2(const Quants& w, const int16_t* x, __m256i* low,
 }
 
 // prepare_rows (below) for the K-quants' float32 scales, one activation row: Q4_K and Q5_K as
-// Q4_1; Q6_K's and Q3_K's two scales per block, scales[2b + h] = d_w[2b + h] * d_x[b]; Q2_K's
-// two scales and two minimums, scales[4b + h] = d_w[2b + h] * d_x[b], scales[4b + 2 + h] =
-// m_w[2b + h] * d_x[b] (they multiply the sums of the block's halves of x: see dot_tile).
+// Q4_1; Q6_K's, Q3_K's and Q2_K's two scales per block, scales[2b + h] = d_w[2b + h] * d_x[b],
+// and Q2_K's minimums times the activations' sums over 16 (xs: QuantizedRows::h), summed.
 template <int QT>
 LANGRT_AVX2 float prepare_k(const RowLayout& row, const float* xd, const float* xs, int64_t blocks, float* scales) {
   int64_t b = 0;
-  if constexpr (QT == kQ2_K) {
-    for (; b < blocks; ++b) {
-      for (int h = 0; h < 2; ++h) {
-        scales[4 * b + h] = row.df[2 * b + h] * xd[b];
-        scales[4 * b + 2 + h] = row.mf[2 * b + h] * xd[b];
-      }
-    }
-    return 0.0f;
-  } else if constexpr (QT == kQ6_K || QT == kQ3_K) {
+  if constexpr (scales_per_block(QT) == 2) {
     const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    __m256 extra = _mm256_setzero_ps();
     for (; b + 4 <= blocks; b += 4) {
       const __m256 x = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(xd + b)), pairs);
       _mm256_storeu_ps(scales + 2 * b, _mm256_mul_ps(_mm256_loadu_ps(row.df + 2 * b), x));
+      if constexpr (QT == kQ2_K) extra = _mm256_fmadd_ps(_mm256_loadu_ps(row.mf + 2 * b), _mm256_loadu_ps(xs + 2 * b), extra);
     }
+    float tail = 0.0f;
     for (; b < blocks; ++b) {
       scales[2 * b] = row.df[2 * b] * xd[b];
       scales[2 * b + 1] = row.df[2 * b + 1] * xd[b];
+      if constexpr (QT == kQ2_K) tail += row.mf[2 * b] * xs[2 * b] + row.mf[2 * b + 1] * xs[2 * b + 1];
     }
-    return 0.0f;
+    return hsum(extra) + tail;
   } else {
     __m256 extra = _mm256_setzero_ps();
     for (; b + 8 <= blocks; b += 8) {
@@ -199,7 +195,7 @@ LANGRT_AVX2 void prepare_rows(const RowLayout& row, const float* xd, const float
 template <int QT, int RN, int RM>
 LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const QuantizedRows& x, int64_t m0,
                           const OutRows& out, float* scales) {
-  constexpr int S = QT == kQ2_K ? 4 : scales_per_block(QT);  // scales per block (Q2_K: and its 2 minimums)
+  constexpr int S = scales_per_block(QT);
   const int64_t blocks = x.k / kBlock, quants = quant_bytes(QT);
   RowLayout rows[RN];
   __m256 acc[RN][RM];
@@ -210,7 +206,8 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
     if constexpr (k_quant(QT)) {
       for (int j = 0; j < RM; ++j) {
         const int64_t first = (m0 + j) * blocks;
-        extra[i][j] = prepare_k<QT>(rows[i], x.d + first, x.s + first, blocks, scales + (i * RM + j) * blocks * S);
+        const float* xs = QT == kQ2_K ? x.h + 2 * first : x.s + first;
+        extra[i][j] = prepare_k<QT>(rows[i], x.d + first, xs, blocks, scales + (i * RM + j) * blocks * S);
       }
     } else {
       prepare_rows<QT, RM>(rows[i], x.d + m0 * blocks, x.s + m0 * blocks, blocks, scales + i * RM * blocks, extra[i]);
@@ -221,23 +218,13 @@ LANGRT_AVX2 void dot_tile(const uint8_t* w, int64_t row_bytes, int64_t n0, const
     for (int i = 0; i < RN; ++i) wq[i] = decode<QT>(rows[i].quants + b * quants);
     for (int j = 0; j < RM; ++j) {
       const int16_t* xb = x.q + (m0 + j) * x.k + b * kBlock;
-      __m256 half_sums[2];  // Q2_K: the sums of x's halves, which the minimums multiply
-      if constexpr (S == 4) {
-        const __m256i ones = _mm256_set1_epi16(1);
-        half_sums[0] = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb))));
-        half_sums[1] = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 16))));
-      }
       for (int i = 0; i < RN; ++i) {
         const float* scale = scales + ((i * RM + j) * blocks + b) * S;
-        if constexpr (S >= 2) {
+        if constexpr (S == 2) {
           __m256i low, high;
           dot16x2(wq[i], xb, &low, &high);
           acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale), _mm256_cvtepi32_ps(low), acc[i][j]);
           acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale + 1), _mm256_cvtepi32_ps(high), acc[i][j]);
-          if constexpr (S == 4) {
-            acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale + 2), half_sums[0], acc[i][j]);
-            acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale + 3), half_sums[1], acc[i][j]);
-          }
         } else {
           acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale), _mm256_cvtepi32_ps(dot32(wq[i], xb)), acc[i][j]);
         }
@@ -280,7 +267,7 @@ LANGRT_AVX2 void dot_pairs(const uint8_t* w, int64_t row_bytes, int64_t n0, int6
 template <int QT>
 LANGRT_AVX2 void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                           int64_t m0, int64_t m1, const OutRows& out) {
-  std::vector<float> scales(40 * (x.k / kBlock));  // the largest tile (10 products) at 4 scales a block (Q2_K)
+  std::vector<float> scales(20 * (x.k / kBlock));  // the largest tile (10 products) at 2 scales a block
   float* s = scales.data();
   int64_t m = m0;
   for (; m1 - m >= 4 && m1 - m != 5; m += 4) dot_pairs<QT, 4>(w, row_bytes, n0, n1, x, m, out, s, m == m0);

@@ -112,7 +112,11 @@ struct QuantizedRows {
   const float* d;   // [rows, k / 32]
   const float* s;   // [rows, k / 32]
   int64_t k;
+  const float* h = nullptr;  // Q2_K only: d * the sum of q over each 16, [rows, k / 16] (its minimums multiply them)
 };
+
+// h[2b + i] = d[b] * (the sum of q[32b + 16i ..][0 .. 16)), for `blocks` blocks of 32 (QuantizedRows::h).
+void half_sums(const int16_t* q, const float* d, int64_t blocks, float* h);
 
 // Output rows: out[m * stride + n], float32 or bfloat16 (rounded to nearest even).
 struct OutRows {

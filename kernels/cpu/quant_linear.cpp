@@ -54,7 +54,10 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype,
 #endif
     quantize(first, bf16, x.stride(0), r1 - r0, k, q.data() + r0 * k, d.data() + r0 * blocks, s.data() + r0 * blocks);
   });
-  const langrt_quant::QuantizedRows xq{q.data(), d.data(), s.data(), k};
+  // Q2_K's minimums (one per 16 weights) multiply the activations' sums over each 16.
+  std::vector<float> h(qtype == langrt_quant::kQ2_K ? rows * blocks * 2 : 0);
+  if (!h.empty()) langrt_quant::half_sums(q.data(), d.data(), rows * blocks, h.data());
+  const langrt_quant::QuantizedRows xq{q.data(), d.data(), s.data(), k, h.empty() ? nullptr : h.data()};
   const langrt_quant::OutRows o{out.data_ptr(), out.stride(0), bf16};
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int64_t row_bytes = w.size(1);

@@ -74,6 +74,16 @@ void quantize_rows_scalar(const void* x, bool x_bf16, int64_t x_stride, int64_t 
   }
 }
 
+void half_sums(const int16_t* q, const float* d, int64_t blocks, float* h) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t half = 0; half < 2; ++half) {
+      int32_t sum = 0;
+      for (int64_t i = 0; i < 16; ++i) sum += q[b * kBlock + 16 * half + i];
+      h[2 * b + half] = d[b] * static_cast<float>(sum);
+    }
+  }
+}
+
 void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                      int64_t m0, int64_t m1, const OutRows& out) {
   const int64_t blocks = x.k / kBlock;
@@ -88,13 +98,10 @@ void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0,
         const int16_t* xb = x.q + m * x.k + b * kBlock;
         const float xd = x.d[m * blocks + b];
         if (scales_per_block(qtype) == 2) {  // a scale (and Q2_K: a minimum) per 16 weights
-          int32_t dot[2] = {0, 0}, sum[2] = {0, 0};
-          for (int i = 0; i < kBlock; ++i) {
-            dot[i / 16] += q[i] * xb[i];
-            sum[i / 16] += xb[i];
-          }
+          int32_t dot[2] = {0, 0};
+          for (int i = 0; i < kBlock; ++i) dot[i / 16] += q[i] * xb[i];
           acc += dw[0] * xd * static_cast<float>(dot[0]) + dw[1] * xd * static_cast<float>(dot[1]);
-          if (qtype == kQ2_K) acc += mw[0] * xd * static_cast<float>(sum[0]) + mw[1] * xd * static_cast<float>(sum[1]);
+          if (qtype == kQ2_K) acc += mw[0] * x.h[2 * (m * blocks + b)] + mw[1] * x.h[2 * (m * blocks + b) + 1];
           continue;
         }
         int32_t dot = 0;
