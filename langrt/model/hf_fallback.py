@@ -53,7 +53,7 @@ class TransformersCausalLM(nn.Module):
 
     def _pass(self, attn: Attention) -> PagedPass:
         c = self.config
-        return PagedPass(attn, c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window)
+        return PagedPass(attn, c.num_heads, c.num_kv_heads, c.head_dim, c.softmax_scale, c.layer_windows)
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
@@ -185,6 +185,6 @@ class ProbeAttention(Attention):
         self.layers.append(layer_id)
         heads = [x.view(tokens, -1, c.head_dim).transpose(0, 1)[None].float() for x in (q, k, v)]
         out = F.scaled_dot_product_attention(
-            *heads, is_causal=True, scale=c.head_dim**-0.5, enable_gqa=c.num_heads != c.num_kv_heads
+            *heads, is_causal=True, scale=c.softmax_scale, enable_gqa=c.num_heads != c.num_kv_heads
         )
         return out[0].transpose(0, 1).reshape(tokens, -1).to(q.dtype)

@@ -33,12 +33,8 @@ class PagedPass:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    sliding_window: int | None  # the window the backend applies to every layer
-
-    @property
-    def scale(self) -> float:
-        """The softmax scale langrt's backends apply."""
-        return self.head_dim**-0.5
+    scale: float  # the softmax scale the backend applies (ModelConfig.softmax_scale)
+    layer_windows: tuple[int | None, ...]  # the sliding window it applies to each layer (None: full)
 
 
 def paged_attention(
@@ -82,10 +78,13 @@ def _check_call(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     for feature in ("softcap", "s_aux"):
         if kwargs.get(feature) is not None:
             raise ModelLoadError(f"{name} uses attention {feature}, which langrt's attention backends do not compute")
-    if kwargs.get("sliding_window") != step.sliding_window:
+    if not 0 <= module.layer_idx < len(step.layer_windows):
+        raise ModelLoadError(f"{name} has layer_idx {module.layer_idx}; the KV pool holds {len(step.layer_windows)} layers")
+    window = step.layer_windows[module.layer_idx]
+    if kwargs.get("sliding_window") != window:
         raise ModelLoadError(
-            f"{name} (layer {module.layer_idx}) attends with sliding window {kwargs.get('sliding_window')}, the "
-            f"backend with {step.sliding_window}: langrt's backends give every layer one window"
+            f"{name} (layer {module.layer_idx}) attends with sliding window {kwargs.get('sliding_window')}, where "
+            f"its config gives langrt's backend {window}"
         )
     expected_q, expected_k = (1, step.num_heads, None, step.head_dim), (1, step.num_kv_heads, None, step.head_dim)
     if not _matches(query.shape, expected_q) or not _matches(key.shape, expected_k):

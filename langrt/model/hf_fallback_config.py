@@ -28,6 +28,7 @@ def fallback_model_config(source: ModelSource, hf: Mapping[str, Any]) -> ModelCo
         raise ModelLoadError(f"{source.path}: {text.model_type} caps its logits (final_logit_softcapping), which langrt does not")
     heads = _number(text, "num_attention_heads")
     hidden = _number(text, "hidden_size")
+    window, layer_windows = _windows(text, source)
     return ModelConfig(
         model_type=text.model_type or hf.get("model_type"),
         vocab_size=_number(text, "vocab_size"),
@@ -43,11 +44,12 @@ def fallback_model_config(source: ModelSource, hf: Mapping[str, Any]) -> ModelCo
         max_position_embeddings=getattr(text, "max_position_embeddings", None) or 4096,
         tie_word_embeddings=bool(getattr(text, "tie_word_embeddings", False)),
         attention_bias=bool(getattr(text, "attention_bias", False)),
-        sliding_window=_uniform_window(text, source),
+        sliding_window=window,
         bos_token_id=hf.get("bos_token_id", getattr(text, "bos_token_id", None)),
         eos_token_ids=_as_tuple(hf.get("eos_token_id", getattr(text, "eos_token_id", None))),
         hf=dict(hf),
         impl="transformers",
+        layer_windows=layer_windows,
     )
 
 
@@ -83,20 +85,22 @@ def transformers_config(source: ModelSource, hf: Mapping[str, Any]):
     return config
 
 
-def _uniform_window(text, source: ModelSource) -> int | None:
-    """The sliding window every layer uses, or None; models mixing windowed and full layers are
-    refused (langrt's backends take one window for all layers)."""
+def _windows(text, source: ModelSource) -> tuple[int | None, tuple[int | None, ...]]:
+    """(the sliding window, each layer's: the window or None for full attention) as the model's
+    transformers code assigns them: by its config's `layer_types` where it has them."""
     window = getattr(text, "sliding_window", None)
-    kinds = set(getattr(text, "layer_types", None) or ())
-    if kinds - {"full_attention", "sliding_attention"} or len(kinds) > 1:
+    kinds = getattr(text, "layer_types", None)
+    if kinds is None:
+        uniform = int(window) if window and getattr(text, "use_sliding_window", True) is not False else None
+        return uniform, (uniform,) * text.num_hidden_layers
+    unknown = sorted(set(kinds) - {"full_attention", "sliding_attention"})
+    if unknown or len(kinds) != text.num_hidden_layers:
         raise ModelLoadError(
-            f"{source.path}: {text.model_type} mixes attention kinds across layers ({sorted(kinds)}); langrt's "
-            "attention backends give every layer the same (full or one sliding window), so its transformers code "
-            "cannot run over them"
+            f"{source.path}: {text.model_type} has layers of kinds {unknown or kinds}; langrt's attention backends "
+            "compute full and sliding-window attention, one kind per layer"
         )
-    if kinds == {"full_attention"} or getattr(text, "use_sliding_window", True) is False:
-        return None
-    return int(window) if window else None
+    per_layer = tuple(int(window) if kind == "sliding_attention" and window else None for kind in kinds)
+    return next((w for w in per_layer if w is not None), None), per_layer
 
 
 def _number(text, name: str) -> int:

@@ -32,6 +32,12 @@ ARCHS = {
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(rotary_pct=0.25), dict(model_impl="transformers")),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_key_value_heads=2),
               dict(model_impl="auto", speculative_algorithm="NGRAM")),
+    # Windowed and full layers (a 4-token window, which the prompts outrun) and a softmax scale
+    # other than head_dim ** -0.5 (query_pre_attn_scalar).
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+                    dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16, sliding_window=4, query_pre_attn_scalar=24,
+                         layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
+                    dict(model_impl="transformers")),
 }  # fmt: skip
 
 
@@ -45,7 +51,7 @@ def build_tiny(kind: str, path, seed: int = 0):
     config_name, model_name, extra, _ = ARCHS[kind]
     tokenizer = load_tokenizer(builtin_model_path())
     config = getattr(transformers, config_name)(
-        **TINY, **extra, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id
+        **{**TINY, **extra}, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id
     )
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(config).eval()
@@ -129,18 +135,34 @@ def test_json_schema_output_is_valid_json(served):
         assert set(value) == {"ok", "size"} and isinstance(value["ok"], bool) and value["size"] in ("small", "large")
 
 
-def test_a_native_architecture_through_transformers_matches_native(tiny_llama_dir, new_engine):
-    settings = dict(dtype="float32", max_total_tokens=2048, context_length=256)
-    native = new_engine(tiny_llama_dir, model_impl="langrt", **settings)
-    expected = [out["output_ids"] for out in native.generate(input_ids=PROMPTS, sampling_params=greedy())]
-    native.shutdown()
-    fallback = new_engine(tiny_llama_dir, model_impl="transformers", **settings)
-    got = [out["output_ids"] for out in fallback.generate(input_ids=PROMPTS, sampling_params=greedy())]
-    assert got == expected
+def scheduler_outputs(path, model_impl: str, prompts: list[list[int]]) -> list[list[int]]:
+    """Greedy outputs of a Scheduler in this process (no Engine processes) over the model at
+    `path` run by `model_impl`'s code, the prompts' requests batched together."""
+    from langrt.model.model_runner import ModelRunner
+    from langrt.sampling.sampling_params import SamplingParams
+    from langrt.scheduler.req import Req
+    from langrt.scheduler.scheduler import Scheduler
+    from langrt.server_args import ServerArgs
+    from langrt.tokenizer.loader import load_tokenizer
+    from runner_driver import run_requests
+
+    args = ServerArgs(model_path=str(path), model_impl=model_impl, dtype="float32", device="cpu",
+                      max_total_tokens=2048, context_length=256).resolve()  # fmt: skip
+    source = ModelSource.resolve(path)
+    runner = ModelRunner(args, source, source.model_config(model_impl), progress=False)
+    assert runner.config.impl == model_impl
+    scheduler = Scheduler(runner, load_tokenizer(path), args)
+    reqs = [Req(f"r{i}", list(p), SamplingParams(**greedy())) for i, p in enumerate(prompts)]
+    return run_requests(scheduler, reqs)
+
+
+def test_a_native_architecture_through_transformers_matches_native(tiny_llama_dir):
+    expected = scheduler_outputs(tiny_llama_dir, "langrt", PROMPTS)
+    assert scheduler_outputs(tiny_llama_dir, "transformers", PROMPTS) == expected
 
 
 def test_auto_picks_transformers_only_where_langrt_has_no_module(tmp_path, tiny_llama_dir):
-    for kind in ARCHS:
+    for kind in ("gpt_neox", "olmo2"):
         build_tiny(kind, tmp_path / kind)
         assert ModelSource.resolve(tmp_path / kind).model_config("auto").impl == "transformers"
     assert ModelSource.resolve(tiny_llama_dir).model_config("auto").impl == "langrt"
