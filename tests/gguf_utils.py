@@ -217,7 +217,7 @@ def write_vocab_gguf(path: str | Path, tokenizer_metadata: Mapping[str, Any], ar
 
 
 # llama.cpp architectures written by `write_converted_gguf`, by HF model_type.
-_CONVERTED_ARCHS = {"qwen3": gguf.MODEL_ARCH.QWEN3, "gemma3_text": gguf.MODEL_ARCH.GEMMA3}
+_CONVERTED_ARCHS = {"qwen3": gguf.MODEL_ARCH.QWEN3, "gemma3_text": gguf.MODEL_ARCH.GEMMA3, "phi3": gguf.MODEL_ARCH.PHI3}
 
 
 def write_converted_gguf(
@@ -228,10 +228,11 @@ def write_converted_gguf(
     *,
     tokenizer_metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write an HF Qwen3 or Gemma 3 (text) model as llama.cpp's convert_hf_to_gguf.py does:
-    tensor names from gguf-py's TensorNameMap (the converter's own table), q/k rows unpermuted,
-    Gemma's norm weights stored as 1 + w, head size as key/value length, Gemma's sliding window.
-    Matrices as `qtype`, vectors F32; a tied lm_head left out."""
+    """Write an HF Qwen3, Gemma 3 (text) or Phi-3 model as llama.cpp's convert_hf_to_gguf.py
+    does: tensor names from gguf-py's TensorNameMap (the converter's own table; Phi-3's fused
+    qkv and gate_up as attn_qkv and ffn_up), q/k rows unpermuted, Gemma's norm weights stored as
+    1 + w, head size as key/value length, the rotated width (Phi-3's partial rotary), the
+    sliding window. Matrices as `qtype`, vectors F32; a tied lm_head left out."""
     arch = _CONVERTED_ARCHS[config.model_type]
     names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
     gemma = arch == gguf.MODEL_ARCH.GEMMA3
@@ -244,11 +245,13 @@ def write_converted_gguf(
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_key_length(config.head_dim)
-    writer.add_value_length(config.head_dim)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
     rope = config.rope_parameters["full_attention"] if gemma else config.rope_parameters
     writer.add_rope_freq_base(float(rope["rope_theta"]))
-    if gemma:
+    writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
+    if getattr(config, "sliding_window", None):
         writer.add_sliding_window(config.sliding_window)
     for key, value in (tokenizer_metadata or {}).items():
         _add_metadata(writer, key, value)

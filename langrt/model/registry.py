@@ -32,7 +32,7 @@ NATIVE: tuple[Arch, ...] = (
     Arch("Qwen3ForCausalLM", "qwen3", "langrt.model.qwen3", gguf="qwen3"),
     Arch("Gemma3ForCausalLM", "gemma3_text", "langrt.model.gemma3", gguf="gemma3"),
     Arch("Gemma3ForConditionalGeneration", "gemma3", "langrt.model.gemma3"),  # its language model
-    Arch("Phi3ForCausalLM", "phi3", "langrt.model.phi3"),
+    Arch("Phi3ForCausalLM", "phi3", "langrt.model.phi3", gguf="phi3"),
     Arch("MixtralForCausalLM", "mixtral", "langrt.model.mixtral"),
     Arch("Qwen2MoeForCausalLM", "qwen2_moe", "langrt.model.qwen2_moe", qkv_bias=True),
     Arch("Qwen3MoeForCausalLM", "qwen3_moe", "langrt.model.qwen3_moe"),

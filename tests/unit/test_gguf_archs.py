@@ -1,4 +1,4 @@
-"""GGUF files of Gemma 3 and Qwen3, written as llama.cpp's converter writes them (tensor names
+"""GGUF files of Gemma 3, Qwen3 and Phi-3, written as llama.cpp's converter writes them (tensor names
 from gguf-py's own table, Gemma's norms as 1 + w), load into transformers' config and weights,
 and langrt serves them with transformers' logits."""
 
@@ -40,6 +40,11 @@ def tiny_qwen3():
     return _tiny(transformers.Qwen3Config, transformers.Qwen3ForCausalLM, head_dim=32, tie_word_embeddings=False)
 
 
+def tiny_phi3():
+    # Half of each head rotated (Phi-4-mini rotates 3/4), a window shorter than the prompts.
+    return _tiny(transformers.Phi3Config, transformers.Phi3ForCausalLM, partial_rotary_factor=0.5, sliding_window=16)
+
+
 def _write(tmp_path, config, model):
     _, metadata, _ = read_header(builtin_model_path())
     path = tmp_path / f"{config.model_type}.gguf"
@@ -48,7 +53,7 @@ def _write(tmp_path, config, model):
 
 CONFIG_KEYS = (
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "tie_word_embeddings", "max_position_embeddings",
+    "num_key_value_heads", "tie_word_embeddings", "max_position_embeddings",
 )  # fmt: skip
 GEMMA3_KEYS = (
     "layer_types", "sliding_window", "query_pre_attn_scalar", "rope_parameters", "hidden_activation",
@@ -56,7 +61,10 @@ GEMMA3_KEYS = (
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("make, extra_keys", [(tiny_gemma3, GEMMA3_KEYS), (tiny_qwen3, ("rope_parameters",))])
+ARCH_KEYS = [(tiny_gemma3, GEMMA3_KEYS), (tiny_qwen3, ("rope_parameters",)), (tiny_phi3, ("rope_parameters", "sliding_window"))]
+
+
+@pytest.mark.parametrize("make, extra_keys", ARCH_KEYS)
 def test_config_rebuilds_transformers_config(tmp_path, make, extra_keys):
     config, model = make()
     loaded = GGUFFile(_write(tmp_path, config, model))
@@ -65,11 +73,12 @@ def test_config_rebuilds_transformers_config(tmp_path, make, extra_keys):
     rebuilt = transformers.AutoConfig.for_model(**hf)
     assert type(rebuilt) is type(config)
     for key in CONFIG_KEYS + extra_keys:
-        assert getattr(rebuilt, key) == getattr(config, key), key
+        assert getattr(rebuilt, key, None) == getattr(config, key, None), key
     assert rebuilt.rms_norm_eps == pytest.approx(config.rms_norm_eps, rel=1e-6)
+    assert hf["head_dim"] == (getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
-@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3])
+@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3])
 def test_weights_are_transformers_state_dict(tmp_path, make):
     config, model = make()
     weights = dict(GGUFFile(_write(tmp_path, config, model)).iter_weights(torch.float32))
@@ -113,7 +122,7 @@ def test_qwen3_eos_is_the_files_alone(tmp_path):
     assert loaded.chat_template == loaded.metadata["tokenizer.chat_template"]
 
 
-@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3])
+@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3])
 def test_langrt_serves_the_file_with_transformers_logits(tmp_path, make):
     config, model = make()
     path = _write(tmp_path, config, model)
