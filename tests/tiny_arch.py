@@ -35,7 +35,8 @@ FIRST_ORDINARY_TOKEN = 17  # ids below are SmolLM2's control tokens
 
 def write_tiny_checkpoint(config_cls, model_cls, path, seed: int = 0, **config_kwargs):
     """Save a seeded random `model_cls(config_cls(TINY_DIMS | config_kwargs))` with the built-in
-    tokenizer into `path`; -> the transformers model (float32, eval).
+    tokenizer into `path`; -> the transformers model (float32, eval). `config_cls` may be any
+    callable taking those keywords (one building a nested multimodal config, say).
 
     Every tensor is random, biases too (a misplaced bias shows); norm weights are 1 + N(0, 0.1)
     (for Gemma's (1 + w) norms that is a scale around 2, which is as good a test)."""

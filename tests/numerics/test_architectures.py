@@ -46,6 +46,23 @@ def _gemma3(path):
     )  # fmt: skip
 
 
+def _gemma3_multimodal(path):
+    """A Gemma3ForConditionalGeneration checkpoint (a tiny vision tower beside the language
+    model): langrt serves its language model from the nested text_config."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
+
+    from tiny_arch import TINY_DIMS
+
+    def config(bos_token_id, eos_token_id, **_):
+        text = Gemma3TextConfig(**{**TINY_DIMS, "num_key_value_heads": 1, "head_dim": 32, "sliding_window": 8})
+        vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                    image_size=28, patch_size=14)  # fmt: skip
+        return Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+                            bos_token_id=bos_token_id, eos_token_id=eos_token_id)  # fmt: skip
+
+    return write_tiny_checkpoint(config, Gemma3ForConditionalGeneration, path, seed=8)
+
+
 def _phi3(path, partial: float = 0.5, longrope: bool = True):
     from transformers import Phi3Config, Phi3ForCausalLM
 
@@ -73,6 +90,7 @@ def _phi3_llama_shaped(path):
 @dataclass(frozen=True)
 class Case:
     build: Callable
+    module: str
     fused: bool = False  # whether fused_layers' one C++ call runs its layers
     # LongRoPE picks its factors per position in langrt, per pass in a transformers forward; fed
     # token by token, transformers does the same per position (see langrt.model.rope).
@@ -80,10 +98,11 @@ class Case:
 
 
 CASES = {
-    "qwen3": Case(_qwen3),
-    "gemma3": Case(_gemma3),
-    "phi3": Case(_phi3, stepwise=True),
-    "phi3_whole_heads": Case(_phi3_llama_shaped, fused=True),
+    "qwen3": Case(_qwen3, "qwen3"),
+    "gemma3": Case(_gemma3, "gemma3"),
+    "gemma3_multimodal": Case(_gemma3_multimodal, "gemma3"),
+    "phi3": Case(_phi3, "phi3", stepwise=True),
+    "phi3_whole_heads": Case(_phi3_llama_shaped, "phi3", fused=True),
 }
 
 
@@ -111,9 +130,9 @@ def test_each_is_served_by_its_own_module(tiny_case):
 
     from langrt.model import fused_layers
 
-    name, path, _, case, _ = tiny_case
+    _, path, _, case, _ = tiny_case
     runner = make_runner(path, max_total_tokens=256, max_running_requests=4)
-    assert type(runner.model).__module__ == f"langrt.model.{name.removesuffix('_whole_heads')}"
+    assert type(runner.model).__module__ == f"langrt.model.{case.module}"
     assert (fused_layers.layer_tensors(runner.model) is not None) == case.fused
 
 
