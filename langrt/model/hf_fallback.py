@@ -21,6 +21,7 @@ from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
 from langrt.model.hf_fallback_attention import ATTN_IMPLEMENTATION, PASS_KWARG, PagedPass
+from langrt.model.hf_fallback_config import causal_lm_class
 from langrt.model.source import ModelSource
 
 logger = logging.getLogger(__name__)
@@ -127,24 +128,18 @@ def _load_hf_model(source: ModelSource, config: ModelConfig, load_format: str, d
     import langrt.model.hf_fallback_attention  # noqa: F401  (registers ATTN_IMPLEMENTATION)
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    hf_config = AutoConfig.from_pretrained(source.path, local_files_only=True)
+    model_class = causal_lm_class(hf_config)
     try:
         if load_format == "dummy":  # seeded random weights of the model's shape
-            hf_config = AutoConfig.from_pretrained(source.path, local_files_only=True)
             with torch.random.fork_rng():
                 torch.manual_seed(seed)
-                model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(
-                source.path, local_files_only=True, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION
-            )
+                return AutoModelForCausalLM.from_config(hf_config, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)
+        return model_class.from_pretrained(
+            source.path, config=hf_config, local_files_only=True, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION
+        )
     except Exception as e:  # whatever transformers raises, the user needs which model and why
         raise ModelLoadError(f"transformers could not load {config.model_type} from {source.path}: {e}") from e
-    if not getattr(model, "_supports_attention_backend", False):
-        raise ModelLoadError(
-            f"{type(model).__name__}'s transformers code does not take a custom attention function "
-            "(_supports_attention_backend is off), so langrt's paged attention cannot run inside it"
-        )
-    return model
 
 
 @torch.inference_mode()

@@ -3,8 +3,9 @@
 The KV pool and the attention backends need a few numbers (layers, KV heads, head size,
 vocabulary, context, sliding window); transformers' config classes read them under one set of
 names whatever the checkpoint calls them (GPT-2's `n_embd` is `hidden_size`), so they are read
-from `AutoConfig`, not from the raw config.json. Only transformers' config side is imported
-here: the main process checks a model with it before any process starts.
+from `AutoConfig`, not from the raw config.json. The main process checks a model with this
+module before any process starts (importing the model's transformers code, and torch, only for
+a model that runs on it).
 """
 
 from __future__ import annotations
@@ -82,7 +83,22 @@ def transformers_config(source: ModelSource, hf: Mapping[str, Any]):
             f"{source.path}: {what}: transformers {transformers.__version__} knows model_type {config.model_type!r} "
             "but has no causal LM (text generation) class for it, so langrt cannot serve it"
         )
+    causal_lm_class(config)
     return config
+
+
+def causal_lm_class(config) -> type:
+    """transformers' causal LM class of a config (importing its modeling code, and torch), if
+    its code takes a custom attention function, as langrt's paged attention is plugged in."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    if not getattr(model_class, "_supports_attention_backend", False):
+        raise ModelLoadError(
+            f"{model_class.__name__}'s transformers code does not take a custom attention function "
+            "(_supports_attention_backend is off), so langrt's paged attention cannot run inside it"
+        )
+    return model_class
 
 
 def _windows(text, source: ModelSource) -> tuple[int | None, tuple[int | None, ...]]:

@@ -183,9 +183,48 @@ def test_an_architecture_neither_langrt_nor_transformers_has_is_named(tmp_path, 
         new_engine(tmp_path)
 
 
+def save_tiny(config_name: str, model_name: str, path, **config) -> None:
+    """A tiny random model of any transformers architecture (no tokenizer: it is never served)."""
+    import transformers
+
+    getattr(transformers, model_name)(getattr(transformers, config_name)(**config)).save_pretrained(path)
+
+
+def test_transformers_code_without_the_attention_interface_is_refused_at_start(tmp_path, new_engine):
+    save_tiny("BloomConfig", "BloomForCausalLM", tmp_path, hidden_size=64, n_layer=2, n_head=4, vocab_size=1000)
+    with pytest.raises(ModelLoadError, match="BloomForCausalLM's transformers code does not take a custom attention"):
+        new_engine(tmp_path)
+
+
+def test_a_head_that_scales_the_logits_is_refused(tmp_path):
+    """Granite divides its logits by logits_scaling: the load-time probe pass sees them differ."""
+    from langrt.model.loader import load_model
+
+    save_tiny("GraniteConfig", "GraniteForCausalLM", tmp_path, **{**TINY, "vocab_size": 1000}, logits_scaling=4.0)
+    source = ModelSource.resolve(tmp_path)
+    with pytest.raises(ModelLoadError, match="granite: its causal-LM head does more than its output layer"):
+        load_model(source, source.model_config(), "safetensors", torch.float32, torch.device("cpu"), progress=False)
+
+
 def test_options_only_native_modules_take_are_refused(tmp_path, new_engine):
     build_tiny("gpt_neox", tmp_path)
     for options, flag in [({"quantization": "int8"}, "--quantization int8"), ({"tp_size": 2}, "--tp-size 2"),
                           ({"enable_torch_compile": True}, "--enable-torch-compile")]:  # fmt: skip
         with pytest.raises(ModelLoadError, match=f"{flag}: langrt applies it to its native modules only"):
             new_engine(tmp_path, **options)
+
+
+def test_dummy_weights_are_seeded_random_values_of_the_models_shape(tmp_path):
+    from langrt.model.loader import load_model
+
+    build_tiny("gpt_neox", tmp_path)
+    source = ModelSource.resolve(tmp_path)
+    config = source.model_config("transformers")
+
+    def embedding(load_format: str, seed: int = 0) -> torch.Tensor:
+        model = load_model(source, config, load_format, torch.float32, torch.device("cpu"), seed=seed, progress=False)
+        return model.hf_model.get_input_embeddings().weight
+
+    stored, first, again, other = embedding("safetensors"), embedding("dummy"), embedding("dummy"), embedding("dummy", 1)
+    assert first.shape == stored.shape and not torch.equal(first, stored)
+    assert torch.equal(first, again) and not torch.equal(first, other)
