@@ -55,7 +55,8 @@ Tensor packed_linear(const Tensor& x, const Tensor& packed, const c10::optional<
 // How langrt.model.layers.linear multiplies (and langrt.model.quant.QuantizedWeight.matmul).
 constexpr int64_t kQ8_0 = 8;  // GGML's type number
 
-bool four_bit(int64_t qtype) { return qtype == 2 || qtype == 3 || qtype == 12; }  // quant.VNNI_TYPES
+// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K: quant.VNNI_TYPES
+bool vnni_block(int64_t qtype) { return qtype == 2 || qtype == 3 || qtype == 6 || qtype == 7 || qtype == 12 || qtype == 13; }
 
 struct LinearRules {
   bool decode_pass;         // the runner's pass is a decoding pass, no prompt rows (quant.set_pass)
@@ -63,7 +64,7 @@ struct LinearRules {
   int64_t isa;              // the quantized kernels' ISA flag (kernels/cpu/quant.py's op_isa)
   int64_t fly_max_rows;     // quant.fly_max_rows(): bf16 passes of 2 to this many rows dequantize tiles
   int64_t fly_max_rows_q8;  // quant.fly_max_rows(Q8_0): the same for Q8_0 blocks
-  int64_t vnni_max_rows;    // quant.vnni_max_rows(): bf16 passes of 2 to this many rows, 4-bit blocks' VNNI kernel
+  int64_t vnni_max_rows;    // quant.vnni_max_rows(): bf16 passes of 2 to this many rows, 4- and 5-bit blocks' VNNI kernel
   int64_t f32_min_rows;     // quant.f32_prompt_min_rows(): float32 passes of this many rows (> 0) dequantize W
 };
 
@@ -87,7 +88,7 @@ Tensor by_parts(const Matrix& m, const Product& product, int64_t dim = -1) {
 }
 
 // x W^T (+ b). GGUF blocks: a decode pass's single row by the quantized kernels, a decoding pass's
-// 2 to vnni_max_rows bf16 rows by their AVX512-VNNI kernel (4-bit blocks), else 2 to fly_max_rows
+// 2 to vnni_max_rows bf16 rows by their AVX512-VNNI kernel (4- and 5-bit blocks), else 2 to fly_max_rows
 // by dense_linear, a float32 prompt pass of f32_min_rows or more by at::linear on the dequantized
 // values, other passes in bfloat16 by the packed copy where there is one. Plain: a single row by
 // a matrix-vector product, up to packed_max_rows by the packed copy, else at::linear.
@@ -100,7 +101,7 @@ Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& 
     int64_t fly_rows = r.fly_max_rows, vnni_rows = r.vnni_max_rows;  // every part's limits
     for (int64_t i = 0; i < m.count; ++i) {
       fly_rows = std::min(fly_rows, m.types[i] == kQ8_0 ? r.fly_max_rows_q8 : r.fly_max_rows);
-      if (!four_bit(m.types[i])) vnni_rows = 0;
+      if (!vnni_block(m.types[i])) vnni_rows = 0;
     }
     if (bf16 && rows >= 2 && rows <= vnni_rows) {
       y = by_parts(m, [&](const Tensor& w, int64_t t) { return quant_linear(x, w, t, r.isa); });

@@ -5,7 +5,7 @@ activations are quantized to int16 with one scale and multiplied with a weight b
 
 Unlike the other CPU kernels this library is built without -m flags: its AVX2 functions carry
 their instruction set themselves and are called only where /proc/cpuinfo lists avx2, fma and
-f16c (and, for 4-bit blocks 16 weight rows at a time, avx512_vnni: quant_vnni.cpp), so it loads
+f16c (and, for 4- and 5-bit blocks 16 weight rows at a time, avx512_vnni: quant_vnni.cpp), so it loads
 on any CPU; elsewhere the plain C++ loops run. `LANGRT_CPU_ISA=scalar` forces
 those (tests run both); `LANGRT_CPU_KERNELS=0` turns the library off, and GGUF weights are then
 dequantized at load as before.
@@ -70,17 +70,17 @@ def quant_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch
 
 def describe_isa() -> str:
     """The kernels this CPU runs, for the log."""
-    return f"{isa()} (4-bit blocks: AVX512-VNNI)" if vnni_rows() else isa()
+    return f"{isa()} (4- and 5-bit blocks: AVX512-VNNI)" if vnni_rows() else isa()
 
 
 def op_isa() -> int:
-    """The quant_linear op's implementation flag: 2 = AVX512-VNNI for 4-bit blocks and AVX2 for
+    """The quant_linear op's implementation flag: 2 = AVX512-VNNI for 4- and 5-bit blocks and AVX2 for
     the others (vnni_rows()), 1 = AVX2 + FMA + F16C, 0 = plain C++."""
     return 2 if vnni_rows() else 1 if isa() == "avx2" else 0
 
 
 def vnni_rows() -> bool:
-    """Whether 4-bit blocks (Q4_0, Q4_1, Q4_K) multiply 16 weight rows at a time with AVX512-VNNI
+    """Whether 4- and 5-bit blocks (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K) multiply 16 weight rows at a time with AVX512-VNNI
     here (quant_vnni.cpp): x86-64 with AVX512-VNNI, not forced to AVX2 or plain C++. Their
     integer sums are the AVX2 kernel's, scaled in another order; SmolLM2's 120 Q4_1 layer
     matrices read from memory, 2 threads, 2-core Zen 4: 1 row 3.2 ms (AVX2 3.9), 4 rows 5.2 (10.5)."""

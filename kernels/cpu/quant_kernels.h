@@ -138,7 +138,7 @@ void dot_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, i
 void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                      int64_t m0, int64_t m1, const OutRows& out);
 
-// dot_rows_avx2 for 4-bit blocks (Q4_0, Q4_1, Q4_K: vnni_type) on AVX512-VNNI CPUs, 16 weight rows
+// dot_rows_avx2 for 4- and 5-bit blocks (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K: vnni_type) on AVX512-VNNI CPUs, 16 weight rows
 // at a time (quant_vnni.cpp); x's int16 quants split by split_rows into lo (unsigned) and hi
 // (signed) bytes, q = 256 * hi + lo. Same integer sums as dot_rows_avx2.
 bool vnni_type(int qtype);

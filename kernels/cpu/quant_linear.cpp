@@ -1,6 +1,6 @@
 // torch ops over quant_kernels.h: GGUF rows into langrt's row layout (langrt_quant::repack), y =
 // x W^T on that layout (langrt_quant::quant_linear), and W's values (langrt_quant::dequantize).
-// The caller (kernels/cpu/quant.py) says which implementation runs: 2 = AVX512-VNNI for 4-bit
+// The caller (kernels/cpu/quant.py) says which implementation runs: 2 = AVX512-VNNI for 4- and 5-bit
 // blocks (AVX2 for the others), 1 = AVX2 + FMA + F16C, 0 = plain C++. The work is split over
 // torch's threads by weight rows; long inputs go through in chunks of rows, so that a chunk's quantized
 // activations stay in cache while every weight row of a task passes over them.

@@ -1,4 +1,4 @@
-// 4-bit blocks (Q4_0, Q4_1, Q4_K) times int16 activations on AVX512-VNNI CPUs (AMD Zen 4 and
+// 4- and 5-bit blocks (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K) times int16 activations on AVX512-VNNI CPUs (AMD Zen 4 and
 // later, Intel Ice Lake / Sapphire Rapids and later), 16 weight rows at a time, one per int32 lane.
 //
 // Why: quant_avx2.cpp spreads a block's 32 products over 8 lanes and pays a conversion and an FMA
@@ -35,15 +35,16 @@ namespace {
 constexpr int kLanes = 16;  // weight rows per tile
 constexpr int kRows = 4;    // activation rows whose sums stay in registers (8 measured slower: they spill)
 
-// Weight rows `rows` (16 pointers), block b: T[t] lane j = bytes 4t .. 4t + 3 of row j's quants.
-LANGRT_VNNI inline void gather(const uint8_t* const* rows, int64_t b, __m512i T[4]) {
+// Weight rows `rows` (16 pointers), the 16 bytes of nibbles at `offset`: T[t] lane j = bytes 4t ..
+// 4t + 3 of row j's.
+LANGRT_VNNI inline void gather(const uint8_t* const* rows, int64_t offset, __m512i T[4]) {
   __m512i z[4];  // z[a]: rows 4a .. 4a + 3, one per 128-bit lane
   for (int a = 0; a < 4; ++a) {
     const uint8_t* const* r = rows + 4 * a;
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + 16 * b)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + 16 * b)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + 16 * b)), 2);
-    z[a] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + 16 * b)), 3);
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + offset)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + offset)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + offset)), 2);
+    z[a] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + offset)), 3);
   }
   // dword t of rows 0-7 then dword t + 1 of rows 0-7, from two registers of 4 rows
   const __m512i even = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
@@ -115,12 +116,12 @@ LANGRT_VNNI inline void halves_by_lane(const uint16_t* const* src, int count, fl
 }
 
 // The tile's per-block scales and offsets, lane-major: d[b * 16 + j], m[b * 16 + j] for row j
-// (Q4_0: m = -8 d, its offset as quant_avx2.cpp's prepare computes it).
+// (Q4_0: m = -8 d, Q5_0: -16 d, their offsets as quant_avx2.cpp's prepare computes them).
 template <int QT>
 LANGRT_VNNI void tile_scales(const uint8_t* const* rows, int64_t blocks, float* d, float* m) {
   RowLayout layout[kLanes];
   for (int j = 0; j < kLanes; ++j) layout[j] = row_layout(QT, rows[j], blocks);
-  if constexpr (QT == kQ4_K) {
+  if constexpr (k_quant(QT)) {
     for (int j = 0; j < kLanes; ++j) {
       for (int64_t b = 0; b < blocks; ++b) {
         d[b * kLanes + j] = layout[j].df[b];
@@ -133,12 +134,12 @@ LANGRT_VNNI void tile_scales(const uint8_t* const* rows, int64_t blocks, float* 
       const uint16_t* src[kLanes];
       for (int j = 0; j < kLanes; ++j) src[j] = layout[j].d + b;
       halves_by_lane(src, count, d + b * kLanes);
-      if constexpr (QT == kQ4_1) {
+      if constexpr (has_min(QT)) {
         for (int j = 0; j < kLanes; ++j) src[j] = layout[j].m + b;
         halves_by_lane(src, count, m + b * kLanes);
       } else {
         for (int64_t i = b * kLanes; i < (b + count) * kLanes; i += kLanes) {
-          _mm512_storeu_ps(m + i, _mm512_mul_ps(_mm512_loadu_ps(d + i), _mm512_set1_ps(-8.0f)));
+          _mm512_storeu_ps(m + i, _mm512_mul_ps(_mm512_loadu_ps(d + i), _mm512_set1_ps(QT == kQ5_0 ? -16.0f : -8.0f)));
         }
       }
     }
@@ -176,14 +177,41 @@ struct Unpacked {
   __m512 d, m;
 };
 
+// Every byte of dword i of each 128-bit lane: byte c of that dword (a vpshufb index).
+LANGRT_VNNI inline __m512i byte_of_dword(int c) {
+  return _mm512_add_epi8(_mm512_set1_epi8(static_cast<char>(c)), _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0));
+}
+
+// 5-bit blocks: 16 added to the weights whose fifth bit is set. Lane j's dword of `bits` is row
+// j's 32 fifth bits (bit i: weight i); byte e of lo[t] is weight 4t + e, whose bit is in byte t / 2
+// at 4 (t % 2) + e, and of hi[t] weight 16 + 4t + e, in byte 2 + t / 2 at the same place.
+LANGRT_VNNI inline void add_fifth_bits(__m512i bits, Unpacked& w) {
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  for (int t = 0; t < 4; ++t) {
+    const __m512i place = _mm512_set1_epi32(t % 2 ? static_cast<int>(0x80402010u) : 0x08040201);
+    const __mmask64 low = _mm512_test_epi8_mask(_mm512_shuffle_epi8(bits, byte_of_dword(t / 2)), place);
+    const __mmask64 high = _mm512_test_epi8_mask(_mm512_shuffle_epi8(bits, byte_of_dword(2 + t / 2)), place);
+    w.lo[t] = _mm512_mask_add_epi8(w.lo[t], low, w.lo[t], sixteen);
+    w.hi[t] = _mm512_mask_add_epi8(w.hi[t], high, w.hi[t], sixteen);
+  }
+}
+
+// kFive: 5-bit blocks (Q5_0, Q5_1, Q5_K: 4 bytes of fifth bits, then the nibbles), else 4-bit.
+template <bool kFive>
 LANGRT_VNNI inline Unpacked unpack(const uint8_t* const* rows, const float* d, const float* m, int64_t b) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  constexpr int64_t kQuantBytes = kFive ? 20 : 16;
   __m512i T[4];
-  gather(rows, b, T);
+  gather(rows, kQuantBytes * b + (kFive ? 4 : 0), T);
   Unpacked w;
   for (int t = 0; t < 4; ++t) {
     w.lo[t] = _mm512_and_si512(T[t], low4);
     w.hi[t] = _mm512_and_si512(_mm512_srli_epi16(T[t], 4), low4);
+  }
+  if constexpr (kFive) {
+    alignas(64) int32_t bits[kLanes];
+    for (int j = 0; j < kLanes; ++j) __builtin_memcpy(bits + j, rows[j] + kQuantBytes * b, 4);
+    add_fifth_bits(_mm512_load_si512(bits), w);
   }
   w.d = _mm512_loadu_ps(d + b * kLanes);
   w.m = _mm512_loadu_ps(m + b * kLanes);
@@ -220,14 +248,14 @@ LANGRT_VNNI inline void store_row(const OutRows& out, int64_t row, int64_t n0, i
 
 // RM activation rows (m0 ..) against the tile's 16 weight rows (n0 ..; the first `valid` stored),
 // their sums in registers.
-template <int RM>
+template <bool kFive, int RM>
 LANGRT_VNNI void dot_tile(const uint8_t* const* rows, const float* d, const float* m, const SplitRows& x, int64_t m0,
                           int64_t n0, int valid, const OutRows& out, const Prefetch& ahead) {
   __m512 acc[RM], offsets[RM];
   for (int r = 0; r < RM; ++r) acc[r] = offsets[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < x.k / kBlock; ++b) {
     ahead.at(b);
-    const Unpacked w = unpack(rows, d, m, b);
+    const Unpacked w = unpack<kFive>(rows, d, m, b);
     for (int r = 0; r < RM; ++r) row_block(w, x, m0 + r, b, acc[r], offsets[r]);
   }
   for (int r = 0; r < RM; ++r) store_row(out, m0 + r, n0, valid, acc[r], offsets[r]);
@@ -237,6 +265,7 @@ LANGRT_VNNI void dot_tile(const uint8_t* const* rows, const float* d, const floa
 // block is unpacked once for all the rows (passes over kRows rows at a time unpacked it per pass).
 constexpr int64_t kMaxRows = 64;  // quant_linear.cpp's row chunk
 
+template <bool kFive>
 LANGRT_VNNI void dot_tile_rows(const uint8_t* const* rows, const float* d, const float* m, const SplitRows& x,
                                int64_t m0, int64_t m1, int64_t n0, int valid, const OutRows& out,
                                const Prefetch& ahead) {
@@ -244,7 +273,7 @@ LANGRT_VNNI void dot_tile_rows(const uint8_t* const* rows, const float* d, const
   for (int64_t r = m0; r < m1; ++r) acc[r - m0] = offsets[r - m0] = _mm512_setzero_ps();
   for (int64_t b = 0; b < x.k / kBlock; ++b) {
     ahead.at(b);
-    const Unpacked w = unpack(rows, d, m, b);
+    const Unpacked w = unpack<kFive>(rows, d, m, b);
     for (int64_t r = m0; r < m1; ++r) row_block(w, x, r, b, acc[r - m0], offsets[r - m0]);
   }
   for (int64_t r = m0; r < m1; ++r) store_row(out, r, n0, valid, acc[r - m0], offsets[r - m0]);
@@ -253,6 +282,7 @@ LANGRT_VNNI void dot_tile_rows(const uint8_t* const* rows, const float* d, const
 template <int QT>
 LANGRT_VNNI void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const SplitRows& x, int64_t m0,
                           int64_t m1, const OutRows& out) {
+  constexpr bool kFive = quant_bytes(QT) == 20;
   const int64_t blocks = x.k / kBlock;
   std::vector<float> d(blocks * kLanes), m(blocks * kLanes);
   for (int64_t n = n0; n < n1; n += kLanes) {
@@ -269,15 +299,15 @@ LANGRT_VNNI void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64
     tile_scales<QT>(rows, blocks, d.data(), m.data());
     if (m1 - m0 > kRows) {
       for (int64_t r = m0; r < m1; r += kMaxRows) {
-        dot_tile_rows(rows, d.data(), m.data(), x, r, std::min(m1, r + kMaxRows), n, valid, out, ahead);
+        dot_tile_rows<kFive>(rows, d.data(), m.data(), x, r, std::min(m1, r + kMaxRows), n, valid, out, ahead);
       }
       continue;
     }
     switch (m1 - m0) {
-      case 4: dot_tile<4>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
-      case 3: dot_tile<3>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
-      case 2: dot_tile<2>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
-      case 1: dot_tile<1>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
+      case 4: dot_tile<kFive, 4>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
+      case 3: dot_tile<kFive, 3>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
+      case 2: dot_tile<kFive, 2>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
+      case 1: dot_tile<kFive, 1>(rows, d.data(), m.data(), x, m0, n, valid, out, ahead); break;
       default: break;
     }
   }
@@ -285,7 +315,9 @@ LANGRT_VNNI void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64
 
 }  // namespace
 
-bool vnni_type(int qtype) { return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ4_K; }
+bool vnni_type(int qtype) {
+  return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ4_K || qtype == kQ5_0 || qtype == kQ5_1 || qtype == kQ5_K;
+}
 
 void split_rows(const int16_t* q, int64_t count, uint8_t* lo, int8_t* hi) {
   for (int64_t i = 0; i < count; ++i) {
@@ -302,6 +334,9 @@ LANGRT_VNNI void dot_rows_vnni(int qtype, const uint8_t* w, int64_t row_bytes, i
     case kQ4_0: return dot_rows<kQ4_0>(w, row_bytes, n0, n1, split, m0, m1, out);
     case kQ4_1: return dot_rows<kQ4_1>(w, row_bytes, n0, n1, split, m0, m1, out);
     case kQ4_K: return dot_rows<kQ4_K>(w, row_bytes, n0, n1, split, m0, m1, out);
+    case kQ5_0: return dot_rows<kQ5_0>(w, row_bytes, n0, n1, split, m0, m1, out);
+    case kQ5_1: return dot_rows<kQ5_1>(w, row_bytes, n0, n1, split, m0, m1, out);
+    case kQ5_K: return dot_rows<kQ5_K>(w, row_bytes, n0, n1, split, m0, m1, out);
     default: return;
   }
 }

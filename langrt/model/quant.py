@@ -49,7 +49,7 @@ FLY_MAX_ROWS = 9
 # same layers the tiles win 1.55x at 2 rows and 1.09x at 4, and lose from 6 (0.86x); the LM head
 # (49,152 x 576) at 9 rows takes 3.9 ms on tiles, 2.4 on the copy.
 FLY_MAX_ROWS_Q8_0 = 4
-# On AVX512-VNNI CPUs the 4-bit blocks (Q4_0, Q4_1, Q4_K: VNNI_TYPES) multiply 16 weight rows at a
+# On AVX512-VNNI CPUs the 4- and 5-bit blocks (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K: VNNI_TYPES) multiply 16 weight rows at a
 # time in integers (quant_vnni.cpp), a single decode row as a decoding pass of up to VNNI_MAX_ROWS
 # bf16 rows, which the tiles and the copy took before: so those passes take the blocks' exact
 # values, and each row's bits whatever the other rows are (drafts verified in one pass give the
@@ -58,7 +58,7 @@ FLY_MAX_ROWS_Q8_0 = 4
 # 11.8, 9 rows 9.4 / 11.6 / 13.4, 13 rows 12.4-12.8 / 14.4-15.0 / 14.9-17.1, 16 rows
 # 15.0-16.9 / 15.6-17.0 / 15.2-16.6 (even there; passes of more rows take the copy).
 VNNI_MAX_ROWS = 16
-VNNI_TYPES = (2, 3, 12)
+VNNI_TYPES = (2, 3, 6, 7, 12, 13)
 _vnni_max_rows = 0
 
 
@@ -84,7 +84,7 @@ def fly_max_rows(ggml_type: int | None = None) -> int:
 
 def vnni_max_rows(ggml_type: int | None = None) -> int:
     """The most bf16 rows of this pass that `matmul` sends to the blocks' integer kernel for
-    `ggml_type` (None: for the 4-bit types; 0: none)."""
+    `ggml_type` (None: for the 4- and 5-bit types; 0: none)."""
     return _vnni_max_rows if ggml_type is None or ggml_type in VNNI_TYPES else 0
 
 
@@ -279,7 +279,7 @@ def describe_blocks(model) -> str:
 
     vnni = copies and quant.vnni_rows() and any(w.ggml_type in VNNI_TYPES for w in weights)  # copies: bfloat16 activations
     if vnni:
-        line += f"; decoding passes of 2-{VNNI_MAX_ROWS} bfloat16 rows multiply 4-bit blocks 16 rows at a time (AVX512-VNNI)"
+        line += f"; decoding passes of 2-{VNNI_MAX_ROWS} bfloat16 rows multiply 4- and 5-bit blocks 16 rows at a time (AVX512-VNNI)"
     if copies and quant.bf16_rows():
         other = " other" if vnni else ""
         line += f";{other} decoding passes of 2-{FLY_MAX_ROWS} bfloat16 rows dequantize the blocks tile by tile (AVX512-BF16)"

@@ -63,11 +63,11 @@ def isa(request, monkeypatch):
 
 
 @pytest.mark.skipif(not quant.vnni_rows(), reason="needs AVX512-VNNI (quant_vnni.cpp)")
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q4_K"])
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K"])
 def test_vnni_kernel_takes_the_avx2_kernels_integer_sums(qtype, monkeypatch):
     """Rows of 37 blocks (two of the scales' 16-block transposes, one short) and 37 weight rows
     (two tiles of 16 and a short one): the AVX2 kernel's integer sums, scaled in another order,
-    so within float32 rounding of it (Q4_K: rows of 512)."""
+    so within float32 rounding of it (K-quants: rows of 512)."""
     blocks, values = _weights(qtype, 37, 37 * 32, seed=5)
     x = torch.randn(9, values.shape[1], generator=torch.Generator().manual_seed(5))
     t = quant.GGML_TYPES[qtype]
