@@ -17,6 +17,7 @@ from langrt.entrypoints.chat_templates import resolve_chat_template
 from langrt.entrypoints.errors import auth_middleware, error_middleware
 from langrt.processes.launcher import ChildProcesses
 from langrt.server.tokenizer_manager import TokenizerManager
+from langrt.model.hf_fallback_config import check_model_servable
 from langrt.model.source import ModelSource
 from langrt.tokenizer.loader import load_tokenizer
 from langrt.server_args import ServerArgs
@@ -49,6 +50,7 @@ def create_app(manager: TokenizerManager, args: ServerArgs, model_path: str, tok
 async def serve(args: ServerArgs) -> int:
     """Run the server until SIGINT/SIGTERM (exit code 0) or a runtime process dies (1)."""
     source = ModelSource.resolve(args.model_path)
+    check_model_servable(args)  # before any process starts: a refusal here is one clear line
     tokenizer_path = args.tokenizer_path or str(source.path)
     children = ChildProcesses.start(args)
     manager = None

@@ -228,3 +228,14 @@ def test_dummy_weights_are_seeded_random_values_of_the_models_shape(tmp_path):
     stored, first, again, other = embedding("safetensors"), embedding("dummy"), embedding("dummy"), embedding("dummy", 1)
     assert first.shape == stored.shape and not torch.equal(first, stored)
     assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+def test_langrt_launch_refuses_before_starting_anything(tmp_path, capsys):
+    from langrt.cli import main
+
+    build_tiny("gpt_neox", tmp_path)
+    capsys.readouterr()  # the checkpoint's writing progress
+    assert main(["launch", "--model-path", str(tmp_path), "--model-impl", "langrt"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("langrt: error: --model-impl langrt: langrt has no native module for model_type 'gpt_neox'")
+    assert "Traceback" not in error
