@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
+from langrt.errors import ModelLoadError
 from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
 from langrt.model.layers import RotaryEmbedding, apply_partial_rotary
@@ -49,6 +50,14 @@ class Phi3ForCausalLM(LlamaForCausalLM):
     def make_rotary(self, config: ModelConfig) -> RotaryEmbedding:
         rotated = rotary_dim(config.head_dim, partial_rotary_factor(config.hf))
         return RotaryEmbedding(rotated, config.max_position_embeddings, config.rope_theta, config.rope_scaling)
+
+    def set_tensor_parallel(self, tp) -> None:
+        if tp is not None:
+            raise ModelLoadError(
+                "--tp-size > 1 is not available for Phi-3: its checkpoints hold qkv_proj and gate_up_proj fused, "
+                "and langrt.parallel.shard splits q/k/v and gate/up by their separate names; serve it with --tp-size 1"
+            )
+        super().set_tensor_parallel(tp)
 
     def _expected_fills(self) -> list[str]:
         """Phi-3 checkpoints hold qkv_proj and gate_up_proj whole: every tensor is one fill."""

@@ -59,3 +59,21 @@ def test_json_schema_request_gives_valid_json(engine):
     for out in engine.generate(["Answer as JSON:", "Status:"], params):
         assert out["meta_info"]["finish_reason"]["type"] == "stop", out
         jsonschema.validate(json.loads(out["text"]), SCHEMA)
+
+
+def test_gemma3_tp2_equals_tp1(tmp_path, new_engine):
+    """Gemma's own layer sums its o and down projections over the ranks (gloo on CPU)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    write_tiny_checkpoint(
+        Gemma3TextConfig, Gemma3ForCausalLM, tmp_path, seed=9, num_hidden_layers=3, head_dim=32, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    )  # fmt: skip
+    prompts = random_prompts(3, (20, 9))
+    params = {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True}
+    outs = []
+    for tp in (1, 2):
+        engine = new_engine(tmp_path, tp_size=tp, dtype="float32", num_threads=1, max_total_tokens=2048)
+        outs.append([out["output_ids"] for out in engine.generate(input_ids=prompts, sampling_params=params)])
+        engine.shutdown()
+    assert outs[0] == outs[1] and all(len(ids) == 10 for ids in outs[0])

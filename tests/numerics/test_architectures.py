@@ -147,3 +147,16 @@ def test_gemma3_windows_are_exercised(tiny_case, tmp_path):
     (unwindowed / "config.json").write_text(json.dumps({**config, "sliding_window": 4096}))
     errors = max_logit_error(hf, langrt_pieces(unwindowed, decode_steps=1, attention_backend="torch"), reference)
     assert errors["prefill"] > 100 * TOLERANCE
+
+
+@pytest.mark.parametrize("tiny_case", ["phi3"], indirect=True)
+def test_phi3_refuses_tensor_parallelism_by_name(tiny_case):
+    """Its fused qkv_proj / gate_up_proj would reach the ranks unsplit: refused before loading."""
+    from langrt.errors import ModelLoadError
+    from langrt.model.config import ModelConfig
+    from langrt.model.registry import model_class
+
+    config = ModelConfig.from_dir(tiny_case[1])
+    model = model_class(config.model_type)(config)
+    with pytest.raises(ModelLoadError, match="--tp-size > 1 is not available for Phi-3"):
+        model.set_tensor_parallel(object())
