@@ -57,6 +57,8 @@ constexpr int64_t kQ8_0 = 8;  // GGML's type number
 
 // Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K: quant.VNNI_TYPES
 bool vnni_block(int64_t qtype) { return qtype == 2 || qtype == 3 || qtype == 6 || qtype == 7 || qtype == 12 || qtype == 13; }
+// Q4_0, Q4_1, Q8_0, Q4_K, Q6_K: quant.FLY_TYPES (dense_linear's vector dequantization)
+bool fly_block(int64_t qtype) { return qtype == 2 || qtype == 3 || qtype == 8 || qtype == 12 || qtype == 14; }
 
 struct LinearRules {
   bool decode_pass;         // the runner's pass is a decoding pass, no prompt rows (quant.set_pass)
@@ -101,6 +103,7 @@ Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& 
     int64_t fly_rows = r.fly_max_rows, vnni_rows = r.vnni_max_rows;  // every part's limits
     for (int64_t i = 0; i < m.count; ++i) {
       fly_rows = std::min(fly_rows, m.types[i] == kQ8_0 ? r.fly_max_rows_q8 : r.fly_max_rows);
+      if (!fly_block(m.types[i])) fly_rows = 0;
       if (!vnni_block(m.types[i])) vnni_rows = 0;
     }
     if (bf16 && rows >= 2 && rows <= vnni_rows) {

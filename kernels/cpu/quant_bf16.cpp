@@ -130,7 +130,8 @@ LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint1
 }
 
 // The types dequantize_block (or dequantize_row_4bit) takes; the others (Q5_0, Q5_1, Q2_K, Q3_K,
-// Q5_K) are dequantized by the plain C++ loop, the same values more slowly.
+// Q5_K) are dequantized by the plain C++ loop, the same values more slowly than reading the
+// bfloat16 copy, so langrt.model.quant.FLY_TYPES sends their passes elsewhere.
 constexpr bool vector_dequantized(int qtype) {
   return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0 || qtype == kQ4_K || qtype == kQ6_K;
 }

@@ -49,6 +49,10 @@ FLY_MAX_ROWS = 9
 # same layers the tiles win 1.55x at 2 rows and 1.09x at 4, and lose from 6 (0.86x); the LM head
 # (49,152 x 576) at 9 rows takes 3.9 ms on tiles, 2.4 on the copy.
 FLY_MAX_ROWS_Q8_0 = 4
+# The types whose tiles quant_bf16.cpp dequantizes with vector code. The others (Q2_K, Q3_K; the
+# 5-bit types take the VNNI kernel first) would be dequantized by the plain C++ loop, a few
+# cycles a weight, slower than reading the copy: their passes of several rows take the copy.
+FLY_TYPES = (2, 3, 8, 12, 14)
 # On AVX512-VNNI CPUs the 4- and 5-bit blocks (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K: VNNI_TYPES) multiply 16 weight rows at a
 # time in integers (quant_vnni.cpp), a single decode row as a decoding pass of up to VNNI_MAX_ROWS
 # bf16 rows, which the tiles and the copy took before: so those passes take the blocks' exact
@@ -79,6 +83,8 @@ def is_decode_pass() -> bool:
 def fly_max_rows(ggml_type: int | None = None) -> int:
     """The most bf16 rows of this pass that `matmul` multiplies by dequantizing tiles of blocks
     of `ggml_type` (0: none)."""
+    if ggml_type is not None and ggml_type not in FLY_TYPES:
+        return 0
     return min(_fly_max_rows, FLY_MAX_ROWS_Q8_0) if ggml_type == Q8_0 else _fly_max_rows
 
 

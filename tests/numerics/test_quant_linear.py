@@ -366,6 +366,18 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     assert torch.equal(got, want)  # the same GEMM on the same values
 
 
+def test_tiles_are_only_for_the_types_dequantized_by_vector_code(monkeypatch):
+    """dense_linear dequantizes Q2_K / Q3_K / 5-bit tiles with the plain C++ loop (slower than
+    the bfloat16 copy), so their passes never take tiles; the other types keep their limits."""
+    from langrt.model import quant as model_quant
+
+    monkeypatch.setattr(model_quant, "_fly_max_rows", model_quant.FLY_MAX_ROWS)
+    for qtype in ("Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K"):
+        assert model_quant.fly_max_rows(quant.GGML_TYPES[qtype]) == 0
+    assert model_quant.fly_max_rows(quant.GGML_TYPES["Q4_K"]) == model_quant.FLY_MAX_ROWS
+    assert model_quant.fly_max_rows(quant.GGML_TYPES["Q8_0"]) == model_quant.FLY_MAX_ROWS_Q8_0
+
+
 def test_float32_prompts_of_many_rows_multiply_the_dequantized_weights():
     """A float32 prompt pass of F32_PROMPT_MIN_ROWS rows or more: torch's GEMM on the exact values;
     fewer rows, and decoding passes of any size, the blocks."""
