@@ -217,7 +217,15 @@ def write_vocab_gguf(path: str | Path, tokenizer_metadata: Mapping[str, Any], ar
 
 
 # llama.cpp architectures written by `write_converted_gguf`, by HF model_type.
-_CONVERTED_ARCHS = {"qwen3": gguf.MODEL_ARCH.QWEN3, "gemma3_text": gguf.MODEL_ARCH.GEMMA3, "phi3": gguf.MODEL_ARCH.PHI3}
+_CONVERTED_ARCHS = {
+    "qwen3": gguf.MODEL_ARCH.QWEN3,
+    "gemma3_text": gguf.MODEL_ARCH.GEMMA3,
+    "phi3": gguf.MODEL_ARCH.PHI3,
+    "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
+    "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE,
+    "olmoe": gguf.MODEL_ARCH.OLMOE,
+    "mixtral": gguf.MODEL_ARCH.LLAMA,  # llama.cpp's Mixtral: a Llama with experts
+}
 
 
 def write_converted_gguf(
@@ -232,7 +240,10 @@ def write_converted_gguf(
     does: tensor names from gguf-py's TensorNameMap (the converter's own table; Phi-3's fused
     qkv and gate_up as attn_qkv and ffn_up), q/k rows unpermuted, Gemma's norm weights stored as
     1 + w, head size as key/value length, the rotated width (Phi-3's partial rotary), the
-    sliding window. Matrices as `qtype`, vectors F32; a tied lm_head left out."""
+    sliding window; mixture-of-experts models with each projection's experts stacked
+    (ffn_gate_exps / ffn_up_exps / ffn_down_exps, transformers' gate_up_proj split in two), the
+    expert counts and sizes, Mixtral's q/k rows permuted as a Llama's. Matrices as `qtype`,
+    stacked experts and vectors F32; a tied lm_head left out."""
     arch = _CONVERTED_ARCHS[config.model_type]
     names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
     gemma = arch == gguf.MODEL_ARCH.GEMMA3
@@ -253,20 +264,47 @@ def write_converted_gguf(
     writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
     if getattr(config, "sliding_window", None):
         writer.add_sliding_window(config.sliding_window)
+    _add_expert_metadata(writer, config)
     for key, value in (tokenizer_metadata or {}).items():
         _add_metadata(writer, key, value)
     for hf_name, tensor in state_dict.items():
         if config.tie_word_embeddings and hf_name == "lm_head.weight":
             continue
-        module, kind = hf_name.rsplit(".", 1)
-        values = tensor.detach().to(torch.float32).numpy()
-        if gemma and hf_name.endswith("norm.weight"):
-            values = values + 1.0  # Gemma3Model.modify_tensors: norm_shift
-        data, raw_type = encode_tensor(values, qtype if values.ndim == 2 else Q.F32)
-        gguf_tensor = f"{names.get_name(module)}.{kind}"
-        writer.add_tensor(gguf_tensor, data, raw_dtype=raw_type if raw_type not in (Q.F32, Q.F16) else None)
+        for gguf_tensor, values in _converted(hf_name, tensor.detach().to(torch.float32).numpy(), config, names):
+            data, raw_type = encode_tensor(values, qtype if values.ndim == 2 else Q.F32)
+            writer.add_tensor(gguf_tensor, data, raw_dtype=raw_type if raw_type not in (Q.F32, Q.F16) else None)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return Path(path)
+
+
+def _converted(hf_name: str, values: np.ndarray, config: Any, names: gguf.TensorNameMap) -> list[tuple[str, np.ndarray]]:
+    """(GGUF name, values) for one HF tensor, as the converter's modify_tensors writes it."""
+    if hf_name.endswith(".mlp.experts.gate_up_proj"):  # [E, 2I, H]: gate rows first
+        prefix = names.get_name(hf_name.replace("gate_up_proj", "down_proj")).replace("down", "{}")
+        half = values.shape[1] // 2
+        return [(f"{prefix.format('gate')}.weight", values[:, :half]), (f"{prefix.format('up')}.weight", values[:, half:])]
+    if hf_name.endswith(".mlp.experts.down_proj"):
+        return [(f"{names.get_name(hf_name)}.weight", values)]
+    module, kind = hf_name.rsplit(".", 1)
+    if config.model_type == "gemma3_text" and hf_name.endswith("norm.weight"):
+        values = values + 1.0  # Gemma3Model.modify_tensors: norm_shift
+    if config.model_type == "mixtral" and module.endswith(("self_attn.q_proj", "self_attn.k_proj")):
+        heads = config.num_attention_heads if module.endswith("q_proj") else config.num_key_value_heads
+        values = llamacpp_permute(values, heads)
+    if module.endswith("shared_expert_gate"):
+        values = values.reshape(-1)  # llama.cpp keeps it as a vector
+    return [(f"{names.get_name(module)}.{kind}", values)]
+
+
+def _add_expert_metadata(writer: gguf.GGUFWriter, config: Any) -> None:
+    experts = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)
+    if not experts:
+        return
+    writer.add_expert_count(experts)
+    writer.add_expert_used_count(config.num_experts_per_tok)
+    writer.add_expert_feed_forward_length(getattr(config, "moe_intermediate_size", None) or config.intermediate_size)
+    if getattr(config, "shared_expert_intermediate_size", None):
+        writer.add_expert_shared_feed_forward_length(config.shared_expert_intermediate_size)

@@ -18,8 +18,9 @@ Facts from llama.cpp's converter (convert_hf_to_gguf.py) and its model graphs (s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 from langrt.model.gguf_chat_templates import GEMMA_CHAT_TEMPLATE
 
@@ -43,6 +44,22 @@ _GEMMA3_LAYER = {
     "ffn_norm": "pre_feedforward_layernorm",  # Gemma's norm before the MLP, llama's name for it
     "post_ffw_norm": "post_feedforward_layernorm",
 }
+# Mixture-of-experts layers: the router, each projection's experts stacked [experts, rows, cols]
+# (split per expert by hf_parameters), and Qwen2-MoE's shared expert with its sigmoid gate.
+_MOE = {
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_exps": "mlp.experts.gate_proj_stacked",
+    "ffn_up_exps": "mlp.experts.up_proj_stacked",
+    "ffn_down_exps": "mlp.experts.down_proj_stacked",
+}
+_SHARED_EXPERT = {
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+}
+_STACKED = re.compile(r"(.*\.mlp\.experts)\.(gate|up|down)_proj_stacked\.weight")
+
 # llama.cpp's fixed Gemma 3 values (see the module docstring).
 _GEMMA3_PATTERN = 6
 _GEMMA3_LOCAL_BASE = 10000.0
@@ -131,7 +148,58 @@ def _phi3_config(file: ArchFile, base: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _moe_config(norm_topk_prob: bool, **fixed: Any) -> Callable[[ArchFile, dict[str, Any]], dict[str, Any]]:
+    """Qwen2-MoE / Qwen3-MoE / OLMoE: expert counts and sizes from the metadata. Whether the
+    chosen experts' weights are renormalized is not stored: llama.cpp fixes it per architecture
+    (false for qwen2moe and olmoe, true for qwen3moe), and so do the HF configs."""
+
+    def hook(file: ArchFile, base: dict[str, Any]) -> dict[str, Any]:
+        config = base | fixed | {
+            "num_experts": file.arch_key("expert_count"),
+            "num_experts_per_tok": file.arch_key("expert_used_count"),
+            "moe_intermediate_size": file.arch_key("expert_feed_forward_length", base["intermediate_size"]),
+            "norm_topk_prob": norm_topk_prob,
+        }
+        shared = file.arch_key("expert_shared_feed_forward_length")
+        if shared is not None:
+            config["shared_expert_intermediate_size"] = shared
+        return config
+
+    return hook
+
+
+def _olmoe_config(file: ArchFile, base: dict[str, Any]) -> dict[str, Any]:
+    """OLMoE's config calls the expert size intermediate_size."""
+    experts = file.arch_key("expert_feed_forward_length", base["intermediate_size"])
+    return base | {
+        "num_experts": file.arch_key("expert_count"),
+        "num_experts_per_tok": file.arch_key("expert_used_count"),
+        "intermediate_size": experts,
+        "norm_topk_prob": False,
+    }
+
+
+def _mixtral_config(file: ArchFile, base: dict[str, Any]) -> dict[str, Any]:
+    experts = {"num_local_experts": file.arch_key("expert_count"), "num_experts_per_tok": file.arch_key("expert_used_count")}
+    return base | experts
+
+
+def hf_parameters(name: str, tensor: Any) -> Iterator[tuple[str, Any]]:
+    """The HF parameters one GGUF tensor holds: a stacked experts tensor [experts, rows, cols] is
+    one matrix per expert, under the names transformers' save_pretrained writes (views of it);
+    the shared expert's gate, a vector in GGUF, is HF's [1, hidden]."""
+    stacked = _STACKED.fullmatch(name)
+    if stacked is not None:
+        for expert in range(tensor.shape[0]):
+            yield f"{stacked[1]}.{expert}.{stacked[2]}_proj.weight", tensor[expert]
+    elif name.endswith(".shared_expert_gate.weight"):
+        yield name, tensor.reshape(1, -1)
+    else:
+        yield name, tensor
+
+
 _ROPE_FREQS = frozenset({"rope_freqs.weight"})  # llama3 factors, folded into rope_scaling
+_MOE_DEFAULTS = {"decoder_sparse_step": 1, "mlp_only_layers": []}  # every layer sparse, as llama.cpp runs them
 
 
 ARCHITECTURES: dict[str, GGUFArch] = {
@@ -158,7 +226,20 @@ ARCHITECTURES: dict[str, GGUFArch] = {
             non_parameters=frozenset({"rope_factors_long.weight", "rope_factors_short.weight"}),
             config_hook=_phi3_config,
         ),
+        GGUFArch(
+            "qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", _LLAMA_LAYER | _MOE | _SHARED_EXPERT,
+            config_hook=_moe_config(False, **_MOE_DEFAULTS),
+        ),
+        GGUFArch(
+            "qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", _LLAMA_LAYER | _QK_NORM | _MOE,
+            config_hook=_moe_config(True, **_MOE_DEFAULTS),
+        ),
+        GGUFArch("olmoe", "olmoe", "OlmoeForCausalLM", _LLAMA_LAYER | _QK_NORM | _MOE, config_hook=_olmoe_config),
     )
 }
+MIXTRAL = GGUFArch(
+    "llama", "mixtral", "MixtralForCausalLM", _LLAMA_LAYER | _MOE, permuted=True, non_parameters=_ROPE_FREQS,
+    config_hook=_mixtral_config,
+)  # fmt: skip
 # Stored as arch "llama" and told apart by name, as llama.cpp and transformers do.
 MISTRAL = GGUFArch("llama", "mistral", "MistralForCausalLM", _LLAMA_LAYER, permuted=True, non_parameters=_ROPE_FREQS)

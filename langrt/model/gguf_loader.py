@@ -29,7 +29,8 @@ import numpy as np
 
 from langrt.errors import ModelLoadError
 from langrt.model import registry
-from langrt.model.gguf_archs import ARCHITECTURES, MISTRAL, GGUFArch
+from langrt.model.gguf_archs import ARCHITECTURES, MISTRAL, MIXTRAL, GGUFArch, hf_parameters
+from langrt.model.gguf_shapes import expected_shape
 from langrt.model.gguf_reader import GGUFTensorInfo, read_header
 
 if TYPE_CHECKING:
@@ -72,14 +73,18 @@ class GGUFFile:
                 "--model-impl transformers)"
             )
         name = f"{self.metadata.get('general.name', '')} {self.metadata.get('general.basename', '')}"
+        if self.architecture == "llama" and (self.arch_key("expert_count") or 0) > 0:
+            return MIXTRAL  # llama.cpp stores Mixtral as a Llama with experts
         if self.architecture == "llama" and "mistral" in name.lower():
             return MISTRAL
         return ARCHITECTURES[self.architecture]
 
     @property
     def num_tensors(self) -> int:
-        """How many tensors `iter_weights` yields: the file's tensors less non-parameters (rope factors)."""
-        return sum(name not in self.arch.non_parameters for name in self.tensors)
+        """How many tensors `iter_weights` yields: the file's tensors less non-parameters (rope
+        factors), a stacked experts tensor counting once per expert."""
+        parameters = [t for name, t in self.tensors.items() if name not in self.arch.non_parameters]
+        return sum(t.shape[0] if "_exps." in t.name else 1 for t in parameters)
 
     @property
     def chat_template(self) -> str | None:
@@ -198,7 +203,7 @@ class GGUFFile:
             if info.name in self.arch.non_parameters:
                 continue
             name = self._hf_name(info.name)
-            expected = _expected_shape(name, config)
+            expected = expected_shape(name, config)
             if info.shape != expected:
                 raise ModelLoadError(
                     f"{self.path}: tensor {info.name} has shape {list(info.shape)}, but the metadata "
@@ -214,7 +219,7 @@ class GGUFFile:
             proj = name.rsplit(".", 2)[-2]
             if permuted and proj in head_counts:
                 tensor = _unpermute(tensor, head_counts[proj])
-            yield name, tensor
+            yield from hf_parameters(name, tensor)
 
     def _hf_name(self, gguf_name: str) -> str:
         if gguf_name in _GLOBAL_NAMES:
@@ -275,38 +280,6 @@ _NATIVE_FLOATS = {  # read as these torch dtypes directly (exact)
     gguf.GGMLQuantizationType.F16: "float16",
     gguf.GGMLQuantizationType.BF16: "bfloat16",
 }
-
-
-def _expected_shape(name: str, config: dict[str, Any]) -> tuple[int, ...]:
-    """The shape HF gives parameter `name` in a model with this config."""
-    hidden, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
-    q_size = config["num_attention_heads"] * config["head_dim"]
-    kv_size = config["num_key_value_heads"] * config["head_dim"]
-    if name in ("model.embed_tokens.weight", "lm_head.weight"):
-        return (vocab, hidden)
-    if name == "model.norm.weight":
-        return (hidden,)
-    layer, module, kind = name.split(".", 3)[2], name.split(".")[-2], name.split(".")[-1]
-    if int(layer) >= config["num_hidden_layers"]:
-        return (0,)  # no such layer: never matches
-    rows, cols = {
-        "input_layernorm": (hidden, None),
-        "post_attention_layernorm": (hidden, None),
-        "pre_feedforward_layernorm": (hidden, None),
-        "post_feedforward_layernorm": (hidden, None),
-        "q_norm": (config["head_dim"], None),
-        "k_norm": (config["head_dim"], None),
-        "qkv_proj": (q_size + 2 * kv_size, hidden),
-        "gate_up_proj": (2 * inter, hidden),
-        "q_proj": (q_size, hidden),
-        "k_proj": (kv_size, hidden),
-        "v_proj": (kv_size, hidden),
-        "o_proj": (hidden, q_size),
-        "gate_proj": (inter, hidden),
-        "up_proj": (inter, hidden),
-        "down_proj": (hidden, inter),
-    }[module]
-    return (rows,) if kind == "bias" or cols is None else (rows, cols)
 
 
 def _shortest_float(value: float) -> float:

@@ -33,10 +33,10 @@ NATIVE: tuple[Arch, ...] = (
     Arch("Gemma3ForCausalLM", "gemma3_text", "langrt.model.gemma3", gguf="gemma3"),
     Arch("Gemma3ForConditionalGeneration", "gemma3", "langrt.model.gemma3"),  # its language model
     Arch("Phi3ForCausalLM", "phi3", "langrt.model.phi3", gguf="phi3"),
-    Arch("MixtralForCausalLM", "mixtral", "langrt.model.mixtral"),
-    Arch("Qwen2MoeForCausalLM", "qwen2_moe", "langrt.model.qwen2_moe", qkv_bias=True),
-    Arch("Qwen3MoeForCausalLM", "qwen3_moe", "langrt.model.qwen3_moe"),
-    Arch("OlmoeForCausalLM", "olmoe", "langrt.model.olmoe"),
+    Arch("MixtralForCausalLM", "mixtral", "langrt.model.mixtral"),  # GGUF: arch "llama" with experts
+    Arch("Qwen2MoeForCausalLM", "qwen2_moe", "langrt.model.qwen2_moe", gguf="qwen2moe", qkv_bias=True),
+    Arch("Qwen3MoeForCausalLM", "qwen3_moe", "langrt.model.qwen3_moe", gguf="qwen3moe"),
+    Arch("OlmoeForCausalLM", "olmoe", "langrt.model.olmoe", gguf="olmoe"),
 )
 
 MODEL_IMPLS = ("auto", "langrt", "transformers")

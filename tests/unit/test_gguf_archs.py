@@ -1,4 +1,5 @@
-"""GGUF files of Gemma 3, Qwen3 and Phi-3, written as llama.cpp's converter writes them (tensor names
+"""GGUF files of Gemma 3, Qwen3, Phi-3 and the mixture-of-experts models (Mixtral, Qwen2-MoE,
+Qwen3-MoE, OLMoE), written as llama.cpp's converter writes them (tensor names
 from gguf-py's own table, Gemma's norms as 1 + w), load into transformers' config and weights,
 and langrt serves them with transformers' logits."""
 
@@ -45,6 +46,50 @@ def tiny_phi3():
     return _tiny(transformers.Phi3Config, transformers.Phi3ForCausalLM, partial_rotary_factor=0.5, sliding_window=16)
 
 
+EXPERTS = dict(num_experts_per_tok=2)
+
+
+def tiny_mixtral():
+    return _tiny(transformers.MixtralConfig, transformers.MixtralForCausalLM, num_local_experts=4, **EXPERTS)
+
+
+def tiny_qwen2_moe():
+    return _tiny(
+        transformers.Qwen2MoeConfig, transformers.Qwen2MoeForCausalLM, num_experts=4, moe_intermediate_size=64,
+        shared_expert_intermediate_size=96, **EXPERTS,
+    )  # fmt: skip
+
+
+def tiny_qwen3_moe():
+    return _tiny(
+        transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM, num_experts=4, moe_intermediate_size=64,
+        norm_topk_prob=True, head_dim=32, **EXPERTS,
+    )  # fmt: skip
+
+
+def tiny_olmoe():
+    return _tiny(transformers.OlmoeConfig, transformers.OlmoeForCausalLM, num_experts=4, **EXPERTS)
+
+
+MOE = [tiny_mixtral, tiny_qwen2_moe, tiny_qwen3_moe, tiny_olmoe]
+
+
+def per_expert(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers' stacked experts as the per-expert matrices save_pretrained writes."""
+    out = {}
+    for name, tensor in state.items():
+        prefix = name.rsplit(".", 1)[0]
+        if name.endswith(".mlp.experts.gate_up_proj"):
+            half = tensor.shape[1] // 2
+            for e in range(tensor.shape[0]):
+                out[f"{prefix}.{e}.gate_proj.weight"], out[f"{prefix}.{e}.up_proj.weight"] = tensor[e, :half], tensor[e, half:]
+        elif name.endswith(".mlp.experts.down_proj"):
+            out |= {f"{prefix}.{e}.down_proj.weight": tensor[e] for e in range(tensor.shape[0])}
+        else:
+            out[name] = tensor
+    return out
+
+
 def _write(tmp_path, config, model):
     _, metadata, _ = read_header(builtin_model_path())
     path = tmp_path / f"{config.model_type}.gguf"
@@ -61,7 +106,16 @@ GEMMA3_KEYS = (
 )  # fmt: skip
 
 
-ARCH_KEYS = [(tiny_gemma3, GEMMA3_KEYS), (tiny_qwen3, ("rope_parameters",)), (tiny_phi3, ("rope_parameters", "sliding_window"))]
+MOE_KEYS = ("num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob")
+ARCH_KEYS = [
+    (tiny_gemma3, GEMMA3_KEYS),
+    (tiny_qwen3, ("rope_parameters",)),
+    (tiny_phi3, ("rope_parameters", "sliding_window")),
+    (tiny_mixtral, MOE_KEYS),
+    (tiny_qwen2_moe, (*MOE_KEYS, "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers")),
+    (tiny_qwen3_moe, (*MOE_KEYS, "decoder_sparse_step", "mlp_only_layers")),
+    (tiny_olmoe, MOE_KEYS),
+]
 
 
 @pytest.mark.parametrize("make, extra_keys", ARCH_KEYS)
@@ -78,11 +132,11 @@ def test_config_rebuilds_transformers_config(tmp_path, make, extra_keys):
     assert hf["head_dim"] == (getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
-@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3])
+@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3, *MOE])
 def test_weights_are_transformers_state_dict(tmp_path, make):
     config, model = make()
     weights = dict(GGUFFile(_write(tmp_path, config, model)).iter_weights(torch.float32))
-    state = model.state_dict()
+    state = per_expert(model.state_dict())
     expected = set(state) - ({"lm_head.weight"} if config.tie_word_embeddings else set())
     assert set(weights) == expected
     for name, tensor in weights.items():
@@ -122,7 +176,7 @@ def test_qwen3_eos_is_the_files_alone(tmp_path):
     assert loaded.chat_template == loaded.metadata["tokenizer.chat_template"]
 
 
-@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3])
+@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3, *MOE])
 def test_langrt_serves_the_file_with_transformers_logits(tmp_path, make):
     config, model = make()
     path = _write(tmp_path, config, model)
