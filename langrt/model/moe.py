@@ -7,8 +7,12 @@ so a chosen expert's weights are multiplied once per pass, over all the tokens t
 
 Numerics are transformers': router logits in the model's dtype, softmax in float32, top-k,
 renormalised in float32 where the model does, then cast to the model's dtype (Mixtral keeps
-float32 weights into the product); each expert's product is weighted, cast, and added to a zero
-sum in ascending expert order.
+float32 weights into the product); each expert's product is weighted and cast to the model's
+dtype before a token's k products are summed (transformers adds them one by one in that dtype,
+in ascending expert order: for k = 2 the same value; for more, within a rounding).
+
+--quantization turns the Linears into blocks (attention, dense layers, the shared expert); the
+stacked experts and the routers stay plain.
 """
 
 from __future__ import annotations
@@ -100,15 +104,17 @@ def run_experts(
     """x [T, H] -> [T, H]: per token, the sum over its chosen experts e of its routing weight
     times down[e] @ silu_and_mul(gate_up[e] @ x). One gate_up and one down product per expert
     hit, over the rows of every token that chose it."""
-    tokens = groups.tokens
-    rows = x.index_select(0, tokens)
+    rows = x.index_select(0, groups.tokens)
     outs, start = [], 0
     for e, n in zip(groups.experts, groups.counts):
         outs.append(linear(silu_and_mul(linear(rows[start : start + n], gate_up[e])), down[e]))
         start += n
-    weighted = torch.cat(outs) * weights.flatten().index_select(0, groups.pairs)[:, None]
-    # A token's pairs come in ascending expert order, the order transformers adds them in.
-    return torch.zeros_like(x).index_add_(0, tokens, weighted.to(x.dtype))
+    weighted = (torch.cat(outs) * weights.flatten().index_select(0, groups.pairs)[:, None]).to(x.dtype)
+    # Back in (token, choice) order, then each token's k rows summed. Not index_add_: on CPU it
+    # runs as scatter_add_, measured at 70 ms a call (2 rows of 1024) in decode steps on a busy
+    # 2-core machine, where index_copy_ and sum took microseconds.
+    per_pair = torch.empty_like(weighted).index_copy_(0, groups.pairs, weighted)
+    return per_pair.view(-1, groups.top_k, x.shape[1]).sum(dim=1)
 
 
 class Router(nn.Module):

@@ -8,9 +8,10 @@ from __future__ import annotations
 import torch
 
 from langrt.model.config import ModelConfig
-from langrt.model.layers import Linear, RMSNorm, add_rms_norm, apply_rotary, linear, rms_norm
+from langrt.model.layers import Linear, RMSNorm, apply_rotary, linear, rms_norm
 from langrt.model.llama import LlamaAttention, Rope
 from langrt.model.moe import MoEDecoderLayer, MoEForCausalLM, MoESettings, num_experts_of
+from langrt.model.qwen3 import input_norm
 
 
 class OlmoeAttention(LlamaAttention):
@@ -23,13 +24,9 @@ class OlmoeAttention(LlamaAttention):
         self.clip_qkv = None if clip is None else float(clip)
 
 
-def olmoe_attention_inputs(x, residual, norm_w, eps: float, a: OlmoeAttention, cos, sin, sizes: tuple[int, int, int]):
-    """(residual add +) input norm, qkv projection, q and k norms, clamp, rotary -> (q, k, v, residual)."""
+def olmoe_qkv(normed: torch.Tensor, a: OlmoeAttention, cos, sin, sizes: tuple[int, int, int]):
+    """The input norm's output -> q, k, v: qkv projection, q and k norms, clamp, rotary."""
     q_size, kv_size, head_dim = sizes
-    if residual is None:
-        residual, normed = x, rms_norm(x, norm_w, eps)
-    else:
-        normed, residual = add_rms_norm(x, residual, norm_w, eps)
     qkv = linear(normed, a.qkv_proj.weight, a.qkv_proj.bias, a.qkv_proj.packed)
     q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
     q = rms_norm(q.contiguous(), a.q_norm.weight, a.q_norm.eps)
@@ -37,15 +34,15 @@ def olmoe_attention_inputs(x, residual, norm_w, eps: float, a: OlmoeAttention, c
     if a.clip_qkv is not None:
         q, k, v = (t.clamp(-a.clip_qkv, a.clip_qkv) for t in (q, k, v))
     qk = apply_rotary(torch.cat([q, k], dim=-1), cos, sin, head_dim)
-    return qk[:, :q_size], qk[:, q_size:], v, residual
+    return qk[:, :q_size], qk[:, q_size:], v
 
 
 class OlmoeDecoderLayer(MoEDecoderLayer):
     attention_class = OlmoeAttention
 
     def attention_inputs(self, rope: Rope, x: torch.Tensor, residual: torch.Tensor | None):
-        norm = self.input_layernorm
-        return olmoe_attention_inputs(x, residual, norm.weight, norm.eps, self.self_attn, *rope, self.sizes)
+        normed, residual = input_norm(self.input_layernorm, x, residual)
+        return (*olmoe_qkv(normed, self.self_attn, *rope, self.sizes), residual)
 
 
 class OlmoeForCausalLM(MoEForCausalLM):
