@@ -65,13 +65,19 @@ def build_tiny(kind: str, path, seed: int = 0):
 
 def reference_greedy(model, prompt: list[int], n: int = NEW_TOKENS) -> list[int]:
     """transformers' own greedy decoding (its eager attention, the whole sequence each step)."""
+    return reference_with_logprobs(model, prompt, n)[0]
+
+
+def reference_with_logprobs(model, prompt: list[int], n: int = NEW_TOKENS) -> tuple[list[int], list[float]]:
+    """(transformers' greedy tokens, the log-probability of each)."""
     model.config._attn_implementation = "eager"
-    ids = list(prompt)
+    ids, logprobs = list(prompt), []
     with torch.no_grad():
         for _ in range(n):
-            logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
+            logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1].float()
             ids.append(int(logits.argmax()))
-    return ids[len(prompt) :]
+            logprobs.append(torch.log_softmax(logits, dim=-1)[ids[-1]].item())
+    return ids[len(prompt) :], logprobs
 
 
 def greedy(n: int = NEW_TOKENS, **kw) -> dict:
@@ -94,8 +100,11 @@ def served(request, tmp_path_factory):
 def test_greedy_output_equals_transformers(served):
     model, engine = served
     for prompt in PROMPTS:
-        out = engine.generate(input_ids=prompt, sampling_params=greedy())
-        assert out["output_ids"] == reference_greedy(model, prompt), prompt
+        out = engine.generate(input_ids=prompt, sampling_params=greedy(), return_logprob=True)
+        tokens, logprobs = reference_with_logprobs(model, prompt)
+        assert out["output_ids"] == tokens, prompt
+        got = [value for value, _, _ in out["meta_info"]["output_token_logprobs"]]
+        assert got == pytest.approx(logprobs, abs=1e-4)
 
 
 def test_a_mixed_batch_gives_each_request_its_own_output(served):
@@ -212,6 +221,19 @@ def test_options_only_native_modules_take_are_refused(tmp_path, new_engine):
                           ({"enable_torch_compile": True}, "--enable-torch-compile")]:  # fmt: skip
         with pytest.raises(ModelLoadError, match=f"{flag}: langrt applies it to its native modules only"):
             new_engine(tmp_path, **options)
+
+
+def test_logits_of_single_tokens_are_those_of_the_full_rows(tmp_path):
+    """compute_logits_of (constrained decoding's few allowed tokens) against compute_logits."""
+    from langrt.model.loader import load_model
+
+    build_tiny("gpt_neox", tmp_path)
+    source = ModelSource.resolve(tmp_path)
+    model = load_model(source, source.model_config(), "safetensors", torch.float32, torch.device("cpu"), progress=False)
+    hidden = torch.randn(3, TINY["hidden_size"])
+    rows, ids = torch.tensor([0, 2, 2, 1]), torch.tensor([5, 7, TINY["vocab_size"] - 1, 0])
+    expected = model.compute_logits(hidden)[rows, ids]
+    assert torch.allclose(model.compute_logits_of(hidden, rows, ids), expected, atol=1e-5)
 
 
 def test_dummy_weights_are_seeded_random_values_of_the_models_shape(tmp_path):
