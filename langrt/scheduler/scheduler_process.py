@@ -12,7 +12,7 @@ import time
 
 import zmq
 
-from langrt.errors import InvalidRequest
+from langrt.errors import InvalidRequest, ModelLoadError
 from langrt.ipc import Endpoints, PullQueue, PushQueue
 from langrt.processes.child import configure_logging, exit_with_parent
 from langrt.tokenizer.incremental_decoder import CONTEXT_TOKENS
@@ -52,6 +52,9 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
         scheduler = build_scheduler(args, _rank_zero(args, endpoints))
         outbox.put(ready_message(scheduler, args))
         SchedulerLoop(scheduler, inbox, outbox).run()
+    except ModelLoadError as e:  # the model's own problem, which its message names: no traceback
+        logger.error("the model could not be loaded: %s", e)
+        sys.exit(1)
     except Exception:
         logger.exception("the scheduler failed")
         sys.exit(1)

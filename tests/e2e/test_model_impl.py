@@ -205,14 +205,19 @@ def test_transformers_code_without_the_attention_interface_is_refused_at_start(t
         new_engine(tmp_path)
 
 
-def test_a_head_that_scales_the_logits_is_refused(tmp_path):
-    """Granite divides its logits by logits_scaling: the load-time probe pass sees them differ."""
-    from langrt.model.loader import load_model
+def test_a_head_that_scales_the_logits_is_refused(tmp_path, new_engine, capfd):
+    """Granite divides its logits by logits_scaling: the load-time probe pass sees them differ,
+    and the scheduler's log says so in one line."""
+    from langrt.builtin import builtin_model_path
+    from langrt.tokenizer.loader import load_tokenizer
 
-    save_tiny("GraniteConfig", "GraniteForCausalLM", tmp_path, **{**TINY, "vocab_size": 1000}, logits_scaling=4.0)
-    source = ModelSource.resolve(tmp_path)
-    with pytest.raises(ModelLoadError, match="granite: its causal-LM head does more than its output layer"):
-        load_model(source, source.model_config(), "safetensors", torch.float32, torch.device("cpu"), progress=False)
+    save_tiny("GraniteConfig", "GraniteForCausalLM", tmp_path, **TINY, logits_scaling=4.0)
+    load_tokenizer(builtin_model_path()).save_pretrained(tmp_path)
+    with pytest.raises(RuntimeError, match="failed to start"):
+        new_engine(tmp_path, dtype="float32", max_total_tokens=1024)
+    log = capfd.readouterr().err
+    assert "the model could not be loaded: granite: its causal-LM head does more than its output layer" in log
+    assert "Traceback" not in log
 
 
 def test_options_only_native_modules_take_are_refused(tmp_path, new_engine):
