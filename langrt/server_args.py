@@ -67,6 +67,8 @@ class ServerArgs:
     dp_size: int = _flag("data parallel replicas: N whole servers (each its own scheduler, KV pool and radix cache) on private ports behind a cache-aware router on --port (langrt/router/)", default=1)
     quantization: str = _flag("weight format; auto = a GGUF file's Q4_0/Q4_1/Q8_0/Q4_K/Q6_K blocks served as stored on CPU (where langrt's kernels build), else weights in --dtype; none = always --dtype; int8 / int4 = plain weights quantized at load (CPU) to int8 / int4 in groups of 32 (the LM head at int8); fp8 = not on CPUs", QUANTIZATIONS, default="auto")
     enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; see benchmarks/README.md for when it pays)", default=False)
+    disable_cuda_graph: bool = _flag("decode without CUDA graphs (on CUDA with --attention-backend triton, each decode batch size up to --cuda-graph-max-bs is captured once at start and replayed, taking the step's kernel launches off the host)", default=False)
+    cuda_graph_max_bs: int | None = _flag("largest decode batch replayed as a CUDA graph (smaller ones are padded to the next captured size; larger ones run eagerly); default 160, at most --max-running-requests", default=None)
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
     num_threads: int | None = _flag("torch CPU threads in each model process (each tensor-parallel rank); default: the cores it may use, shared out over the --tp-size ranks", default=None)
     disable_malloc_tuning: bool = _flag("leave the C allocator of the model process at its defaults (by default it keeps freed memory for the next pass, so CPU passes stop refaulting their activations; it holds on to its peak heap)", default=False)
@@ -79,7 +81,7 @@ class ServerArgs:
             value = getattr(self, f.name)
             if choices and value not in choices:
                 raise ValueError(f"--{_flag_name(f.name)} must be one of {', '.join(choices)}; got {value!r}")
-        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads", "max_request_bytes", "dp_size", "tp_size")
+        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads", "max_request_bytes", "dp_size", "tp_size", "cuda_graph_max_bs")
         if not self.body_read_timeout > 0:
             raise ValueError(f"--body-read-timeout must be positive; got {self.body_read_timeout}")
         if self.max_queued_requests < 0:

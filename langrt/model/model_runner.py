@@ -17,6 +17,7 @@ from langrt.errors import ModelLoadError
 from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.model.attention import create_attention_backend
 from langrt.model.config import ModelConfig
+from langrt.model.cuda_graph import create_decode_graphs
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.loader import load_model
 from langrt.model.quant import describe_blocks, plain_quantization, serve_gguf_blocks, set_pass as set_quantized_pass
@@ -70,6 +71,7 @@ class ModelRunner:
             self.device,
         )  # fmt: skip
         self.attn_backend = create_attention_backend(args.attention_backend, model_config, self.kv_pool, self.req_pool)
+        self.graphs = create_decode_graphs(self)  # NoDecodeGraphs off CUDA or with --disable-cuda-graph
         logger.info(
             "model ready: %s (%s) %s on %s, KV pool %d tokens, context %d",
             config.model_type, _IMPL_NAMES[config.impl], args.dtype, self.device, self.plan.max_total_tokens,
@@ -85,6 +87,8 @@ class ModelRunner:
         """Run the layers over the batch's new tokens, writing their K/V; -> [T, hidden]."""
         if self.peers is not None:
             self.peers.forward(batch, self.req_pool.req_to_token)
+        if self.graphs.can_replay(batch):
+            return self.graphs.replay(batch)
         attn = self.attn_backend.prepare(batch)
         set_quantized_pass(decode=batch.mode is ForwardMode.DECODE, decoding=batch.decoding)
         return self.model(batch.input_ids, batch.positions, attn)

@@ -31,13 +31,25 @@ class TritonAttentionBackend(AttentionBackend):
     def prepare(self, batch: ForwardBatch) -> Attention:
         return _TritonAttention(self, batch)
 
+    def prepare_graph_decode(
+        self, batch: ForwardBatch, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, num_kv_splits: int
+    ) -> Attention:
+        """A decode pass that reads its request rows and lengths from these int32 device tensors
+        (a CUDA graph's static buffers: each replay reads what they hold then) with a fixed number
+        of key ranges (a graph cannot choose it per pass); `batch` gives only its shape and slots."""
+        return _TritonAttention(self, batch, static=(req_pool_indices, seq_lens, num_kv_splits))
+
 
 class _TritonAttention(Attention):
     """The pass's index tensors, built once on the device and shared by every layer."""
 
-    def __init__(self, backend: TritonAttentionBackend, batch: ForwardBatch):
+    def __init__(self, backend: TritonAttentionBackend, batch: ForwardBatch, static=None):
         self.b = backend
         self.batch = batch
+        if static is not None:  # see prepare_graph_decode
+            self.req_pool_indices, self.seq_lens, self.num_kv_splits = static
+            self.is_decode = True
+            return
         device = batch.input_ids.device
         self.req_pool_indices = torch.tensor(batch.req_pool_indices, dtype=torch.int32, device=device)
         self.seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32, device=device)
