@@ -41,7 +41,8 @@ def mixtral_config(args):
 
 class LangrtSide:
     def __init__(self, path: Path, args):
-        runner = make_runner(path, dtype=args.dtype, load_format="dummy", max_total_tokens=8192, max_running_requests=64)
+        sizes = dict(max_total_tokens=8192, max_running_requests=64)
+        runner = make_runner(path, dtype=args.dtype, load_format="dummy", **sizes)
         self.driver = RunnerDriver(runner)
         gen = torch.Generator().manual_seed(0)
         prompts = [torch.randint(0, 32000, (args.context,), generator=gen).tolist() for _ in range(args.batch)]

@@ -100,7 +100,8 @@ class ExpertLoader:
     def _per_expert_dest(self, name: str, layer: int, part: str, expert: int) -> torch.Tensor:
         experts = self._sparse(name, layer).experts
         if expert >= experts.gate_up.shape[0]:
-            raise ModelLoadError(f"checkpoint tensor {name}: expert {expert} of {experts.gate_up.shape[0]} (num_experts)")
+            count = experts.gate_up.shape[0]
+            raise ModelLoadError(f"checkpoint tensor {name}: expert {expert}, but num_experts is {count}")
         if part == "down":
             return experts.down.data[expert]
         rows = experts.gate_up.shape[1] // 2
@@ -109,7 +110,9 @@ class ExpertLoader:
     def _shared_dest(self, name: str, layer: int, part: str) -> torch.Tensor:
         shared = self._sparse(name, layer).shared_expert
         if shared is None:
-            raise ModelLoadError(f"checkpoint tensor {name}: the config has no shared expert (shared_expert_intermediate_size)")
+            raise ModelLoadError(
+                f"checkpoint tensor {name}: the config has no shared expert (shared_expert_intermediate_size)"
+            )
         if part == "down":
             return shared.down_proj.weight.data
         rows = shared.gate_up_proj.weight.shape[0] // 2

@@ -4,7 +4,8 @@ mixed lengths, a pass reusing cached prefixes beside a fresh prompt, greedy deco
 the torch attention backend and the CPU kernel's. Each model has 4 experts, top-2, 2 layers;
 Qwen2-MoE and Qwen3-MoE make one layer dense (mlp_only_layers), Qwen2-MoE has its shared
 expert, OLMoE clamps q/k/v. Then the expert pass itself: grouped by expert it equals a per-token
-reference, and a decode pass multiplies each chosen expert's matrices once."""
+reference, a decode pass multiplies each chosen expert's matrices once, and in bfloat16 each
+architecture's block gives the bits of transformers' block (where the dtype casts happen)."""
 
 from __future__ import annotations
 
@@ -172,9 +173,9 @@ class _ExpertProducts(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # Under inference mode aten.linear arrives whole; elsewhere as mm / addmm.
         if func.overloadpacket in (torch.ops.aten.linear, torch.ops.aten.mm, torch.ops.aten.mv, torch.ops.aten.addmm):
-            for arg in args:
+            for arg in (a for a in args if isinstance(a, torch.Tensor)):
                 for name, t in self.stacked.items():
-                    if isinstance(arg, torch.Tensor) and arg.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                    if arg.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
                         self.reads[name].append(arg.storage_offset() // t[0].numel())
         return func(*args, **(kwargs or {}))
 
@@ -195,3 +196,58 @@ def test_a_decode_pass_multiplies_each_chosen_expert_once(tmp_path):
     for name, experts in products.reads.items():
         assert len(experts) == len(set(experts)), f"{name}: an expert multiplied twice: {experts}"
         assert 2 <= len(experts) <= 4, f"{name}: {experts}"
+
+
+def _block_pair(arch: str):
+    """transformers' MoE block of `arch` (eager experts, bf16, random weights) and langrt's
+    SparseMoE holding the same weights."""
+    import transformers
+
+    from langrt.model.config import ModelConfig
+    from langrt.model.moe import SparseMoE
+    from langrt.model.registry import model_class
+
+    dims = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4)
+    shared = dict(shared_expert_intermediate_size=64)
+    experts = {"mixtral": dict(num_local_experts=4), "qwen2_moe": dict(num_experts=4, **shared)}
+    dims |= dict(num_key_value_heads=2, num_experts_per_tok=2, moe_intermediate_size=96)
+    hf_names = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2Moe", "qwen3_moe": "Qwen3Moe", "olmoe": "Olmoe"}
+    config = getattr(transformers, f"{hf_names[arch]}Config")(**dims, **experts.get(arch, dict(num_experts=4)))
+    config._experts_implementation = "eager"
+    module = __import__(f"transformers.models.{arch}.modeling_{arch}", fromlist=["_"])
+    torch.manual_seed(0)
+    hf = getattr(module, f"{hf_names[arch]}SparseMoeBlock")(config).to(torch.bfloat16)
+    with torch.no_grad():
+        for param in hf.parameters():
+            param.copy_(0.1 * torch.randn_like(param))
+    ours = _langrt_block(SparseMoE, ModelConfig.from_hf_dict(config.to_dict()), model_class(arch), hf.state_dict())
+    return hf, ours
+
+
+def _langrt_block(block_cls, config, model_cls, state):
+    block = block_cls(config, model_cls.moe_settings(config)).to(torch.bfloat16)
+    with torch.no_grad():
+        block.gate.weight.copy_(state["gate.weight"])
+        block.experts.gate_up.copy_(state["experts.gate_up_proj"])
+        block.experts.down.copy_(state["experts.down_proj"])
+        if block.shared_expert is not None:
+            block.shared_expert_gate.weight.copy_(state["shared_expert_gate.weight"])
+            gate_up = torch.cat([state["shared_expert.gate_proj.weight"], state["shared_expert.up_proj.weight"]])
+            block.shared_expert.gate_up_proj.weight.copy_(gate_up)
+            block.shared_expert.down_proj.weight.copy_(state["shared_expert.down_proj.weight"])
+    return block
+
+
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_bf16_block_gives_transformers_bits(arch):
+    """In bfloat16 the routing weights' dtype matters (float32 into Mixtral's products, bf16 into
+    the others'): with the same weights langrt's block gives transformers' bits. Casting the
+    other way changes some (checked: by 2^-7 and 2^-8 on Mixtral and Qwen2-MoE)."""
+    hf, ours = _block_pair(arch)
+    x = 0.5 * torch.randn(16, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    with torch.inference_mode():
+        _, ids = route(torch.nn.functional.linear(x, ours.gate.weight), ours.settings)
+        # Every expert hit takes 2+ rows, so both sides run the same GEMMs (one row would be a GEMV here).
+        assert min(ExpertGroups.of(ids, ours.settings.num_experts).counts) >= 2
+        expected = hf(x[None]).reshape(16, 64)
+        assert torch.equal(ours(x), expected)
