@@ -4,17 +4,23 @@
    heads, 8 KV heads, head dim 128, bfloat16) over a paged pool whose slots are shuffled, for
    several batch sizes and context lengths. Achieved bandwidth = bytes the kernel must read (K,
    V and the req_to_token entries; q and out are noise) / median time with a cold L2 cache
-   (triton.testing.do_bench flushes it), as a fraction of the GPU's peak HBM bandwidth.
-2. Batch-1 decode of a Llama-3-8B-shape model with dummy weights through ModelRunner, after a
-   prompt of --context tokens: wall time of one step as the scheduler runs it (batch build,
-   forward, logits, greedy argmax), against the bandwidth limit (every weight read once, the
-   embedding table excepted, plus the sequence's KV, at peak bandwidth). Once with
-   --attention-backend triton, once with torch (both with the fused layer kernels: they follow
-   the device, not the backend).
+   (triton.testing.do_bench flushes it), as a fraction of the GPU's peak HBM bandwidth and of
+   the measured copy bandwidth.
+2. Batch-1 decode of a Llama-3-8B-shape model with dummy weights (bfloat16) through ModelRunner,
+   after a prompt of --context tokens: wall time of one step as the scheduler runs it (batch
+   build, forward, logits, greedy argmax), against the bandwidth limit: every weight read once
+   (the embedding table excepted) plus the sequence's KV, at the measured copy bandwidth (and at
+   the data-sheet peak). Three ways: --attention-backend triton with CUDA graphs (the default on
+   CUDA), triton without (--disable-cuda-graph), and torch.
+3. The grammar bitmask kernel (kernels/grammar_bitmask.py) on 64 rows of a 128,256-token
+   vocabulary (Llama 3's), half the tokens allowed: time per call, and bytes moved (the packed
+   mask read, the banned logits written) over time, beside torch's masked_fill_ with the mask
+   already unpacked to bools (what a kernel-less path does at best).
 
 Peak bandwidth: --peak-gbs, else the memory clock and bus width torch reports, else a table of
-known GPUs' data-sheet figures; a measured device-to-device copy bandwidth is reported beside it.
-Results go to benchmarks/results/bench_kernels.json.
+known GPUs' data-sheet figures; the measured device-to-device copy bandwidth (bytes read +
+written) is the practical ceiling. Results (with the GPU's name) go to --out, by default
+benchmarks/results/bench_kernels.json (bench_kernels_quick.json with --quick).
 
     .venv/bin/python benchmarks/bench_kernels.py            # full
     .venv/bin/python benchmarks/bench_kernels.py --quick    # a smoke run
@@ -73,7 +79,7 @@ def copy_bandwidth_gbs() -> float:
     return 2 * src.numel() / (ms * 1e-3) / 1e9
 
 
-def bench_decode_attention(batch: int, context: int, peak_gbs: float, heads=32, kv_heads=8, dim=128, device="cuda") -> dict:
+def bench_decode_attention(batch: int, context: int, ceilings: dict, heads=32, kv_heads=8, dim=128, device="cuda") -> dict:
     import triton.testing
 
     from langrt import kernels_package
@@ -89,12 +95,12 @@ def bench_decode_attention(batch: int, context: int, peak_gbs: float, heads=32, 
     req_pool_indices = torch.arange(batch, dtype=torch.int32, device=device)
     seq_lens = torch.full((batch,), context, dtype=torch.int32, device=device)
     q = torch.randn(batch, heads, dim, dtype=dtype, device=device)
-    out = torch.empty_like(q)
+    out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
     splits = default_num_kv_splits(batch, kv_heads, context, device)
     args = (q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
     decode_attention_triton(*args, num_kv_splits=splits, out=out)
     error = (out.float() - decode_attention_reference(*args).float()).abs().max().item()
-    if not error < 3e-2:
+    if not error < 3e-2:  # NaN fails too
         sys.exit(f"decode attention is wrong at batch {batch}, context {context}: max error {error}")
     ms = triton.testing.do_bench(
         lambda: decode_attention_triton(*args, num_kv_splits=splits, out=out), warmup=25, rep=100, return_mode="median"
@@ -102,11 +108,12 @@ def bench_decode_attention(batch: int, context: int, peak_gbs: float, heads=32, 
     kv_bytes = 2 * slots * kv_heads * dim * k_buffer.element_size() + 4 * slots
     gbs = kv_bytes / (ms * 1e-3) / 1e9
     del k_buffer, v_buffer
-    return {"batch": batch, "context": context, "num_kv_splits": splits, "ms": ms, "bytes": kv_bytes,
-            "gbs": gbs, "fraction_of_peak": gbs / peak_gbs, "max_error_vs_reference": error}  # fmt: skip
+    return {"batch": batch, "context": context, "num_kv_splits": splits, "ms": ms, "bytes": kv_bytes, "gbs": gbs,
+            "fraction_of_peak": gbs / ceilings["peak_gbs"], "fraction_of_copy": gbs / ceilings["copy_gbs"],
+            "max_error_vs_reference": error}  # fmt: skip
 
 
-def make_runner(model_dir: Path, backend: str, max_tokens: int, device: str = "cuda"):
+def make_runner(model_dir: Path, backend: str, max_tokens: int, device: str = "cuda", graphs: bool = True):
     from langrt.model.model_runner import ModelRunner
     from langrt.model.source import ModelSource
     from langrt.server_args import ServerArgs
@@ -114,6 +121,7 @@ def make_runner(model_dir: Path, backend: str, max_tokens: int, device: str = "c
     args = ServerArgs(
         model_path=str(model_dir), load_format="dummy", device=device, dtype="bfloat16", attention_backend=backend,
         context_length=max_tokens, max_total_tokens=max_tokens, max_running_requests=2, log_level="warning",
+        disable_cuda_graph=not graphs,
     ).resolve()  # fmt: skip
     source = ModelSource.resolve(args.model_path)
     return ModelRunner(args, source, source.model_config(), progress=False)
@@ -129,10 +137,10 @@ def step_bytes(runner, seq_len: int) -> int:
     return weights + kv
 
 
-def bench_decode_step(model_dir: Path, backend: str, context: int, steps: int, peak_gbs: float, device="cuda") -> dict:
+def time_decode_steps(runner, context: int, steps: int) -> tuple[list[float], int]:
+    """Prefill a random prompt, then `steps` greedy decode steps; -> (seconds per step, final length)."""
     from langrt.model.forward_batch import ForwardBatch, ForwardMode
 
-    runner = make_runner(model_dir, backend, context + steps + 16, device)
     device = runner.device
     row = runner.req_pool.alloc()
     prompt = torch.randint(0, runner.vocab_size, (context,), generator=torch.Generator().manual_seed(0)).tolist()
@@ -142,7 +150,8 @@ def bench_decode_step(model_dir: Path, backend: str, context: int, steps: int, p
     token = int(runner.compute_logits(runner.forward(prefill)[-1:])[0].argmax())
     seq_len, times = context, []
     for _ in range(steps):
-        torch.cuda.synchronize()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         start = time.perf_counter()
         slot = runner.kv_pool.alloc(1)
         runner.req_pool.write(row, seq_len, slot)
@@ -150,23 +159,105 @@ def bench_decode_step(model_dir: Path, backend: str, context: int, steps: int, p
         batch = ForwardBatch.build(ForwardMode.DECODE, [token], slot, [row], [seq_len], [1], device)
         token = int(runner.compute_logits(runner.forward(batch))[0].argmax())  # syncs
         times.append(time.perf_counter() - start)
+    return times, seq_len
+
+
+def bench_decode_step(
+    model_dir: Path, backend: str, graphs: bool, context: int, steps: int, ceilings: dict, device: str = "cuda"
+) -> dict:
+    import gc
+
+    built = time.perf_counter()
+    runner = make_runner(model_dir, backend, context + steps + 16, device, graphs)
+    built = time.perf_counter() - built
+    times, seq_len = time_decode_steps(runner, context, steps)
     warm = sorted(times[5:])  # the first steps compile kernels and warm the allocator
     step_s = warm[len(warm) // 2]
     nbytes = step_bytes(runner, seq_len)
-    limit_s = nbytes / (peak_gbs * 1e9)
+    replays = runner.graphs.replays
     del runner
+    gc.collect()
     torch.cuda.empty_cache()
-    return {"backend": backend, "context": context, "steps": steps, "median_step_ms": step_s * 1e3,
-            "best_step_ms": warm[0] * 1e3, "bytes_per_step": nbytes, "limit_ms": limit_s * 1e3,
-            "fraction_of_limit": limit_s / step_s}  # fmt: skip
+    peak_limit, copy_limit = nbytes / (ceilings["peak_gbs"] * 1e9), nbytes / (ceilings["copy_gbs"] * 1e9)
+    return {"backend": backend, "cuda_graphs": graphs, "graph_replays": replays, "context": context, "steps": steps,
+            "median_step_ms": step_s * 1e3, "best_step_ms": warm[0] * 1e3, "bytes_per_step": nbytes,
+            "limit_ms": copy_limit * 1e3, "fraction_of_limit": copy_limit / step_s, "peak_limit_ms": peak_limit * 1e3,
+            "fraction_of_peak_limit": peak_limit / step_s, "runner_start_s": built}  # fmt: skip
 
 
-def main() -> None:
+def bench_bitmask(rows: int, vocab: int, dtype: torch.dtype, ceilings: dict) -> dict:
+    """The Triton bitmask kernel on random masks (about half the tokens allowed), checked against
+    the reference first, then timed; beside it, masked_fill_ with the mask already unpacked."""
+    import triton.testing
+
+    from langrt import kernels_package
+
+    kernels_package()
+    from kernels.grammar_bitmask import apply_token_bitmask_reference, apply_token_bitmask_triton
+
+    words = (vocab + 31) // 32
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (rows, words), dtype=torch.int32, device="cuda", generator=gen)
+    logits = torch.randn(rows, vocab, dtype=dtype, device="cuda", generator=gen)
+    expected = logits.clone()
+    apply_token_bitmask_reference(expected, bitmask)
+    got = logits.clone()
+    apply_token_bitmask_triton(got, bitmask)
+    if not torch.equal(got, expected):
+        sys.exit(f"the bitmask kernel disagrees with the reference at {rows} x {vocab} {dtype}")
+    banned = torch.isinf(expected)
+    ms = triton.testing.do_bench(lambda: apply_token_bitmask_triton(got, bitmask), warmup=25, rep=100, return_mode="median")
+    fill_ms = triton.testing.do_bench(lambda: got.masked_fill_(banned, float("-inf")), warmup=25, rep=100, return_mode="median")
+    nbytes = bitmask.numel() * 4 + int(banned.sum()) * logits.element_size()
+    gbs = nbytes / (ms * 1e-3) / 1e9
+    return {"rows": rows, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."), "us": ms * 1e3,
+            "bytes": nbytes, "gbs": gbs, "fraction_of_copy": gbs / ceilings["copy_gbs"],
+            "masked_fill_unpacked_us": fill_ms * 1e3, "banned_fraction": banned.float().mean().item()}  # fmt: skip
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer shapes and steps")
     parser.add_argument("--peak-gbs", type=float, default=None, help="peak HBM bandwidth in GB/s (default: detected)")
     parser.add_argument("--context", type=int, default=1024, help="prompt tokens before the timed decode steps")
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=int, default=None, help="timed decode steps per way (default 100, --quick 20)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["attention", "step", "bitmask"], help="parts not to run")
+    parser.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/bench_kernels[_quick].json)")
+    return parser.parse_args()
+
+
+def run_attention(results: dict, quick: bool) -> None:
+    shapes = [(1, 4096), (32, 1024)] if quick else [(1, 1024), (1, 8192), (1, 32768), (8, 4096), (32, 1024), (32, 4096), (64, 8192)]
+    for batch, context in shapes:
+        r = bench_decode_attention(batch, context, results)
+        results["decode_attention"].append(r)
+        print(f"decode attention  batch {batch:>2} context {context:>5} splits {r['num_kv_splits']:>2}: {r['ms'] * 1e3:8.1f} us, "
+              f"{r['gbs']:6.0f} GB/s = {r['fraction_of_peak']:.0%} of peak, {r['fraction_of_copy']:.0%} of copy", flush=True)  # fmt: skip
+
+
+def run_steps(results: dict, context: int, steps: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp)
+        (model_dir / "config.json").write_text(json.dumps(LLAMA3_8B))
+        for backend, graphs in (("triton", True), ("triton", False), ("torch", False)):
+            r = bench_decode_step(model_dir, backend, graphs, context, steps, results)
+            results["decode_step"].append(r)
+            way = f"{backend}{' + CUDA graphs' if graphs else ''}"
+            print(f"Llama-3-8B shape, batch 1, context {context}, {way:>21}: {r['median_step_ms']:.2f} ms/step "
+                  f"(best {r['best_step_ms']:.2f}), limit {r['limit_ms']:.2f} ms at copy bandwidth = "
+                  f"{r['fraction_of_limit']:.0%} ({r['fraction_of_peak_limit']:.0%} of the peak limit)", flush=True)  # fmt: skip
+
+
+def run_bitmask(results: dict) -> None:
+    for dtype in (torch.float32, torch.bfloat16):
+        r = bench_bitmask(64, LLAMA3_8B["vocab_size"], dtype, results)
+        results["bitmask"].append(r)
+        print(f"grammar bitmask 64 x {r['vocab']} {r['dtype']:>8}: {r['us']:6.1f} us ({r['gbs']:5.0f} GB/s moved), "
+              f"masked_fill_ on unpacked bools {r['masked_fill_unpacked_us']:6.1f} us", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    args = parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_kernels.py measures the Triton kernels on a CUDA GPU, and torch sees none here; run it on a GPU machine")
     import triton
@@ -176,28 +267,15 @@ def main() -> None:
     name = torch.cuda.get_device_name(0)
     print(f"{name}: peak {peak:.0f} GB/s ({peak_source}), measured copy {copy_gbs:.0f} GB/s", flush=True)
     results = {"device": name, "torch": torch.__version__, "triton": triton.__version__, "peak_gbs": peak,
-               "peak_source": peak_source, "copy_gbs": copy_gbs, "decode_attention": [], "decode_step": []}  # fmt: skip
-
-    shapes = [(1, 4096), (32, 1024)] if args.quick else [(1, 1024), (1, 8192), (1, 32768), (8, 4096), (32, 1024), (32, 4096), (64, 8192)]
-    for batch, context in shapes:
-        r = bench_decode_attention(batch, context, peak)
-        results["decode_attention"].append(r)
-        print(f"decode attention  batch {batch:>2} context {context:>5} splits {r['num_kv_splits']:>2}: {r['ms'] * 1e3:8.1f} us, "
-              f"{r['gbs']:6.0f} GB/s = {r['fraction_of_peak']:.0%} of peak", flush=True)  # fmt: skip
-
-    steps = 20 if args.quick else 100
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp)
-        (model_dir / "config.json").write_text(json.dumps(LLAMA3_8B))
-        for backend in ("triton", "torch"):
-            r = bench_decode_step(model_dir, backend, args.context, steps, peak)
-            results["decode_step"].append(r)
-            print(f"Llama-3-8B shape, batch 1, context {args.context}, {backend:>6} attention: {r['median_step_ms']:.2f} ms/step "
-                  f"(best {r['best_step_ms']:.2f}), limit {r['limit_ms']:.2f} ms = {r['fraction_of_limit']:.0%} of the bandwidth limit",
-                  flush=True)  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench_kernels{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(results, indent=2))
+               "peak_source": peak_source, "copy_gbs": copy_gbs, "decode_attention": [], "decode_step": [], "bitmask": []}  # fmt: skip
+    out = args.out or RESULTS / f"bench_kernels{'_quick' if args.quick else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    parts = [("attention", lambda: run_attention(results, args.quick)), ("bitmask", lambda: run_bitmask(results)),
+             ("step", lambda: run_steps(results, args.context, args.steps or (20 if args.quick else 100)))]  # fmt: skip
+    for part, run in parts:
+        if part not in args.skip:
+            run()
+            out.write_text(json.dumps(results, indent=2))  # after each part: a later failure keeps the earlier figures
     print(f"wrote {out}")
 
 

@@ -72,11 +72,14 @@ def _default_dtype(dtype: torch.dtype):
 
 
 def _fill_dummy(model: torch.nn.Module, seed: int) -> None:
-    """Seeded N(0, 0.02) weights and unit norms: a model of the right shape and cost."""
-    gen = torch.Generator().manual_seed(seed)
+    """Seeded N(0, 0.02) weights and unit norms: a model of the right shape and cost. Drawn on
+    the model's device: an 8B model's values take minutes on one CPU core, seconds on a GPU (so
+    a seed gives other values on CUDA than on CPU)."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
     for name, param in model.named_parameters():
         if name.endswith("layernorm.weight") or name == "norm.weight":
             param.data.fill_(1.0)
         else:
-            values = torch.randn(param.shape, generator=gen, dtype=torch.float32) * 0.02
+            values = torch.randn(param.shape, generator=gen, dtype=torch.float32, device=device) * 0.02
             param.data.copy_(values)
