@@ -74,18 +74,23 @@ def why_no_graphs(args, tp, impl: str = "langrt") -> str | None:
 
 
 class CudaGraph:
-    """One captured pass on the GPU; graphs made by one DecodeGraphs share a memory pool."""
+    """One captured pass on the GPU; graphs made by one DecodeGraphs share a memory pool and the
+    stream they are captured on."""
 
-    def __init__(self, pool):
+    def __init__(self, pool, stream):
         self.graph = torch.cuda.CUDAGraph()
         self.pool = pool
+        self.stream = stream
 
     def capture(self, fn: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """Run fn once eagerly (Triton compiles its kernels there, not inside the capture), then
-        capture it; -> the output tensor each replay rewrites."""
-        fn()
+        """Run fn once eagerly on the capture stream (Triton compiles its kernels and cuBLAS sets
+        up that stream's workspace there, not inside the capture), then capture it; -> the
+        output tensor each replay rewrites."""
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            fn()
         torch.cuda.synchronize()
-        with torch.cuda.graph(self.graph, pool=self.pool):
+        with torch.cuda.graph(self.graph, pool=self.pool, stream=self.stream):
             out = fn()
         return out
 
@@ -98,7 +103,7 @@ class RerunGraph:
     into the same output tensor, so anything the capture froze (the attention's metadata, its
     key ranges) stays frozen and only the static buffers' contents change."""
 
-    def __init__(self, pool=None):
+    def __init__(self, pool=None, stream=None):
         self.fn: Callable[[], torch.Tensor] | None = None
         self.out: torch.Tensor | None = None
 
@@ -143,8 +148,9 @@ class DecodeGraphs:
         self.meta[0].zero_()
         self._padding = torch.tensor([[0], [0], [self.pad_slot]], dtype=torch.int64, device=self.device)
         self.num_kv_splits = {b: self._splits(b, runner.plan.context_len) for b in self.buckets}
-        pool = torch.cuda.graph_pool_handle() if graph_factory is CudaGraph else None
-        self.graphs = {b: graph_factory(pool) for b in self.buckets}
+        on_gpu = graph_factory is CudaGraph
+        pool, stream = (torch.cuda.graph_pool_handle(), torch.cuda.Stream(self.device)) if on_gpu else (None, None)
+        self.graphs = {b: graph_factory(pool, stream) for b in self.buckets}
         self.outputs: dict[int, torch.Tensor] = {}
         self.replays = 0
 
@@ -200,6 +206,8 @@ class DecodeGraphs:
 def create_decode_graphs(runner: ModelRunner, graph_factory=CudaGraph) -> DecodeGraphs | NoDecodeGraphs:
     """The runner's decode graphs, captured now; NoDecodeGraphs (with the reason logged) where off."""
     why = why_no_graphs(runner.args, runner.tp, runner.config.impl)
+    # A model whose forward reads device values on the host (MoE routing) says why it cannot be captured.
+    why = why or getattr(runner.model, "eager_decode_reason", None)
     if why is not None:
         if runner.args.device == "cuda":
             logger.info("CUDA graphs: off (%s)", why)
