@@ -251,3 +251,19 @@ def test_bf16_block_gives_transformers_bits(arch):
         assert min(ExpertGroups.of(ids, ours.settings.num_experts).counts) >= 2
         expected = hf(x[None]).reshape(16, 64)
         assert torch.equal(ours(x), expected)
+
+
+def test_cuda_graphs_stay_off():
+    """A decode graph would replay one routing's shapes: MoE models decode eagerly on CUDA."""
+    from transformers import MixtralConfig
+
+    from langrt.model.config import ModelConfig
+    from langrt.model.cuda_graph import NoDecodeGraphs, create_decode_graphs
+    from langrt.model.mixtral import MixtralForCausalLM
+    from langrt.server_args import ServerArgs
+
+    dims = dict(vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4)
+    config = ModelConfig.from_hf_dict(MixtralConfig(**dims, num_key_value_heads=2, num_local_experts=4).to_dict())
+    args = ServerArgs(device="cuda", attention_backend="triton")
+    runner = SimpleNamespace(args=args, tp=None, config=config, model=MixtralForCausalLM(config))
+    assert isinstance(create_decode_graphs(runner), NoDecodeGraphs)
