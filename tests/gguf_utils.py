@@ -265,6 +265,10 @@ def write_converted_gguf(
     if getattr(config, "sliding_window", None):
         writer.add_sliding_window(config.sliding_window)
     _add_expert_metadata(writer, config)
+    if rope.get("rope_type") == "longrope":  # Phi3MiniModel: the factors as two F32 tensors
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        writer.add_tensor("rope_factors_long.weight", np.asarray(rope["long_factor"], dtype=np.float32))
+        writer.add_tensor("rope_factors_short.weight", np.asarray(rope["short_factor"], dtype=np.float32))
     for key, value in (tokenizer_metadata or {}).items():
         _add_metadata(writer, key, value)
     for hf_name, tensor in state_dict.items():

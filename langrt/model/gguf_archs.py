@@ -73,7 +73,6 @@ _PHI3_LAYER = {
 }
 
 
-
 class ArchFile(Protocol):
     """What a config hook reads from the file (gguf_loader.GGUFFile)."""
 

@@ -46,6 +46,22 @@ def tiny_phi3():
     return _tiny(transformers.Phi3Config, transformers.Phi3ForCausalLM, partial_rotary_factor=0.5, sliding_window=16)
 
 
+def tiny_phi3_longrope():
+    """LongRoPE factors (GGUF: rope_factors_long / _short tensors). Prompts stay under the
+    original context, where both sides rotate by the short factors (transformers picks the
+    factors per sequence, langrt per position: they differ past it, see test_architectures)."""
+    half = TINY_DIMS["hidden_size"] // TINY_DIMS["num_attention_heads"] // 4  # rotated width / 2
+    gen = torch.Generator().manual_seed(7)
+    rope = {
+        "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "original_max_position_embeddings": 1024,
+        "short_factor": (1 + torch.rand(half, generator=gen)).tolist(), "long_factor": (1 + 3 * torch.rand(half, generator=gen)).tolist(),
+    }  # fmt: skip
+    return _tiny(
+        transformers.Phi3Config, transformers.Phi3ForCausalLM, partial_rotary_factor=0.5, rope_parameters=rope,
+        original_max_position_embeddings=1024,
+    )  # fmt: skip
+
+
 EXPERTS = dict(num_experts_per_tok=2)
 
 
@@ -111,6 +127,7 @@ ARCH_KEYS = [
     (tiny_gemma3, GEMMA3_KEYS),
     (tiny_qwen3, ("rope_parameters",)),
     (tiny_phi3, ("rope_parameters", "sliding_window")),
+    (tiny_phi3_longrope, ("rope_parameters", "original_max_position_embeddings")),
     (tiny_mixtral, MOE_KEYS),
     (tiny_qwen2_moe, (*MOE_KEYS, "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers")),
     (tiny_qwen3_moe, (*MOE_KEYS, "decoder_sparse_step", "mlp_only_layers")),
@@ -132,7 +149,7 @@ def test_config_rebuilds_transformers_config(tmp_path, make, extra_keys):
     assert hf["head_dim"] == (getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
-@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3, *MOE])
+@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3, tiny_phi3_longrope, *MOE])
 def test_weights_are_transformers_state_dict(tmp_path, make):
     config, model = make()
     weights = dict(GGUFFile(_write(tmp_path, config, model)).iter_weights(torch.float32))
@@ -176,7 +193,7 @@ def test_qwen3_eos_is_the_files_alone(tmp_path):
     assert loaded.chat_template == loaded.metadata["tokenizer.chat_template"]
 
 
-@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3, *MOE])
+@pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3, tiny_phi3, tiny_phi3_longrope, *MOE])
 def test_langrt_serves_the_file_with_transformers_logits(tmp_path, make):
     config, model = make()
     path = _write(tmp_path, config, model)
