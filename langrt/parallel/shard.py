@@ -88,5 +88,10 @@ def slice_block_columns(weight: QuantizedWeight, first: int, last: int) -> torch
 
 
 # Bytes per 32-weight block in each section of a row (quants, scales, minimums), by GGML type:
-# Q4_0, Q4_1, Q8_0 (fp16 scales), Q4_K (float32 scales and minimums), Q6_K (two float32 scales).
-SECTION_BYTES = {2: (16, 2), 3: (16, 2, 2), 8: (32, 2), 12: (16, 4, 4), 14: (32, 8)}
+# Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (fp16 scales; the 5-bit types' fifth bits ride with their nibbles),
+# and the K-quants as unpacked at load (langrt.model.kquants): Q2_K (quants, 8-byte scales and
+# minimums), Q3_K, Q4_K (float32 scales and minimums), Q5_K, Q6_K (two float32 scales).
+SECTION_BYTES = {
+    2: (16, 2), 3: (16, 2, 2), 6: (20, 2), 7: (20, 2, 2), 8: (32, 2),
+    10: (8, 8, 8), 11: (12, 8), 12: (16, 4, 4), 13: (20, 4, 4), 14: (32, 8),
+}  # fmt: skip

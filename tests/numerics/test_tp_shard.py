@@ -18,14 +18,14 @@ pytestmark = pytest.mark.skipif(not quant.available(), reason="the quantized CPU
 
 
 def _weight(qtype: str) -> QuantizedWeight:
-    if qtype in ("Q4_K", "Q6_K"):
+    if qtype.endswith("_K"):
         raw = random_k_quant_rows(Q[qtype], 6, 512, seed=1)
         return QuantizedWeight.from_gguf(torch.from_numpy(raw), int(Q[qtype]), 512)
     values = torch.from_numpy(np.random.default_rng(1).standard_normal((6, 512)).astype(np.float32))
     return QuantizedWeight.quantize(values, int(Q[qtype]))
 
 
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"])
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
 def test_block_slices_hold_the_whole_matrix_values(qtype):
     weight = _weight(qtype)
     whole = weight.dequantize(torch.float32)
