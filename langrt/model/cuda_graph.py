@@ -11,9 +11,11 @@ depend on other rows (attention is per request), so the first B rows are the bat
 
 Only the Triton attention backend takes graphs (its decode kernel reads request rows and lengths
 from device tensors, and the number of key ranges is fixed per bucket for the longest context);
-the torch backend builds its masks on the host every pass. Tensor parallelism (collectives) and
---enable-torch-compile run eagerly. `--disable-cuda-graph` turns graphs off; CPU runs never
-have them.
+the torch backend builds its masks on the host every pass. Tensor parallelism (collectives),
+--enable-torch-compile, --model-impl transformers and models whose forward waits on the GPU
+mid-pass (the MoE layers count each expert's rows on the host; `DecodeGraphs.host_sync` finds
+such a wait before any capture) run eagerly. `--disable-cuda-graph` turns graphs off; CPU runs
+never have them.
 """
 
 from __future__ import annotations
@@ -160,6 +162,22 @@ class DecodeGraphs:
         return kernels.default_num_kv_splits(bucket, self.backend.num_kv_heads, context_len, self.device)
 
     @torch.inference_mode()
+    def host_sync(self) -> str | None:
+        """Why a pass cannot be captured: the first op of an eager one-request pass that waits for
+        the GPU (a `.tolist()` of expert counts in an MoE layer, say), or None. Run with torch's
+        sync debug mode set to raise, before any capture: a sync inside a capture would break it
+        (and leave the CUDA context in error), while here it only raises before it happens."""
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            self._pass(1)()
+        except RuntimeError as error:  # the debug mode's report of the synchronizing op
+            return f"the model's forward synchronizes with the host: {str(error).splitlines()[0][:200]}"
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+        return None
+
+    @torch.inference_mode()
     def capture_all(self) -> None:
         """Capture every bucket, largest first (the smaller graphs then fit in its pool memory)."""
         for bucket in reversed(self.buckets):
@@ -206,12 +224,13 @@ class DecodeGraphs:
 def create_decode_graphs(runner: ModelRunner, graph_factory=CudaGraph) -> DecodeGraphs | NoDecodeGraphs:
     """The runner's decode graphs, captured now; NoDecodeGraphs (with the reason logged) where off."""
     why = why_no_graphs(runner.args, runner.tp, runner.config.impl)
-    # A model whose forward reads device values on the host (MoE routing) says why it cannot be captured.
-    why = why or getattr(runner.model, "eager_decode_reason", None)
-    if why is not None:
-        if runner.args.device == "cuda":
-            logger.info("CUDA graphs: off (%s)", why)
-        return NoDecodeGraphs()
-    graphs = DecodeGraphs(runner, graph_max_bs(runner.args), graph_factory)
-    graphs.capture_all()
-    return graphs
+    if why is None:
+        graphs = DecodeGraphs(runner, graph_max_bs(runner.args), graph_factory)
+        why = graphs.host_sync() if graph_factory is CudaGraph else None
+        if why is None:
+            graphs.capture_all()
+            return graphs
+        runner.kv_pool.free(torch.tensor([graphs.pad_slot]))  # the padding slot, back to the pool
+    if runner.args.device == "cuda":
+        logger.info("CUDA graphs: off (%s)", why)
+    return NoDecodeGraphs()
