@@ -73,16 +73,16 @@ step() {
 }
 
 PYTEST=("$PYTHON" -m pytest -p no:cacheprovider -q -rfE)
-step a_cuda_tests 150 "${PYTEST[@]}" --junitxml="$WORK/a_cuda_tests.xml" \
+step a_cuda_tests 140 "${PYTEST[@]}" --junitxml="$WORK/a_cuda_tests.xml" \
     tests/numerics/test_kernels_attention.py tests/numerics/test_kernels_layers.py \
     tests/numerics/test_grammar_bitmask.py tests/unit/test_sampler.py \
     -k "cuda and not smollm"
 step b_gpu_model 120 "${PYTEST[@]}" --junitxml="$WORK/b_gpu_model.xml" tests/numerics/test_gpu_model.py -k "not graph"
 step c_cuda_graphs 120 "${PYTEST[@]}" --junitxml="$WORK/c_cuda_graphs.xml" tests/numerics/test_gpu_model.py -k graph
 if [ "$CUDA" = 1 ]; then
-    say "=== d_bench (limit 200s)"
+    say "=== d_bench (limit 180s)"
     start=$SECONDS
-    timeout -k 10 200 "$PYTHON" benchmarks/bench_kernels.py --out "$OUT/bench_kernels.json" 2>&1 | tee -a "$LOG"
+    timeout -k 10 180 "$PYTHON" benchmarks/bench_kernels.py --out "$OUT/bench_kernels.json" 2>&1 | tee -a "$LOG"
     rc=${PIPESTATUS[0]}
 else
     start=$SECONDS
