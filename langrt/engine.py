@@ -40,7 +40,6 @@ class Engine:
             raise ValueError("dp_size: an Engine runs one replica; `langrt launch --dp-size N` serves N behind a router")
         logging.basicConfig(level=self.args.log_level.upper(), format="[langrt] %(message)s")
         check_model_servable(self.args)
-        check_model_servable(self.args.model_path, self.args.model_impl)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="langrt-engine", daemon=True)
         self._thread.start()
