@@ -6,11 +6,13 @@ here needs the built-in model, which is too large to carry to a lent GPU).
 Skipped without CUDA; scripts/gpu_check.sh runs it on a lent GPU. With LANGRT_GPU_REPORT set to a
 file, each test appends its measured differences there (one JSON object a line).
 
-Weights: embeddings N(0, 1), layer matrices N(0, 0.7 / fan_in) so the residual stream neither
+Weights: embeddings N(0, 1), layer matrices of std 0.7 / sqrt(fan_in) so the residual stream neither
 explodes nor vanishes over the layers, and an LM head giving logits of std ~4. With 0.08 std
 everywhere (the CPU tests' tiny models) bfloat16 rounding alone moved logits by up to 3.5 on
-this shape; with these, bfloat16 against float32 moves them by at most ~0.15 (measured on CPU,
-300 positions), so TOL's bounds separate rounding from a wrong kernel. Two bfloat16 runs may
+this shape; with these, bfloat16 against float32 moves them by at most ~0.16, and two bfloat16
+implementations (transformers' sdpa and eager attention; langrt's torch backend and
+transformers) differ by at most 0.125 (measured on CPU over a 700-token prompt), so TOL's
+bounds separate rounding from a wrong kernel (float32 is held tightly). Two bfloat16 runs may
 still pick different greedy tokens at a near-tie (5% of positions have their top two logits
 within 0.06): `agree` allows that, and checks the logits up to the first divergence.
 """
@@ -29,7 +31,7 @@ SHAPE = dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_a
              max_position_embeddings=4096, vocab_size=4096, rope_theta=500000.0, rms_norm_eps=1e-5,
              tie_word_embeddings=False)  # fmt: skip  (head_dim 64, 4 query heads per KV head: Llama-3's ratios)
 # Largest |logit difference| allowed between two implementations (logits have std ~4).
-TOL = {"float32": 2e-3, "bfloat16": 0.35}
+TOL = {"float32": 2e-3, "bfloat16": 0.5}
 DTYPES = ["float32", "bfloat16"]
 PROMPT_LENS = (5, 23, 12, 700)  # the 700-token prompt takes several key ranges in the decode kernel
 GRAPH_PROMPT_LENS = (5, 23, 12, 700, 1, 9, 2000, 31, 17, 64)  # the 2000-token one: 8 ranges eagerly, 16 in graphs
