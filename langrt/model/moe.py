@@ -203,9 +203,6 @@ class MoEForCausalLM(LlamaForCausalLM, metaclass=abc.ABCMeta):
     config reads (`moe_settings`) and which layer it runs (`layer_class`)."""
 
     layer_class: type[MoEDecoderLayer] = MoEDecoderLayer
-    # Read by langrt.model.cuda_graph: a CUDA graph replays fixed shapes, and the pass's shapes
-    # follow the routing (ExpertGroups.of reads the per-expert counts on the host).
-    eager_decode_reason = "mixture-of-experts routing sizes each expert's product on the host"
 
     @staticmethod
     @abc.abstractmethod

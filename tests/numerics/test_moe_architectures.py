@@ -60,6 +60,7 @@ def _olmoe(path):
 
 
 MODELS = {"mixtral": _mixtral, "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "olmoe": _olmoe}
+HF_NAMES = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2Moe", "qwen3_moe": "Qwen3Moe", "olmoe": "Olmoe"}  # class prefixes
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -211,12 +212,11 @@ def _block_pair(arch: str):
     shared = dict(shared_expert_intermediate_size=64)
     experts = {"mixtral": dict(num_local_experts=4), "qwen2_moe": dict(num_experts=4, **shared)}
     dims |= dict(num_key_value_heads=2, num_experts_per_tok=2, moe_intermediate_size=96)
-    hf_names = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2Moe", "qwen3_moe": "Qwen3Moe", "olmoe": "Olmoe"}
-    config = getattr(transformers, f"{hf_names[arch]}Config")(**dims, **experts.get(arch, dict(num_experts=4)))
+    config = getattr(transformers, f"{HF_NAMES[arch]}Config")(**dims, **experts.get(arch, dict(num_experts=4)))
     config._experts_implementation = "eager"
     module = __import__(f"transformers.models.{arch}.modeling_{arch}", fromlist=["_"])
     torch.manual_seed(0)
-    hf = getattr(module, f"{hf_names[arch]}SparseMoeBlock")(config).to(torch.bfloat16)
+    hf = getattr(module, f"{HF_NAMES[arch]}SparseMoeBlock")(config).to(torch.bfloat16)
     with torch.no_grad():
         for param in hf.parameters():
             param.copy_(0.1 * torch.randn_like(param))
@@ -253,17 +253,63 @@ def test_bf16_block_gives_transformers_bits(arch):
         assert torch.equal(ours(x), expected)
 
 
-def test_cuda_graphs_stay_off():
-    """A decode graph would replay one routing's shapes: MoE models decode eagerly on CUDA."""
-    from transformers import MixtralConfig
+# On a CUDA GPU (scripts/gpu_check.sh can add `-k cuda` of this file): the same models through the
+# Triton attention backend and the CUDA kernels, against transformers on the GPU. No tokenizer
+# (the built-in model is not carried to a lent GPU): the runner takes token ids.
+CUDA_DEVICE = "cuda"  # a module constant so the harness can be dry-run on CPU
 
-    from langrt.model.config import ModelConfig
-    from langrt.model.cuda_graph import NoDecodeGraphs, create_decode_graphs
-    from langrt.model.mixtral import MixtralForCausalLM
+
+def _untokenized_checkpoint(arch: str, path) -> torch.nn.Module:
+    """MODELS[arch]'s model, saved without the tokenizer; -> the transformers model."""
+    import transformers
+    from tiny_arch import TINY_DIMS
+
+    qwen = dict(num_experts=4, moe_intermediate_size=64)
+    kwargs = {
+        "mixtral": dict(num_local_experts=4), "olmoe": dict(num_experts=4, clip_qkv=1.0),
+        "qwen2_moe": dict(qwen, shared_expert_intermediate_size=96, mlp_only_layers=[1]),
+        "qwen3_moe": dict(qwen, mlp_only_layers=[0], norm_topk_prob=True, head_dim=32),
+    }[arch]  # fmt: skip
+    config = getattr(transformers, f"{HF_NAMES[arch]}Config")(**TINY_DIMS, num_experts_per_tok=2, **kwargs)
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{HF_NAMES[arch]}ForCausalLM")(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_((1.0 if "norm" in name else 0.0) + 0.08 * torch.randn_like(param))
+    model.save_pretrained(path)
+    return model
+
+
+def _device_runner(path, backend: str):
+    from langrt.model.model_runner import ModelRunner
+    from langrt.model.source import ModelSource
     from langrt.server_args import ServerArgs
 
-    dims = dict(vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4)
-    config = ModelConfig.from_hf_dict(MixtralConfig(**dims, num_key_value_heads=2, num_local_experts=4).to_dict())
-    args = ServerArgs(device="cuda", attention_backend="triton")
-    runner = SimpleNamespace(args=args, tp=None, config=config, model=MixtralForCausalLM(config))
-    assert isinstance(create_decode_graphs(runner), NoDecodeGraphs)
+    args = ServerArgs(
+        model_path=str(path), device=CUDA_DEVICE, dtype="float32", attention_backend=backend,
+        max_total_tokens=4096, max_running_requests=16, log_level="warning",
+    ).resolve()  # fmt: skip
+    source = ModelSource.resolve(args.model_path)
+    return ModelRunner(args, source, source.model_config(), progress=False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_cuda_logits_match_transformers(arch, tmp_path, backend: str = "triton"):
+    hf = _untokenized_checkpoint(arch, tmp_path).to(CUDA_DEVICE)
+    driver = RunnerDriver(_device_runner(tmp_path, backend))
+    prompts = random_prompts(11, (5, 23, 41))
+    pieces = list(zip(prompts, driver.prefill(prompts), (0, 0, 0)))
+    reused = [prompts[0] + prompts[2][:7], prompts[1][:9] + prompts[0][:4]]
+    pieces += zip(reused, driver.prefill(reused, prefix_from=[(0, 5), (1, 9)]), (5, 9))
+    last = [logits[-1] for _, logits, _ in pieces[-2:]]
+    for _ in range(3):
+        step = driver.decode([3, 4], [int(x.argmax()) for x in last])
+        last = list(step)
+        pieces += [(list(driver.seqs[i]), x[None], len(driver.seqs[i]) - 1) for i, x in zip((3, 4), last)]
+    worst = 0.0
+    with torch.no_grad():
+        for ids, logits, start in pieces:
+            expected = hf(torch.tensor([ids], device=CUDA_DEVICE)).logits[0, start:].float()
+            worst = max(worst, (logits.float() - expected).abs().max().item())
+    assert worst <= 2e-3, f"{arch}: {worst}"  # float32; the GPU's reductions differ from transformers' order
