@@ -185,7 +185,7 @@ def bench_decode_step(
             "fraction_of_peak_limit": peak_limit / step_s, "runner_start_s": built}  # fmt: skip
 
 
-def bench_bitmask(rows: int, vocab: int, dtype: torch.dtype, ceilings: dict) -> dict:
+def bench_bitmask(rows: int, vocab: int, dtype: torch.dtype, ceilings: dict, device: str = "cuda") -> dict:
     """The Triton bitmask kernel on random masks (about half the tokens allowed), checked against
     the reference first, then timed; beside it, masked_fill_ with the mask already unpacked."""
     import triton.testing
@@ -196,9 +196,9 @@ def bench_bitmask(rows: int, vocab: int, dtype: torch.dtype, ceilings: dict) -> 
     from kernels.grammar_bitmask import apply_token_bitmask_reference, apply_token_bitmask_triton
 
     words = (vocab + 31) // 32
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    bitmask = torch.randint(-(2**31), 2**31 - 1, (rows, words), dtype=torch.int32, device="cuda", generator=gen)
-    logits = torch.randn(rows, vocab, dtype=dtype, device="cuda", generator=gen)
+    gen = torch.Generator(device=device).manual_seed(0)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (rows, words), dtype=torch.int32, device=device, generator=gen)
+    logits = torch.randn(rows, vocab, dtype=dtype, device=device, generator=gen)
     expected = logits.clone()
     apply_token_bitmask_reference(expected, bitmask)
     got = logits.clone()
@@ -227,7 +227,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def run_attention(results: dict, quick: bool) -> None:
-    shapes = [(1, 4096), (32, 1024)] if quick else [(1, 1024), (1, 8192), (1, 32768), (8, 4096), (32, 1024), (32, 4096), (64, 8192)]
+    shapes = [(1, 8192), (32, 4096), (64, 8192)] if quick else [(1, 1024), (1, 8192), (1, 32768), (8, 4096), (32, 1024), (32, 4096), (64, 8192)]
     for batch, context in shapes:
         r = bench_decode_attention(batch, context, results)
         results["decode_attention"].append(r)
