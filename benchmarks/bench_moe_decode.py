@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -108,7 +109,8 @@ def main() -> None:
 
 
 def run(sides: dict, args) -> dict:
-    report = {"args": vars(args), "median_step_ms": {}}
+    # Other processes share the CPU: the load before and after tells how much the figures mean.
+    report = {"args": vars(args), "median_step_ms": {}, "load_average_before": os.getloadavg()}
     for rows in (1, args.batch):
         for side in sides.values():
             timed_steps(side, rows, 2)  # warm-up
@@ -118,6 +120,7 @@ def run(sides: dict, args) -> dict:
                 times[name] += timed_steps(side, rows, args.steps)
         medians = {name: round(1000 * statistics.median(t), 2) for name, t in times.items()}
         report["median_step_ms"][f"batch_{rows}"] = medians
+    report["load_average_after"] = os.getloadavg()
     return report
 
 
