@@ -81,9 +81,34 @@ def hf_greedy(model, ids: list[int], steps: int) -> list[int]:
     return out[0, len(ids) :].tolist()
 
 
+TOKENIZER_TEXTS = [
+    "Hello world", " leading space", "  two leading", "trailing  ", "Hello  world\n\n  indented\tTab",
+    "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "<bos>inside<eos> <pad> <start_of_image>",
+    "a<end_of_turn>b", "数学 is математика; emoji 🦙🎉 👨‍👩‍👧", "日本語のテキストと中文文本，한국어 텍스트",
+    "Ελληνικά και العربية و עברית", "Ünïcödé façade — naïve café “quotes” ‘single’ … ellipsis",
+    "def f(x):\n    return x**2  # comment", '{"name": "Ada", "age": 36, "tags": ["a", "b"]}', "   ", "\n\n\n",
+    "\r\nwindows\r\n", "a\u00a0b \u200b zero width", "https://example.com/path?q=1&r=2", "1234567890 3.14159 1e-7",
+]
+
+
+def test_gemma3_tokenizer_equals_transformers(gemma_path):
+    """langrt builds the 262k SentencePiece vocabulary from the file's metadata; transformers'
+    GGUF tokenizer (its converter) is the reference: same ids, same decoded text."""
+    from transformers import AutoTokenizer
+
+    from langrt.tokenizer.loader import load_tokenizer
+
+    ours = load_tokenizer(gemma_path)
+    theirs = AutoTokenizer.from_pretrained(gemma_path.parent, gguf_file=gemma_path.name)
+    for text in TOKENIZER_TEXTS:
+        ids = ours.encode(text)
+        assert ids == theirs.encode(text), text
+        assert ours.decode(ids) == theirs.decode(ids), text
+
+
 def test_gemma3_greedy_equals_transformers(gemma, gemma_hf):
     for prompt in PROMPTS:
-        ids = gemma.tokenizer.encode(prompt)  # the same ids as transformers' GGUF tokenizer (checked by hand: 73 texts)
+        ids = gemma.tokenizer.encode(prompt)  # transformers' ids too (test_gemma3_tokenizer_equals_transformers)
         ours = gemma.generate(input_ids=ids, sampling_params=GREEDY)["output_ids"]
         assert ours == hf_greedy(gemma_hf, ids, GREEDY["max_new_tokens"]), prompt
 
