@@ -181,8 +181,8 @@ def extend_attention_reference(
         slots = req_to_token[row, :seq_len].long()
         k = k_buffer[slots].float().repeat_interleave(group, dim=1)  # [S, H, D]
         v = v_buffer[slots].float().repeat_interleave(group, dim=1)
-        q_pos = torch.arange(seq_len - (end - start), seq_len)[:, None]
-        k_pos = torch.arange(seq_len)[None, :]
+        q_pos = torch.arange(seq_len - (end - start), seq_len, device=q.device)[:, None]
+        k_pos = torch.arange(seq_len, device=q.device)[None, :]
         visible = k_pos <= q_pos
         if sliding_window:
             visible &= k_pos > q_pos - sliding_window
