@@ -235,6 +235,7 @@ def write_converted_gguf(
     qtype: Q = Q.F32,
     *,
     tokenizer_metadata: Mapping[str, Any] | None = None,
+    expert_qtype: Q = Q.F32,
 ) -> Path:
     """Write an HF Qwen3, Gemma 3 (text) or Phi-3 model as llama.cpp's convert_hf_to_gguf.py
     does: tensor names from gguf-py's TensorNameMap (the converter's own table; Phi-3's fused
@@ -243,7 +244,8 @@ def write_converted_gguf(
     sliding window; mixture-of-experts models with each projection's experts stacked
     (ffn_gate_exps / ffn_up_exps / ffn_down_exps, transformers' gate_up_proj split in two), the
     expert counts and sizes, Mixtral's q/k rows permuted as a Llama's. Matrices as `qtype`,
-    stacked experts and vectors F32; a tied lm_head left out."""
+    stacked experts as `expert_qtype` (each expert's rows quantized as a matrix's), routers and
+    vectors F32; a tied lm_head left out."""
     arch = _CONVERTED_ARCHS[config.model_type]
     names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
     gemma = arch == gguf.MODEL_ARCH.GEMMA3
@@ -275,7 +277,9 @@ def write_converted_gguf(
         if config.tie_word_embeddings and hf_name == "lm_head.weight":
             continue
         for gguf_tensor, values in _converted(hf_name, tensor.detach().to(torch.float32).numpy(), config, names):
-            data, raw_type = encode_tensor(values, qtype if values.ndim == 2 else Q.F32)
+            # Routers stay F32, as the converter and llama-quantize keep them.
+            kind = Q.F32 if ".ffn_gate_inp." in gguf_tensor else {2: qtype, 3: expert_qtype}.get(values.ndim, Q.F32)
+            data, raw_type = encode_tensor(values, kind)
             writer.add_tensor(gguf_tensor, data, raw_dtype=raw_type if raw_type not in (Q.F32, Q.F16) else None)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

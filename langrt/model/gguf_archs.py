@@ -185,11 +185,12 @@ def _mixtral_config(file: ArchFile, base: dict[str, Any]) -> dict[str, Any]:
 
 def hf_parameters(name: str, tensor: Any) -> Iterator[tuple[str, Any]]:
     """The HF parameters one GGUF tensor holds: a stacked experts tensor [experts, rows, cols] is
-    one matrix per expert, under the names transformers' save_pretrained writes (views of it);
-    the shared expert's gate, a vector in GGUF, is HF's [1, hidden]."""
+    one matrix per expert, under the names transformers' save_pretrained writes (views of it; or
+    a list of each expert's QuantizedWeight, kept as blocks); the shared expert's gate, a vector
+    in GGUF, is HF's [1, hidden]."""
     stacked = _STACKED.fullmatch(name)
     if stacked is not None:
-        for expert in range(tensor.shape[0]):
+        for expert in range(len(tensor)):
             yield f"{stacked[1]}.{expert}.{stacked[2]}_proj.weight", tensor[expert]
     elif name.endswith(".shared_expert_gate.weight"):
         yield name, tensor.reshape(1, -1)

@@ -3,7 +3,9 @@ one that is expanded to floats and why: a file's matrices are never dequantized 
 
 A matrix keeps its blocks where langrt's kernels take its type (langrt.model.quant.BLOCK_TYPES)
 and every matrix fused with it (q/k/v, gate/up) has blocks too; mixed block types are fine (they
-multiply as row ranges of one matrix), but a fused matrix part blocks, part floats is not.
+multiply as row ranges of one matrix), but a fused matrix part blocks, part floats is not. A
+3-D stacked experts tensor (a mixture-of-experts file's ffn_*_exps) counts as one matrix here:
+each of its experts is kept as a block matrix of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from typing import Iterable, Protocol, Sequence
 import gguf
 
 logger = logging.getLogger("langrt.model.gguf_loader")
+# Mixture-of-experts tensors: the experts stacked [experts, rows, cols] (one block matrix per
+# expert, kept as blocks), and a layer's router (not a Linear in langrt: its floats pick the experts).
+_EXPERTS = "_exps."
+_ROUTER = ".ffn_gate_inp."
 
 
 class TensorInfo(Protocol):
@@ -31,8 +37,10 @@ def kept_as_blocks(tensors: Iterable[TensorInfo], fused_groups: Iterable[Sequenc
     quantized = {name: t for name, t in infos.items() if _is_quantized(t.ggml_type)}
     expanded: dict[str, str] = {}
     for name, t in quantized.items():
-        if len(t.shape) != 2:
+        if len(t.shape) != (3 if _EXPERTS in name else 2):
             expanded[name] = f"a {len(t.shape)}-D {_type_name(t.ggml_type)} tensor: the block kernels take matrices"
+        elif _ROUTER in name:
+            expanded[name] = "an expert router: langrt scores the experts with plain weights"
         elif t.ggml_type not in BLOCK_TYPES:
             expanded[name] = f"stored as {_type_name(t.ggml_type)}, which langrt's block kernels do not take"
     kept = set(quantized) - set(expanded)

@@ -47,7 +47,11 @@ _GLOBAL_NAMES = {
 }
 # Matrices one fused projection of langrt's model holds: served as blocks only if all are blocks
 # (of one type or several: langrt.model.quant.StackedQuantizedWeight).
-_FUSED_GROUPS = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
+# A mixture-of-experts layer fuses each expert's gate and up, and its shared expert's.
+_FUSED_GROUPS = (
+    ("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"), ("ffn_gate_exps", "ffn_up_exps"),
+    ("ffn_gate_shexp", "ffn_up_shexp"),
+)  # fmt: skip
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 # llama.cpp's converter assumes this when a llama3-scaled config does not say (convert_hf_to_gguf.py).
 _LLAMA3_DEFAULT_ORIGINAL_CONTEXT = 8192
@@ -244,15 +248,19 @@ class GGUFFile:
         return kept_as_blocks(self.tensors.values(), groups, str(self.path))
 
     def _blocks(self, info: GGUFTensorInfo):
-        """A quantized matrix as its blocks (a copy out of the mapping, one row per output)."""
+        """A quantized matrix as its blocks (a copy out of the mapping, one row per output); a
+        stacked experts tensor [E, rows, cols] as a list of E such matrices (its bytes are the
+        experts' matrices one after another)."""
         import torch
 
         from langrt.model.quant import QuantizedWeight
 
-        rows = info.shape[0]
+        rows = math.prod(info.shape[:-1])
         raw = np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
         data = torch.from_numpy(raw.reshape(rows, info.nbytes // rows))  # a view: repacking copies it
-        return QuantizedWeight.from_gguf(data, info.ggml_type, info.shape[1])
+        if len(info.shape) == 2:
+            return QuantizedWeight.from_gguf(data, info.ggml_type, info.shape[-1])
+        return [QuantizedWeight.from_gguf(m, info.ggml_type, info.shape[-1]) for m in data.split(info.shape[1])]
 
     def _tensor(self, info: GGUFTensorInfo, dtype: torch.dtype | str) -> torch.Tensor:
         import torch  # heavy: only where weights are read

@@ -12,7 +12,9 @@ dtype before a token's k products are summed (transformers adds them one by one 
 in ascending expert order: for k = 2 the same value; for more, within a rounding).
 
 --quantization turns the Linears into blocks (attention, dense layers, the shared expert); the
-stacked experts and the routers stay plain.
+stacked experts and the routers stay plain. A GGUF file served as blocks keeps its experts' too:
+each expert's gate_up and down as a QuantizedWeight (StackedExperts.keep_blocks), multiplied by
+the block kernels over the rows that chose it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -31,6 +33,10 @@ from langrt.model.config import ModelConfig
 from langrt.model.layers import Linear, RMSNorm, add_rms_norm, linear, silu_and_mul
 from langrt.model.llama import DenseOps, LlamaAttention, LlamaForCausalLM, LlamaMLP, Rope
 from langrt.model.moe_weights import ExpertLoader, is_expert_tensor
+from langrt.model.quant import QuantizedWeight
+
+# One projection of every expert: stacked plain matrices [E, rows, cols], or one block matrix each.
+ExpertMatrices = torch.Tensor | Sequence[QuantizedWeight]
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,7 @@ class ExpertGroups:
 
 
 def run_experts(
-    x: torch.Tensor, weights: torch.Tensor, groups: ExpertGroups, gate_up: torch.Tensor, down: torch.Tensor
+    x: torch.Tensor, weights: torch.Tensor, groups: ExpertGroups, gate_up: ExpertMatrices, down: ExpertMatrices
 ) -> torch.Tensor:
     """x [T, H] -> [T, H]: per token, the sum over its chosen experts e of its routing weight
     times down[e] @ silu_and_mul(gate_up[e] @ x). One gate_up and one down product per expert
@@ -107,7 +113,7 @@ def run_experts(
     rows = x.index_select(0, groups.tokens)
     outs, start = [], 0
     for e, n in zip(groups.experts, groups.counts):
-        outs.append(linear(silu_and_mul(linear(rows[start : start + n], gate_up[e])), down[e]))
+        outs.append(_product(silu_and_mul(_product(rows[start : start + n], gate_up[e])), down[e]))
         start += n
     weighted = (torch.cat(outs) * weights.flatten().index_select(0, groups.pairs)[:, None]).to(x.dtype)
     # Back in (token, choice) order, then each token's k rows summed. Not index_add_: on CPU it
@@ -115,6 +121,10 @@ def run_experts(
     # 2-core machine, where index_copy_ and sum took microseconds.
     per_pair = torch.empty_like(weighted).index_copy_(0, groups.pairs, weighted)
     return per_pair.view(-1, groups.top_k, x.shape[1]).sum(dim=1)
+
+
+def _product(x: torch.Tensor, w: torch.Tensor | QuantizedWeight) -> torch.Tensor:
+    return w.matmul(x) if isinstance(w, QuantizedWeight) else linear(x, w)
 
 
 class Router(nn.Module):
@@ -127,10 +137,36 @@ class Router(nn.Module):
 
 
 class StackedExperts(nn.Module):
+    """Every expert's gate_up [2I, H] and down [H, I]: stacked plain tensors, or (a GGUF file
+    served as blocks, see keep_blocks) one QuantizedWeight per expert, the stacked tensor then
+    empty. `gate_up_weights` / `down_weights` are what run_experts takes, either way."""
+
     def __init__(self, hidden_size: int, s: MoESettings):
         super().__init__()
         self.gate_up = nn.Parameter(torch.empty(s.num_experts, 2 * s.expert_size, hidden_size))
         self.down = nn.Parameter(torch.empty(s.num_experts, hidden_size, s.expert_size))
+        self.gate_up_blocks: list[QuantizedWeight] | None = None
+        self.down_blocks: list[QuantizedWeight] | None = None
+
+    @property
+    def gate_up_weights(self) -> ExpertMatrices:
+        return self.gate_up if self.gate_up_blocks is None else self.gate_up_blocks
+
+    @property
+    def down_weights(self) -> ExpertMatrices:
+        return self.down if self.down_blocks is None else self.down_blocks
+
+    def keep_blocks(self, gate_up: list[QuantizedWeight] | None, down: list[QuantizedWeight] | None) -> None:
+        """Serve these projections (one weight per expert; None: keep the plain tensor) as
+        blocks; their plain tensors are dropped (as Linear.fill_quantized drops its weight)."""
+        if gate_up is not None:
+            self.gate_up_blocks, self.gate_up = gate_up, _emptied(self.gate_up)
+        if down is not None:
+            self.down_blocks, self.down = down, _emptied(self.down)
+
+
+def _emptied(param: nn.Parameter) -> nn.Parameter:
+    return nn.Parameter(torch.empty(0, dtype=param.dtype, device=param.device), requires_grad=False)
 
 
 class DenseMLP(LlamaMLP):
@@ -156,7 +192,7 @@ class SparseMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights, ids = route(nn.functional.linear(x, self.gate.weight), self.settings)
         groups = ExpertGroups.of(ids, self.settings.num_experts)
-        out = run_experts(x, weights, groups, self.experts.gate_up, self.experts.down)
+        out = run_experts(x, weights, groups, self.experts.gate_up_weights, self.experts.down_weights)
         if self.shared_expert is None:
             return out
         return out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)

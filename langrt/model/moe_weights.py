@@ -8,6 +8,10 @@ transformers' own modules hold them stacked, `layers.L.mlp.experts.gate_up_proj`
 `down_proj` [E, H, I]; a state dict saved as it is has those. Both load. Qwen2-MoE's shared
 expert (`mlp.shared_expert.gate_proj|up_proj|down_proj`) is loaded here too: its intermediate
 size is not the config's, which Llama's loader would use to place the up rows.
+
+A GGUF file served as blocks gives each expert's matrices as QuantizedWeight: they are kept as
+they are (no dequantizing), an expert's gate and up joined into one gate_up (stack_parts), and
+handed to the layer's StackedExperts once every tensor has come (check_complete).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 from torch import nn
 
 from langrt.errors import ModelLoadError
+from langrt.model.quant import QuantizedWeight, stack_parts
 
 _PER_EXPERT = re.compile(r"layers\.(\d+)\.mlp\.experts\.(\d+)\.(w1|w2|w3|gate_proj|up_proj|down_proj)\.weight$")
 _STACKED = re.compile(r"layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
@@ -42,6 +47,7 @@ class ExpertLoader:
     def __init__(self, layers: nn.ModuleList):
         self.layers = layers
         self.filled: set[tuple[int, str, int]] = set()  # (layer, part, expert; -1 the shared expert)
+        self.blocks: dict[int, dict[tuple[str, int], QuantizedWeight]] = {}  # layer -> (part, expert) -> blocks
 
     def take(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in weights:
@@ -50,6 +56,7 @@ class ExpertLoader:
                 yield name, tensor
 
     def check_complete(self) -> None:
+        """Raises if an expert matrix never came; then serves the experts that came as blocks."""
         missing = sorted(self._expected() - self.filled)
         if missing:
             layer, part, expert = missing[0]
@@ -57,6 +64,10 @@ class ExpertLoader:
             raise ModelLoadError(
                 f"checkpoint is missing {len(missing)} expert matrices, e.g. layer {layer} {which}'s {part} projection"
             )
+        for layer, parts in self.blocks.items():
+            count = self.layers[layer].mlp.settings.num_experts
+            gate_up = _blocks_of(layer, parts, ("gate", "up"), count)
+            self.layers[layer].mlp.experts.keep_blocks(gate_up, _blocks_of(layer, parts, ("down",), count))
 
     def _expected(self) -> set[tuple[int, str, int]]:
         expected = set()
@@ -74,7 +85,11 @@ class ExpertLoader:
         """Copy `tensor` where it goes if it is an expert matrix -> whether it was."""
         if (m := _PER_EXPERT.search(name)) is not None:
             layer, part, expert = int(m[1]), _PART[m[3]], int(m[2])
-            self._copy(name, self._per_expert_dest(name, layer, part, expert), tensor, [(layer, part, expert)])
+            dest = self._per_expert_dest(name, layer, part, expert)
+            if isinstance(tensor, QuantizedWeight):
+                self._keep(name, dest, tensor, layer, (part, expert))
+            else:
+                self._copy(name, dest, tensor, [(layer, part, expert)])
         elif (m := _STACKED.search(name)) is not None:
             layer, parts = int(m[1]), (("gate", "up") if m[2] == "gate_up_proj" else ("down",))
             stacked = self._sparse(name, layer).experts
@@ -82,7 +97,10 @@ class ExpertLoader:
             self._copy(name, dest.data, tensor, [(layer, p, e) for p in parts for e in range(dest.shape[0])])
         elif (m := _SHARED.search(name)) is not None:
             layer, part = int(m[1]), _PART[m[2]]
-            self._copy(name, self._shared_dest(name, layer, part), tensor, [(layer, part, -1)])
+            if isinstance(tensor, QuantizedWeight):
+                self._fill_shared_blocks(name, layer, part, tensor)
+            else:
+                self._copy(name, self._shared_dest(name, layer, part), tensor, [(layer, part, -1)])
         else:
             return False
         return True
@@ -118,6 +136,24 @@ class ExpertLoader:
         rows = shared.gate_up_proj.weight.shape[0] // 2
         return shared.gate_up_proj.weight.data.narrow(0, 0 if part == "gate" else rows, rows)
 
+    def _fill_shared_blocks(self, name: str, layer: int, part: str, weight: QuantizedWeight) -> None:
+        """The shared expert is a DenseMLP: its Linears take the blocks (gate and up as row ranges)."""
+        mlp = self._sparse(name, layer)
+        if mlp.shared_expert is None:
+            raise ModelLoadError(f"checkpoint tensor {name}: the config has no shared expert (shared_expert_intermediate_size)")
+        if part == "down":
+            mlp.shared_expert.down_proj.fill_quantized(0, weight)
+        else:
+            offset = 0 if part == "gate" else mlp.settings.shared_expert_size
+            mlp.shared_expert.gate_up_proj.fill_quantized(offset, weight)
+        self.filled.add((layer, part, -1))
+
+    def _keep(self, name: str, dest: torch.Tensor, weight: QuantizedWeight, layer: int, key: tuple[str, int]) -> None:
+        if weight.shape != tuple(dest.shape):
+            raise ModelLoadError(f"{name}: checkpoint shape {weight.shape} != model {tuple(dest.shape)}")
+        self.blocks.setdefault(layer, {})[key] = weight
+        self.filled.add((layer, *key))
+
     def _copy(self, name: str, dest: torch.Tensor, tensor: torch.Tensor, fills: list[tuple[int, str, int]]) -> None:
         if not isinstance(tensor, torch.Tensor):
             raise ModelLoadError(f"{name}: expert matrices load from plain tensors only, not {type(tensor).__name__}")
@@ -125,3 +161,20 @@ class ExpertLoader:
             raise ModelLoadError(f"{name}: checkpoint shape {tuple(tensor.shape)} != model {tuple(dest.shape)}")
         dest.copy_(tensor)
         self.filled.update(fills)
+
+
+def _blocks_of(
+    layer: int, parts: dict[tuple[str, int], QuantizedWeight], names: tuple[str, ...], count: int
+) -> list[QuantizedWeight] | None:
+    """Each expert's `names` projections joined (gate_up) as one block matrix; None where none
+    of them came as blocks."""
+    present = [(p, e) for p in names for e in range(count) if (p, e) in parts]
+    if not present:
+        return None
+    if len(present) < len(names) * count:
+        part, expert = next((p, e) for p in names for e in range(count) if (p, e) not in parts)
+        raise ModelLoadError(
+            f"layer {layer} expert {expert}'s {part} projection is plain floats where the layer's other "
+            f"{'/'.join(names)} expert matrices are blocks: store them in block types, or load with --quantization none"
+        )
+    return [stack_parts([parts[(p, e)] for p in names]) for e in range(count)]

@@ -200,3 +200,42 @@ def test_langrt_serves_the_file_with_transformers_logits(tmp_path, make):
     worst = max_logit_error(model, langrt_pieces(path, lengths=(5, 23, 41)))
     assert set(worst) == {"prefill", "prefix_reuse", "decode"}
     assert max(worst.values()) < TOLERANCE, worst
+
+
+BLOCKS_REL = 5e-4  # relative logit distance, as tests/numerics/test_quant_linear.py's MODEL_REL
+
+
+@pytest.mark.parametrize("make", [tiny_mixtral, tiny_qwen2_moe])  # q/k permuted; a shared expert
+def test_quantized_experts_are_served_as_blocks(tmp_path, caplog, make):
+    """A MoE file with Q8_0 matrices and Q4_0 experts: every expert kept as blocks (the log says
+    so, and no tensor is expanded), and the logits within BLOCKS_REL of the same file dequantized."""
+    from gguf_utils import Q
+    from langrt.model.quant import QuantizedWeight
+    from runner_driver import RunnerDriver, make_runner
+
+    config, model = make()
+    _, metadata, _ = read_header(builtin_model_path())
+    path = write_converted_gguf(
+        tmp_path / "moe.gguf", model.state_dict(), config, Q.Q8_0, tokenizer_metadata=tokenizer_fields(metadata),
+        expert_qtype=Q.Q4_0,
+    )  # fmt: skip
+    with caplog.at_level("INFO", logger="langrt.model.gguf_loader"):
+        blocks = make_runner(path, quantization="auto", max_total_tokens=512)
+    assert "kept in their stored blocks" in caplog.text and "expanded" not in caplog.text
+    assert "6 Q4_0" in caplog.text  # 2 layers' gate, up and down experts
+    for layer in blocks.model.layers:
+        experts = layer.mlp.experts
+        assert experts.gate_up.numel() == 0 and experts.down.numel() == 0  # no float copy kept
+        assert len(experts.gate_up_blocks) == len(experts.down_blocks) == 4
+        assert all(isinstance(w, QuantizedWeight) and w.type_name == "Q4_0" for w in experts.gate_up_blocks + experts.down_blocks)
+        if layer.mlp.shared_expert is not None:
+            assert layer.mlp.shared_expert.gate_up_proj.packed.type_name == "Q8_0"
+    dense = make_runner(path, quantization="none", max_total_tokens=512)
+    assert dense.model.layers[0].mlp.experts.gate_up_blocks is None
+    got, want = RunnerDriver(blocks), RunnerDriver(dense)
+    prompts = [[5, 9, 17, 33, 2, 101, 64, 8], [70, 3]]
+    pairs = list(zip(got.prefill(prompts), want.prefill(prompts)))
+    for step in range(3):
+        pairs.append((got.decode([0, 1], [step, 40 + step]), want.decode([0, 1], [step, 40 + step])))
+    for a, b in pairs:
+        assert ((a.double() - b.double()).norm() / b.double().norm()).item() < BLOCKS_REL
