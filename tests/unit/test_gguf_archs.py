@@ -239,3 +239,32 @@ def test_quantized_experts_are_served_as_blocks(tmp_path, caplog, make):
         pairs.append((got.decode([0, 1], [step, 40 + step]), want.decode([0, 1], [step, 40 + step])))
     for a, b in pairs:
         assert ((a.double() - b.double()).norm() / b.double().norm()).item() < BLOCKS_REL
+
+
+def test_experts_may_mix_block_and_float_projections_but_not_within_gate_up(tmp_path):
+    """Blocks for every expert's gate and up beside float down projections load and give the
+    dequantized model's logits; a gate in blocks beside a float up is refused by name."""
+    from gguf_utils import Q
+    from langrt.errors import ModelLoadError
+    from langrt.model.quant import QuantizedWeight
+    from runner_driver import RunnerDriver, make_runner
+
+    config, model = tiny_olmoe()
+    _, metadata, _ = read_header(builtin_model_path())
+    path = write_converted_gguf(
+        tmp_path / "moe.gguf", model.state_dict(), config, tokenizer_metadata=tokenizer_fields(metadata), expert_qtype=Q.Q8_0
+    )  # fmt: skip
+
+    def weights(floats: str):
+        for name, w in GGUFFile(path).iter_weights(torch.float32, quantized=True):
+            yield name, (w.dequantize(torch.float32) if isinstance(w, QuantizedWeight) and floats in name else w)
+
+    mixed, dense = (make_runner(path, quantization="none", max_total_tokens=512) for _ in range(2))
+    mixed.model.load_weights(weights(".down_proj."))
+    experts = mixed.model.layers[1].mlp.experts
+    assert experts.gate_up_blocks[3].type_name == "Q8_0" and experts.down_blocks is None and experts.down.shape == (4, 64, 128)
+    prompts = [[5, 9, 17, 33, 2, 101, 64, 8], [70, 3]]
+    for a, b in zip(RunnerDriver(mixed).prefill(prompts), RunnerDriver(dense).prefill(prompts)):
+        assert ((a.double() - b.double()).norm() / b.double().norm()).item() < BLOCKS_REL
+    with pytest.raises(ModelLoadError, match="layer 0 expert 0's up projection is plain floats"):
+        make_runner(path, quantization="none", max_total_tokens=512).model.load_weights(weights(".up_proj."))
