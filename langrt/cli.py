@@ -3,6 +3,7 @@
     langrt launch [--model-path PATH] [--port 30000]     # the HTTP server
     langrt router --worker-urls http://127.0.0.1:30001 http://127.0.0.1:30002 --port 30000
     langrt generate "What is the capital of France?" --chat --max-new-tokens 32
+    langrt doctor                                        # versions, CPU path, kernels, caches
 """
 
 from __future__ import annotations
@@ -107,7 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     router = commands.add_parser("router", help="route requests over langrt workers (cache-aware by prefix)")
     add_router_args(router)
     router.set_defaults(handler=_router)
+    doctor = commands.add_parser("doctor", help="print the CPU path, kernels, versions and cache locations (for bug reports)")
+    doctor.set_defaults(handler=_doctor)
     return parser
+
+
+def _doctor(ns: argparse.Namespace) -> int:
+    from langrt.doctor import run
+
+    return run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,9 +6,11 @@ The sources are written in vec.h's helpers and built once per instruction set: f
 (16 floats a vector) where the CPU has it and torch dispatches to it, else for AVX2 + FMA (8; any
 x86-64 since 2013-2015), else as plain C++ on 4-float vectors (`scalar`: NEON on ARM, what the
 compiler makes of it elsewhere). Each is one library, compiled on first use with torch's extension
-builder (g++ and ninja; ~20 s) and cached under torch's extension directory
-($TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), so later processes load it in well
-under a second; `scripts/install.sh` builds the one this CPU runs. `LANGRT_CPU_ISA=avx2` or
+builder (g++ and ninja; 20 s to 2 min) and cached under torch's extension directory
+($TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions) in a directory keyed by the sources'
+hash, the flags and the interpreter, under a lock a killed build cannot leave behind
+(build_cache.py, build_lock.py), so later processes load it in well under a second;
+`scripts/install.sh` builds the one this CPU runs. `LANGRT_CPU_ISA=avx2` or
 `=scalar` takes a lesser build than the CPU could run (for tests and comparisons). Where none can
 be used (no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()` and `layer_ops()` return None and
 the reason is logged once; the model then runs in plain torch.
@@ -20,12 +22,12 @@ import functools
 import logging
 import os
 import pathlib
-import sys
-import time
 from types import SimpleNamespace
 
 import torch
 
+from kernels.cpu import build_cache
+from kernels.cpu.build_cache import LibrarySpec
 from langrt.cpu_features import avx2_unavailable_reason, avx512_unavailable_reason
 
 SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp", "fused_layers.cpp")]
@@ -128,7 +130,7 @@ def build_failure(build) -> str | None:
         build()
         return None
     except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, a failed build: the caller falls back, loudly
-        last_line = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+        last_line = str(exc).strip().splitlines()[-1][:600] if str(exc).strip() else ""
         return f"could not build it ({type(exc).__name__}: {last_line})"
 
 
@@ -151,33 +153,12 @@ def _silu_and_mul(ops, gate_up):
     return out
 
 
-def _build(chosen: str) -> None:
-    from torch.utils import cpp_extension
-
+def library_spec(chosen: str) -> LibrarySpec:
+    """What is built for the ISA `chosen` ('avx512', 'avx2' or 'scalar')."""
     name, namespace, isa_flags = LIBRARIES[chosen]
-    _ninja_on_path()
-    started = time.monotonic()
-    cpp_extension.load(
-        name=name,
-        sources=[str(path) for path in SOURCES],
-        extra_cflags=CFLAGS + isa_flags + [f"-DLANGRT_CPU_NS={namespace}"],
-        is_python_module=False,
-        verbose=False,
-    )
-    took = time.monotonic() - started
-    if took > 2:
-        logger.info("built the CPU kernels (%s) in %.0f s (cached for later runs)", chosen, took)
+    flags = CFLAGS + isa_flags + [f"-DLANGRT_CPU_NS={namespace}"]
+    return LibrarySpec(name, tuple(SOURCES), tuple(flags), f"CPU kernels ({chosen})")
 
 
-
-def _ninja_on_path() -> None:
-    """torch's builder runs `ninja` from PATH; the ninja package puts it next to this interpreter,
-    which is not on PATH when the venv is not activated."""
-    bin_dirs = [os.path.dirname(sys.executable)]
-    try:
-        import ninja
-
-        bin_dirs.insert(0, ninja.BIN_DIR)
-    except ImportError:
-        pass
-    os.environ["PATH"] = os.pathsep.join(bin_dirs + [os.environ.get("PATH", "")])
+def _build(chosen: str) -> None:
+    build_cache.load(library_spec(chosen))

@@ -18,7 +18,6 @@ import logging
 import os
 import pathlib
 import platform
-import time
 
 import torch
 
@@ -129,17 +128,14 @@ def _library_ready() -> bool:
     return False
 
 
+def library_spec():
+    """What is built: one library for every CPU (see above)."""
+    from kernels.cpu.build_cache import LibrarySpec
+
+    return LibrarySpec("langrt_cpu_quant", tuple(SOURCES), tuple(CFLAGS), "quantized CPU kernels")
+
+
 def _build() -> None:
-    from torch.utils import cpp_extension
+    from kernels.cpu import build_cache
 
-    from kernels.cpu import _ninja_on_path
-
-    _ninja_on_path()
-    started = time.monotonic()
-    cpp_extension.load(
-        name="langrt_cpu_quant", sources=[str(path) for path in SOURCES], extra_cflags=CFLAGS,
-        is_python_module=False, verbose=False,
-    )  # fmt: skip
-    took = time.monotonic() - started
-    if took > 2:
-        logger.info("built the quantized CPU kernels in %.0f s (cached for later runs)", took)
+    build_cache.load(library_spec())

@@ -1,0 +1,118 @@
+"""`langrt doctor`: what a bug report needs, one `key: value` line each. It reads, builds nothing
+and never fails: a part that cannot be asked says why on its own line."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Callable
+
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+CACHE_ENV = ("TORCH_EXTENSIONS_DIR", "LANGRT_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_HUB_OFFLINE")
+SETTINGS_ENV = ("LANGRT_CPU_ISA", "LANGRT_CPU_KERNELS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
+
+
+def report() -> list[tuple[str, str]]:
+    lines = [
+        ("python", f"{platform.python_version()} ({sys.executable})"),
+        ("platform", f"{platform.system()} {platform.machine()}"),
+        ("langrt", _asked(_langrt_version)),
+        ("torch", _asked(_torch_version)),
+        ("transformers", _asked(_transformers_version)),
+    ]
+    lines += _cpu_lines()
+    lines += [(name, os.environ.get(name, "(unset)")) for name in SETTINGS_ENV + CACHE_ENV]
+    lines += [("extensions dir", _asked(_extensions_dir)), ("langrt cache dir", _asked(_langrt_cache_dir))]
+    lines += [("hf hub cache", _asked(_hf_hub_cache)), ("built-in model", _asked(_builtin_model))]
+    return lines
+
+
+def run() -> int:
+    for key, value in report():
+        print(f"{key}: {value}")
+    return 0
+
+
+def _cpu_lines() -> list[tuple[str, str]]:
+    from langrt.cpu_features import cpu_flags, torch_cpu_capability
+
+    flags = cpu_flags()
+    present = " ".join(f"{flag}={'yes' if flag in flags else 'no'}" for flag in CPU_FLAGS)
+    return [
+        ("cpu flags", present),
+        ("torch cpu capability", _asked(torch_cpu_capability)),
+        ("cpu path", _asked(_cpu_path)),
+        ("cpu kernels", _asked(_kernels_status)),
+        ("quantized cpu kernels", _asked(_quant_status)),
+    ]
+
+
+def _asked(question: Callable[[], str]) -> str:
+    try:
+        return str(question())
+    except Exception as exc:  # noqa: BLE001 - a report of what is broken must not break itself
+        return f"unknown ({type(exc).__name__}: {str(exc).strip()[:200]})"
+
+
+def _langrt_version() -> str:
+    from langrt.version import __version__
+
+    return __version__
+
+
+def _torch_version() -> str:
+    import torch
+
+    return f"{torch.__version__} (threads: {torch.get_num_threads()})"
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _cpu_path() -> str:
+    import kernels.cpu
+
+    return kernels.cpu.isa()
+
+
+def _kernels_status() -> str:
+    import kernels.cpu
+    from kernels.cpu import build_cache
+
+    reason = kernels.cpu.unavailable_reason()
+    return f"off ({reason})" if reason else build_cache.status(kernels.cpu.library_spec(kernels.cpu.isa()))
+
+
+def _quant_status() -> str:
+    from kernels.cpu import build_cache, quant
+
+    reason = quant.unavailable_reason()
+    return f"off ({reason})" if reason else f"{quant.describe_isa()}; {build_cache.status(quant.library_spec())}"
+
+
+def _extensions_dir() -> str:
+    from kernels.cpu import build_cache
+
+    return str(build_cache.roots()[0])
+
+
+def _langrt_cache_dir() -> str:
+    from pathlib import Path
+
+    return str(os.environ.get("LANGRT_CACHE_DIR") or Path.home() / ".cache" / "langrt")  # as langrt.constrained.native.build
+
+
+def _hf_hub_cache() -> str:
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE
+
+
+def _builtin_model() -> str:
+    from langrt.builtin import builtin_model_path
+
+    return str(builtin_model_path())
