@@ -81,10 +81,19 @@ def ensure_built(spec: LibrarySpec, compile_fn: Compile, timeout_s: float | None
         if (path := built_library(directory)) is not None:
             return path
     directory = writable_dir(spec)
-    timeout = timeout_s if timeout_s is not None else float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+    timeout = timeout_s if timeout_s is not None else build_timeout()
     waiting = functools.partial(_log_wait, spec, directory / LOCK, timeout)
     with BuildLock(directory / LOCK, timeout, on_wait=waiting):
         return built_library(directory) or _build(spec, directory, compile_fn)
+
+
+def build_timeout() -> float:
+    """Seconds to wait for another process's build: $LANGRT_KERNEL_BUILD_TIMEOUT, else 600."""
+    text = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        return float(text) if text else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds") from None
 
 
 def status(spec: LibrarySpec) -> str:

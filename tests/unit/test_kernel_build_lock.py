@@ -161,3 +161,24 @@ def test_a_failed_build_publishes_nothing(spec):
         build_cache.ensure_built(spec, failing)
     assert build_cache.built_library(build_cache.candidate_dirs(spec)[0]) is None
     assert build_cache.ensure_built(spec, fake_compile([])).is_file()
+
+
+def test_the_wait_is_set_by_its_variable(monkeypatch):
+    monkeypatch.delenv(build_cache.TIMEOUT_ENV, raising=False)
+    assert build_cache.build_timeout() == build_cache.DEFAULT_TIMEOUT_S
+    monkeypatch.setenv(build_cache.TIMEOUT_ENV, "2.5")
+    assert build_cache.build_timeout() == 2.5
+    monkeypatch.setenv(build_cache.TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match="LANGRT_KERNEL_BUILD_TIMEOUT='soon'"):
+        build_cache.build_timeout()
+
+
+def test_a_timed_out_wait_reaches_the_caller_as_one_clear_reason(spec):
+    from kernels.cpu import build_failure
+
+    directory = build_cache.writable_dir(spec)
+    fd = hold_flock(directory / build_cache.LOCK, Owner.me())
+    reason = build_failure(lambda: build_cache.ensure_built(spec, fake_compile([]), timeout_s=0.3))
+    os.close(fd)
+    assert reason.startswith("could not build it (BuildLockTimeout: waited 0.3 s for the lock ")
+    assert str(directory / build_cache.LOCK) in reason and reason.endswith("runs without the kernels)")
