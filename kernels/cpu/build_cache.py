@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from kernels.cpu.build_lock import BuildLock, Owner
+from kernels.cpu.build_lock import BuildLock, Owner, read_owner
 
 logger = logging.getLogger("langrt.kernels.cpu")
 
@@ -107,7 +107,11 @@ def status(spec: LibrarySpec) -> str:
             except (OSError, RuntimeError) as exc:
                 return f"built but does not load ({type(exc).__name__}: {str(exc).strip()[:200]}): {path}"
             return f"built, loads: {path}"
-    return f"not built yet: first use builds it (20 s to 2 min) into {candidate_dirs(spec)[0]}; `python -m kernels.cpu` builds it now"
+    directory = candidate_dirs(spec)[0]
+    owner, _ = read_owner(directory / LOCK)
+    if owner is not None and not owner.gone():
+        return f"being built now by {owner.describe()}, into {directory}"
+    return f"not built yet: first use builds it (20 s to 2 min) into {directory}; `python -m kernels.cpu` builds it now"
 
 
 def built_library(directory: Path) -> Path | None:

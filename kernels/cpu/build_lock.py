@@ -145,11 +145,7 @@ class BuildLock:
         return True
 
     def _read_owner(self) -> tuple[Owner | None, int | None]:
-        try:
-            with open(self.path) as record:
-                return Owner.parse(record.read()), os.fstat(record.fileno()).st_ino
-        except FileNotFoundError:
-            return None, None
+        return read_owner(self.path)
 
     def _break(self, owner: Owner, inode: int | None) -> None:
         try:
@@ -167,6 +163,15 @@ class BuildLock:
             f"CPU kernels; if that process is stuck, {kill}and start again (the lock goes with it); "
             f"LANGRT_KERNEL_BUILD_TIMEOUT sets this wait, LANGRT_CPU_KERNELS=0 runs without the kernels"
         )
+
+
+def read_owner(path: Path) -> tuple[Owner | None, int | None]:
+    """The owner a lock file names (None where it names none) and the file's inode."""
+    try:
+        with open(path) as record:
+            return Owner.parse(record.read()), os.fstat(record.fileno()).st_ino
+    except FileNotFoundError:
+        return None, None
 
 
 def _same_file(fd: int, path: Path) -> bool:

@@ -49,6 +49,7 @@ def hold_flock(path: Path, owner: Owner) -> int:
     """Another holder of the lock (a second open file: flocks conflict even within one process)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.ftruncate(fd, 0)
     os.write(fd, owner.dumps().encode())
     return fd
 
@@ -182,3 +183,14 @@ def test_a_timed_out_wait_reaches_the_caller_as_one_clear_reason(spec):
     os.close(fd)
     assert reason.startswith("could not build it (BuildLockTimeout: waited 0.3 s for the lock ")
     assert str(directory / build_cache.LOCK) in reason and reason.endswith("runs without the kernels)")
+
+
+def test_status_says_whether_a_build_exists_is_under_way_or_neither(spec):
+    directory = build_cache.candidate_dirs(spec)[0]
+    assert build_cache.status(spec).startswith(f"not built yet: first use builds it (20 s to 2 min) into {directory}")
+    directory.mkdir(parents=True)
+    (directory / build_cache.LOCK).write_text(Owner(Owner.me().host, dead_pid(), "", time.time()).dumps())
+    assert build_cache.status(spec).startswith("not built yet")  # a killed build's record
+    fd = hold_flock(directory / build_cache.LOCK, Owner.me())
+    assert build_cache.status(spec).startswith(f"being built now by pid {os.getpid()}")
+    os.close(fd)
