@@ -26,43 +26,17 @@ from langrt.builtin import builtin_model_path
 # import triton without it whatever the caller's environment says.
 os.environ.pop("TRITON_INTERPRET", None)
 
-TINY_DIMS = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=2048,
-    vocab_size=49152,
-)
-
 
 def build_tiny_model(kind: str, path, seed: int = 0, **overrides):
-    """Save a seeded random tiny `kind` ('llama' | 'qwen2') model with the built-in tokenizer."""
+    """Save a seeded random tiny `kind` ('llama' | 'qwen2') model with the built-in tokenizer
+    (tiny_arch.write_tiny_checkpoint, which any architecture's tests use)."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    from langrt.tokenizer.loader import load_tokenizer
+    from tiny_arch import write_tiny_checkpoint
 
     config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[kind]
-    tokenizer = load_tokenizer(builtin_model_path())
-    config = config_cls(
-        **{**TINY_DIMS, **overrides},
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=overrides.get("tie_word_embeddings", kind == "qwen2"),
-    )
-    torch.manual_seed(seed)
-    model = model_cls(config).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            # Every tensor random (biases too, so a misplaced bias shows), norms around 1.
-            if "norm" in name:
-                param.copy_(1.0 + 0.1 * torch.randn_like(param))
-            else:
-                param.copy_(0.08 * torch.randn_like(param))
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return model
+    overrides.setdefault("tie_word_embeddings", kind == "qwen2")
+    return write_tiny_checkpoint(config_cls, model_cls, path, seed=seed, **overrides)
 
 
 @pytest.fixture(scope="session")
