@@ -46,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from kernels.grammar_bitmask import apply_token_bitmask_reference
+    from langrt_kernels.grammar_bitmask import apply_token_bitmask_reference
 
     dtype = getattr(torch, args.dtype)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype} logits; ms per call, median / best")

@@ -56,7 +56,7 @@ def measure(types: list[str], count: int, passes: int) -> list[dict]:
     float32 / bfloat16 values (what a matrix the kernels do not take costs: a plain weight's
     single row is at::mv), the runs interleaved pass by pass (a busy machine then slows every
     one alike): the median and the fastest pass of each."""
-    from kernels.cpu import quant
+    from langrt_kernels.cpu import quant
 
     weights = {qtype: matrices(qtype, count) for qtype in types}
     x = {dtype: torch.randn(1, SIDE).to(dtype) for dtype in (torch.float32, torch.bfloat16)}
@@ -103,7 +103,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     if args.isa:
         os.environ["LANGRT_CPU_ISA"] = args.isa
-    from kernels.cpu import quant
+    from langrt_kernels.cpu import quant
 
     if not quant.available():
         sys.exit(f"the quantized CPU kernels are off here: {quant.unavailable_reason()}")

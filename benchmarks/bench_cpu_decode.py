@@ -46,7 +46,7 @@ from bench_offline import (  # noqa: E402
 )  # fmt: skip
 
 import langrt  # noqa: E402
-from kernels.cpu import LAYER_DISABLE_ENV  # noqa: E402
+from langrt_kernels.cpu import LAYER_DISABLE_ENV  # noqa: E402
 from langrt.cpu_features import fast_bf16  # noqa: E402
 from langrt.model.fused_layers import ENV as FUSED_LAYERS_ENV  # noqa: E402
 from langrt.builtin import builtin_model_path  # noqa: E402

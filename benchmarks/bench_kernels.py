@@ -82,10 +82,7 @@ def copy_bandwidth_gbs() -> float:
 def bench_decode_attention(batch: int, context: int, ceilings: dict, heads=32, kv_heads=8, dim=128, device="cuda") -> dict:
     import triton.testing
 
-    from langrt import kernels_package
-
-    kernels_package()  # refuses a foreign top-level `kernels`
-    from kernels.decode_attention import decode_attention_reference, decode_attention_triton, default_num_kv_splits
+    from langrt_kernels.decode_attention import decode_attention_reference, decode_attention_triton, default_num_kv_splits
 
     device, dtype = torch.device(device), torch.bfloat16
     slots = batch * context
@@ -190,10 +187,7 @@ def bench_bitmask(rows: int, vocab: int, dtype: torch.dtype, ceilings: dict, dev
     the reference first, then timed; beside it, masked_fill_ with the mask already unpacked."""
     import triton.testing
 
-    from langrt import kernels_package
-
-    kernels_package()
-    from kernels.grammar_bitmask import apply_token_bitmask_reference, apply_token_bitmask_triton
+    from langrt_kernels.grammar_bitmask import apply_token_bitmask_reference, apply_token_bitmask_triton
 
     words = (vocab + 31) // 32
     gen = torch.Generator(device=device).manual_seed(0)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_cpu_decode import LlamaCppRunner, engine_with_env, long_prompt_ids  # noqa: E402
 from bench_offline import cpu_flags_summary  # noqa: E402
 
-from kernels.cpu import SEGMENTS_ENV  # noqa: E402
+from langrt_kernels.cpu import SEGMENTS_ENV  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 NEW_TOKENS = 128

@@ -128,7 +128,7 @@ def cpu_flags_summary() -> list[str]:
 
 
 def kernels_off() -> str | None:
-    from kernels.cpu import unavailable_reason
+    from langrt_kernels.cpu import unavailable_reason
 
     return unavailable_reason()
 

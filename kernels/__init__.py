@@ -1,8 +1,6 @@
-"""langrt's Triton kernels, each with a validated launcher and a torch reference.
+"""langrt's kernels: Triton kernels, each with a validated launcher and a torch reference, and the
+C++ CPU kernels in `cpu/`.
 
-PyPI has an unrelated distribution that also installs a top-level `kernels` module. langrt code
-imports this package through `langrt.kernels_package()`, which checks the marker below and
-fails with a clear message rather than silently using the other one.
+This folder installs as `langrt_kernels`, so PyPI's unrelated top-level `kernels` package (which
+transformers imports for some models) can live in the same environment.
 """
-
-LANGRT_KERNELS = True

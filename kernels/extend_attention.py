@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_device, check_float, check_index, check_same_dtype, dot_precision, interpreted
+from langrt_kernels._launch import check_device, check_float, check_index, check_same_dtype, dot_precision, interpreted
 
 _LAUNCHER = "extend_attention_triton"
 _LOG2E = 1.4426950408889634

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_device, check_float, check_same_dtype, interpreted
+from langrt_kernels._launch import check_device, check_float, check_same_dtype, interpreted
 
 _LAUNCHER = "rms_norm_triton"
 # One row is one tile in registers; wider rows would spill (no Llama-family model comes close).

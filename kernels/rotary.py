@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_device, check_float, check_same_dtype, interpreted
+from langrt_kernels._launch import check_device, check_float, check_same_dtype, interpreted
 
 _LAUNCHER = "rotary_embedding_triton"
 

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_device, check_float, interpreted
+from langrt_kernels._launch import check_device, check_float, interpreted
 
 _LAUNCHER = "silu_and_mul_triton"
 _MAX_BLOCK = 2048

@@ -23,15 +23,3 @@ def __getattr__(name: str):
         return ServerArgs
     raise AttributeError(f"module 'langrt' has no attribute {name!r}")
 
-
-def kernels_package():
-    """langrt's top-level `kernels` package, refusing a same-named package from elsewhere."""
-    import importlib
-
-    module = importlib.import_module("kernels")
-    if not getattr(module, "LANGRT_KERNELS", False):
-        raise ImportError(
-            f"the 'kernels' module at {getattr(module, '__file__', '?')} is not langrt's (another "
-            "distribution installs a top-level 'kernels'); uninstall it or reinstall langrt"
-        )
-    return module

@@ -74,28 +74,28 @@ def _transformers_version() -> str:
 
 
 def _cpu_path() -> str:
-    import kernels.cpu
+    import langrt_kernels.cpu as kernels_cpu
 
-    return kernels.cpu.isa()
+    return kernels_cpu.isa()
 
 
 def _kernels_status() -> str:
-    import kernels.cpu
-    from kernels.cpu import build_cache
+    import langrt_kernels.cpu as kernels_cpu
+    from langrt_kernels.cpu import build_cache
 
-    reason = kernels.cpu.unavailable_reason()
-    return f"off ({reason})" if reason else build_cache.status(kernels.cpu.library_spec(kernels.cpu.isa()))
+    reason = kernels_cpu.unavailable_reason()
+    return f"off ({reason})" if reason else build_cache.status(kernels_cpu.library_spec(kernels_cpu.isa()))
 
 
 def _quant_status() -> str:
-    from kernels.cpu import build_cache, quant
+    from langrt_kernels.cpu import build_cache, quant
 
     reason = quant.unavailable_reason()
     return f"off ({reason})" if reason else f"{quant.describe_isa()}; {build_cache.status(quant.library_spec())}"
 
 
 def _extensions_dir() -> str:
-    from kernels.cpu import build_cache
+    from langrt_kernels.cpu import build_cache
 
     return str(build_cache.roots()[0])
 

@@ -58,7 +58,7 @@ if env["cuda"]:
     env.update(gpu=p.name, sms=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1), cuda_runtime=torch.version.cuda)
 git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
 env["commit"] = git.stdout.strip() or "unknown (no .git in this copy)"
-import langrt.model.model_runner, langrt.model.cuda_graph, kernels.decode_attention  # noqa: F401  (importable without the C++ build)
+import langrt.model.model_runner, langrt.model.cuda_graph, langrt_kernels.decode_attention  # noqa: F401  (importable without the C++ build)
 print(json.dumps(env))
 EOF
 say "env: $(cat "$WORK/env.json")"

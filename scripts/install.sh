@@ -29,5 +29,5 @@ fi
 "${pip[@]}" --no-deps sglang==0.5.23
 # Build langrt's CPU attention kernel now (~10 s, cached) rather than on the first launch; where it
 # cannot be built this says why and langrt runs attention in plain torch.
-.venv/bin/python -m kernels.cpu
+.venv/bin/python -m langrt_kernels.cpu
 echo "install.sh: ready (.venv)"

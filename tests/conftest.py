@@ -4,7 +4,7 @@ The tests by layer: unit/ (fast, no model process), numerics/ (the kernels: atte
 bitmask, and the model's logits, against references), e2e/ (a live Engine, server or scheduler
 over a model) and reliability/ (the stress runs at CI scale). Helpers shared across layers
 (runner_driver, server_utils, gguf_utils) sit here, and this directory is on sys.path for them;
-so no folder here may be named `kernels`: it would shadow langrt's top-level `kernels` package.
+so no folder here may share a name with a package langrt imports.
 
 Tiny models are saved as ordinary HF directories (config.json + safetensors + tokenizer files)
 so tests exercise the real loading path. They borrow the built-in model's tokenizer (vocab

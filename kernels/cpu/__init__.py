@@ -26,8 +26,8 @@ from types import SimpleNamespace
 
 import torch
 
-from kernels.cpu import build_cache
-from kernels.cpu.build_cache import LibrarySpec
+from langrt_kernels.cpu import build_cache
+from langrt_kernels.cpu.build_cache import LibrarySpec
 from langrt.cpu_features import avx2_unavailable_reason, avx512_unavailable_reason
 
 SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp", "fused_layers.cpp")]

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from kernels.cpu.build_lock import BuildLock, Owner, read_owner
+from langrt_kernels.cpu.build_lock import BuildLock, Owner, read_owner
 
 logger = logging.getLogger("langrt.kernels.cpu")
 
@@ -111,7 +111,7 @@ def status(spec: LibrarySpec) -> str:
     owner, _ = read_owner(directory / LOCK)
     if owner is not None and not owner.gone():
         return f"being built now by {owner.describe()}, into {directory}"
-    return f"not built yet: first use builds it (20 s to 2 min) into {directory}; `python -m kernels.cpu` builds it now"
+    return f"not built yet: first use builds it (20 s to 2 min) into {directory}; `python -m langrt_kernels.cpu` builds it now"
 
 
 def built_library(directory: Path) -> Path | None:

@@ -119,7 +119,7 @@ def reset() -> None:
 
 @functools.cache
 def _library_ready() -> bool:
-    from kernels.cpu import build_failure
+    from langrt_kernels.cpu import build_failure
 
     reason = unavailable_reason() or build_failure(_build)
     if reason is None:
@@ -130,12 +130,12 @@ def _library_ready() -> bool:
 
 def library_spec():
     """What is built: one library for every CPU (see above)."""
-    from kernels.cpu.build_cache import LibrarySpec
+    from langrt_kernels.cpu.build_cache import LibrarySpec
 
     return LibrarySpec("langrt_cpu_quant", tuple(SOURCES), tuple(CFLAGS), "quantized CPU kernels")
 
 
 def _build() -> None:
-    from kernels.cpu import build_cache
+    from langrt_kernels.cpu import build_cache
 
     build_cache.load(library_spec())

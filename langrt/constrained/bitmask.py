@@ -233,9 +233,6 @@ def _apply_indexed(logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.T
 
 
 def _triton_module():
-    from langrt import kernels_package
-
-    kernels_package()  # refuses a foreign top-level `kernels`
-    import kernels.grammar_bitmask
+    import langrt_kernels.grammar_bitmask
 
     return kernels.grammar_bitmask

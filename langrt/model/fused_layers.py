@@ -97,7 +97,7 @@ def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torc
     args = pool() if pool is not None else None
     if args is None or _load_cpu_kernels() is None:
         return None
-    from kernels.cpu import quant as quant_kernels, torch_ops
+    from langrt_kernels.cpu import quant as quant_kernels, torch_ops
 
     k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, heads, kv_heads, scale = args
     isa = quant_kernels.op_isa()

@@ -237,10 +237,7 @@ def _fused_kernels(x: torch.Tensor) -> SimpleNamespace | None:
 @functools.cache
 def _load_cpu_kernels() -> SimpleNamespace | None:
     """None where the C++ library cannot be used (kernels.cpu logs why, once)."""
-    from langrt import kernels_package
-
-    kernels_package()  # refuses a foreign top-level `kernels`
-    from kernels.cpu import layer_ops
+    from langrt_kernels.cpu import layer_ops
 
     return layer_ops()
 
@@ -250,12 +247,9 @@ def _load_fused_kernels() -> SimpleNamespace | None:
     """None when triton is not installed (a CUDA build of torch normally ships it)."""
     if importlib.util.find_spec("triton") is None:
         return None
-    from langrt import kernels_package
-
-    kernels_package()  # refuses a foreign top-level `kernels`
-    rms = importlib.import_module("kernels.rms_norm")
-    rotary = importlib.import_module("kernels.rotary")
-    act = importlib.import_module("kernels.silu_and_mul")
+    rms = importlib.import_module("langrt_kernels.rms_norm")
+    rotary = importlib.import_module("langrt_kernels.rotary")
+    act = importlib.import_module("langrt_kernels.silu_and_mul")
     return SimpleNamespace(
         rms_norm=rms.rms_norm_triton, rotary=rotary.rotary_embedding_triton, silu_and_mul=act.silu_and_mul_triton
     )

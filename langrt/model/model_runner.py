@@ -51,7 +51,7 @@ class ModelRunner:
         self.dtype = args.torch_dtype
         if self.device.type == "cpu":
             torch.set_num_threads(args.num_threads)
-            from kernels.cpu import isa, unavailable_reason
+            from langrt_kernels.cpu import isa, unavailable_reason
 
             logger.info(describe_path(args.dtype, unavailable_reason(), isa()))
         gguf_blocks, why = serve_gguf_blocks(args, source)

@@ -68,7 +68,7 @@ _vnni_max_rows = 0
 
 def set_pass(decode: bool, decoding: bool = False) -> None:
     global _decode_pass, _fly_max_rows, _vnni_max_rows, _f32_prompt_min_rows
-    from kernels.cpu import quant
+    from langrt_kernels.cpu import quant
 
     _decode_pass = decode or decoding  # no prompt rows: a single row of it takes the blocks
     _fly_max_rows = FLY_MAX_ROWS if (decode or decoding) and quant.bf16_rows() else 0
@@ -114,7 +114,7 @@ class QuantizedWeight:
     @classmethod
     def from_gguf(cls, rows: torch.Tensor, ggml_type: int, in_features: int) -> "QuantizedWeight":
         """From a GGUF tensor's bytes, uint8 [out, row bytes]."""
-        from kernels.cpu.quant import repack
+        from langrt_kernels.cpu.quant import repack
         from langrt.model import kquants
 
         if ggml_type in kquants.SUPER_BYTES:
@@ -177,12 +177,12 @@ class QuantizedWeight:
         return vnni_max_rows(self.ggml_type)
 
     def _blocks_matmul(self, x: torch.Tensor) -> torch.Tensor:
-        from kernels.cpu.quant import quant_linear
+        from langrt_kernels.cpu.quant import quant_linear
 
         return quant_linear(x, self.data, self.ggml_type)
 
     def _fly_matmul(self, x: torch.Tensor) -> torch.Tensor:
-        from kernels.cpu.quant import dense_linear
+        from langrt_kernels.cpu.quant import dense_linear
 
         return dense_linear(x, self.data, self.ggml_type)
 
@@ -192,7 +192,7 @@ class QuantizedWeight:
 
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
         """The weight's values, [out, in] in `dtype` (exact in float32)."""
-        from kernels.cpu.quant import dequantize
+        from langrt_kernels.cpu.quant import dequantize
 
         direct = dtype if dtype in (torch.float32, torch.bfloat16) else torch.float32  # the kernel's outputs
         return dequantize(self.data, self.ggml_type, self.in_features, direct).to(dtype)
@@ -281,7 +281,7 @@ def describe_blocks(model) -> str:
     if copies:
         copy_mb = 2 * sum(w.out_features * w.in_features for w in weights) / 1e6
         line += f"; bfloat16 copies ({copy_mb:.0f} MB) for prompts and passes of many rows, where oneDNN's GEMM is faster"
-    from kernels.cpu import quant
+    from langrt_kernels.cpu import quant
 
     vnni = copies and quant.vnni_rows() and any(w.ggml_type in VNNI_TYPES for w in weights)  # copies: bfloat16 activations
     if vnni:
@@ -304,7 +304,7 @@ def plain_quantization(args, source) -> tuple[str | None, str]:
             f"--quantization {args.quantization} quantizes plain weights; {source.path} is GGUF, already quantized: "
             "--quantization auto serves its blocks as stored"
         )
-    from kernels.cpu import quant
+    from langrt_kernels.cpu import quant
 
     if not quant.available():
         raise ModelLoadError(
@@ -328,7 +328,7 @@ def serve_gguf_blocks(args, source) -> tuple[bool, str]:
         return False, f"{dequantized} (the quantized kernels take float32 or bfloat16 activations)"
     if args.enable_torch_compile:
         return False, f"{dequantized} (--enable-torch-compile compiles plain weights)"
-    from kernels.cpu import quant
+    from langrt_kernels.cpu import quant
 
     if not quant.available():
         return False, f"{dequantized} (quantized kernels off: {quant.unavailable_reason() or 'they could not be built'})"

@@ -27,8 +27,8 @@ BOUND_S = 900
 CHILD = """
 import logging, pathlib, sys
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-import kernels.cpu as cpu
-from kernels.cpu import build_cache
+import langrt_kernels.cpu as cpu
+from langrt_kernels.cpu import build_cache
 spec = cpu.library_spec(cpu.isa())
 folder = pathlib.Path(sys.argv[1])
 spec = build_cache.LibrarySpec(spec.name, tuple(folder / p.name for p in spec.sources), spec.cflags, spec.label)

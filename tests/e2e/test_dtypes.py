@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import langrt
-from kernels.cpu import isa
+from langrt_kernels.cpu import isa
 from langrt.cpu_features import avx512_unavailable_reason, fast_bf16
 
 pytestmark = pytest.mark.slow

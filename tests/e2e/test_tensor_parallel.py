@@ -54,7 +54,7 @@ def _assert_same(one: list[dict], two: list[dict], tol: float) -> None:
     ids=["llama-kv2-divides-ngram", "qwen2-kv3-splits-2-1-torch-attention-gloo", "llama-kv1-replicated-int8"],
 )
 def test_tp2_equals_tp1_on_tiny_models(new_engine, tiny_model_builder, tmp_path, monkeypatch, kind, dims, settings, tol):
-    from kernels.cpu import quant
+    from langrt_kernels.cpu import quant
 
     if "quantization" in settings and not quant.available():
         pytest.skip("--quantization int8 needs the quantized CPU kernels, which are off (LANGRT_CPU_KERNELS=0)")

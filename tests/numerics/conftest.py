@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.cpu import ISA_ENV, available_isas, reset
+from langrt_kernels.cpu import ISA_ENV, available_isas, reset
 
 
 @pytest.fixture(scope="module", params=available_isas() or ["none"])

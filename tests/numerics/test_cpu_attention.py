@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kernels.cpu import paged_attention, reset, unavailable_reason
+from langrt_kernels.cpu import paged_attention, reset, unavailable_reason
 
 needs_kernel = pytest.mark.skipif(unavailable_reason() is not None, reason=f"CPU kernel unavailable: {unavailable_reason()}")
 

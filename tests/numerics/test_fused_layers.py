@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.cpu import unavailable_reason
+from langrt_kernels.cpu import unavailable_reason
 from langrt.model import fused_layers
 from runner_driver import RunnerDriver, make_runner
 
@@ -105,7 +105,7 @@ def test_builtin_model_on_its_blocks_gives_the_per_layer_loops_bits(smollm_path,
 def test_a_long_float32_prompt_on_blocks_gives_the_loops_bits(tiny_paths, monkeypatch, whole_passes):
     """A float32 prompt of F32_PROMPT_MIN_ROWS rows or more multiplies the dequantized weights (and
     fewer rows, decodes and drafts the blocks): the fused pass does as the loop does."""
-    from kernels.cpu import quant as quant_kernels
+    from langrt_kernels.cpu import quant as quant_kernels
     from langrt.model import quant
 
     calls = []

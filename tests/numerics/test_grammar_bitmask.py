@@ -92,7 +92,7 @@ def case_tensors(case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_reference_matches_naive_loop(case):
-    from kernels.grammar_bitmask import apply_token_bitmask_reference
+    from langrt_kernels.grammar_bitmask import apply_token_bitmask_reference
 
     logits, bitmask, indices = case_tensors(case)
     expected = logits.clone()
@@ -103,7 +103,7 @@ def test_reference_matches_naive_loop(case):
 
 def test_reference_bans_something_and_keeps_the_rest():
     # Guards the comparisons above against two no-ops agreeing.
-    from kernels.grammar_bitmask import apply_token_bitmask_reference
+    from langrt_kernels.grammar_bitmask import apply_token_bitmask_reference
 
     logits = make_logits(3, 100, torch.float32, seed=0)
     original = logits.clone()
@@ -120,7 +120,7 @@ def test_reference_bans_something_and_keeps_the_rest():
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_cpu_path_matches_reference(case):
-    from kernels.grammar_bitmask import apply_token_bitmask_reference
+    from langrt_kernels.grammar_bitmask import apply_token_bitmask_reference
 
     logits, bitmask, indices = case_tensors(case)
     expected = logits.clone()
@@ -139,7 +139,7 @@ def test_cpu_path_matches_reference(case):
     ],
 )
 def test_cpu_path_matches_reference_on_model_sizes(rows, vocab, indices):
-    from kernels.grammar_bitmask import apply_token_bitmask_reference
+    from langrt_kernels.grammar_bitmask import apply_token_bitmask_reference
 
     tokenizer_vocab = 151665 if vocab == 151936 else vocab
     mask_rows = rows if indices is None else len(indices)
@@ -268,7 +268,7 @@ BAD_CALLS = _bad_calls()
 @pytest.mark.parametrize("entry", ["apply_token_bitmask", "apply_token_bitmask_reference", "apply_token_bitmask_triton"])
 @pytest.mark.parametrize("bad", BAD_CALLS, ids=[b[0] for b in BAD_CALLS])
 def test_bad_arguments_are_refused_with_a_reason(entry, bad):
-    import kernels.grammar_bitmask as kernel_module
+    import langrt_kernels.grammar_bitmask as kernel_module
 
     fn = apply_token_bitmask if entry == "apply_token_bitmask" else getattr(kernel_module, entry)
     _, args, error, message = bad
@@ -277,7 +277,7 @@ def test_bad_arguments_are_refused_with_a_reason(entry, bad):
 
 
 def test_launcher_refuses_cpu_tensors_outside_the_interpreter():
-    import kernels.grammar_bitmask as kernel_module
+    import langrt_kernels.grammar_bitmask as kernel_module
 
     if kernel_module.is_interpreted():
         pytest.fail("this process imported triton with TRITON_INTERPRET=1; run the tests without it")
@@ -317,7 +317,7 @@ def _interpreter_worker() -> dict:
     os.environ["TRITON_INTERPRET"] = "1"  # before kernels (and so triton) is imported
     import triton
 
-    import kernels.grammar_bitmask as kernel_module
+    import langrt_kernels.grammar_bitmask as kernel_module
 
     report = {"interpreted": kernel_module.is_interpreted(), "triton_version": triton.__version__, "cases": {}}
     for case in CASES:
@@ -346,7 +346,7 @@ def _interpreter_worker() -> dict:
 @pytest.mark.parametrize("indices", [None, [7, 0, 3, 3, 30]], ids=["rows", "indices"])
 @pytest.mark.parametrize("vocab,words", [(49152, 1536), (151936, 4740), (1000, 40)])
 def test_cuda_dispatch_matches_reference(dtype, indices, vocab, words):
-    from kernels.grammar_bitmask import apply_token_bitmask_reference
+    from langrt_kernels.grammar_bitmask import apply_token_bitmask_reference
 
     rows = 32
     bitmask = make_bitmask(rows if indices is None else len(indices), words, seed=vocab).cuda()

@@ -128,7 +128,7 @@ def _sdpa_one(q, k_buffer, v_buffer, slots, q_pos, window):
 
 @pytest.mark.parametrize("case", DECODE_CASES, ids=[c["id"] for c in DECODE_CASES])
 def test_decode_reference_matches_sdpa(case):
-    from kernels.decode_attention import decode_attention_reference
+    from langrt_kernels.decode_attention import decode_attention_reference
 
     a = decode_args(case)
     out = decode_attention_reference(**a, sliding_window=case["window"])
@@ -140,7 +140,7 @@ def test_decode_reference_matches_sdpa(case):
 
 @pytest.mark.parametrize("case", EXTEND_CASES, ids=[c["id"] for c in EXTEND_CASES])
 def test_extend_reference_matches_sdpa(case):
-    from kernels.extend_attention import extend_attention_reference
+    from langrt_kernels.extend_attention import extend_attention_reference
 
     a, max_extend = extend_args(case)
     out = extend_attention_reference(**a, max_extend_len=max_extend, sliding_window=case["window"])
@@ -155,7 +155,7 @@ def test_extend_reference_matches_sdpa(case):
 
 def test_references_see_the_prefix_and_the_window():
     # Guards the comparisons against masks that hide nothing or everything.
-    from kernels.extend_attention import extend_attention_reference
+    from langrt_kernels.extend_attention import extend_attention_reference
 
     a, max_extend = extend_args(EXTEND_CASES[0])
     full = extend_attention_reference(**a, max_extend_len=max_extend)
@@ -214,7 +214,7 @@ EXTEND_BAD = _extend_bad_calls()
 @pytest.mark.parametrize("entry", ["decode_attention_triton", "decode_attention_reference"])
 @pytest.mark.parametrize("bad", DECODE_BAD, ids=[b[0] for b in DECODE_BAD])
 def test_decode_bad_arguments_are_refused_with_a_reason(entry, bad):
-    import kernels.decode_attention as module
+    import langrt_kernels.decode_attention as module
 
     _, kwargs, error, message = bad
     with pytest.raises(error, match=message):
@@ -224,7 +224,7 @@ def test_decode_bad_arguments_are_refused_with_a_reason(entry, bad):
 @pytest.mark.parametrize("entry", ["extend_attention_triton", "extend_attention_reference"])
 @pytest.mark.parametrize("bad", EXTEND_BAD, ids=[b[0] for b in EXTEND_BAD])
 def test_extend_bad_arguments_are_refused_with_a_reason(entry, bad):
-    import kernels.extend_attention as module
+    import langrt_kernels.extend_attention as module
 
     _, kwargs, error, message = bad
     with pytest.raises(error, match=message):
@@ -232,15 +232,15 @@ def test_extend_bad_arguments_are_refused_with_a_reason(entry, bad):
 
 
 def test_decode_launcher_refuses_zero_splits():
-    from kernels.decode_attention import decode_attention_triton
+    from langrt_kernels.decode_attention import decode_attention_triton
 
     with pytest.raises(ValueError, match="num_kv_splits must be >= 1, got 0"):
         decode_attention_triton(**decode_args(DECODE_CASES[0]), num_kv_splits=0)
 
 
 def test_launchers_refuse_tensors_on_two_devices():
-    from kernels.decode_attention import decode_attention_triton
-    from kernels.extend_attention import extend_attention_triton
+    from langrt_kernels.decode_attention import decode_attention_triton
+    from langrt_kernels.extend_attention import extend_attention_triton
 
     args = decode_args(DECODE_CASES[0])
     with pytest.raises(ValueError, match="seq_lens is on meta but q is on cpu; move them to one device"):
@@ -251,8 +251,8 @@ def test_launchers_refuse_tensors_on_two_devices():
 
 
 def test_launchers_refuse_cpu_tensors_outside_the_interpreter():
-    import kernels.decode_attention as decode
-    import kernels.extend_attention as extend
+    import langrt_kernels.decode_attention as decode
+    import langrt_kernels.extend_attention as extend
 
     if decode.is_interpreted() or extend.is_interpreted():
         pytest.fail("this process imported triton with TRITON_INTERPRET=1; run the tests without it")
@@ -353,7 +353,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 @needs_cuda
 @pytest.mark.parametrize("case", DECODE_CASES, ids=[c["id"] for c in DECODE_CASES])
 def test_decode_kernel_on_cuda_matches_reference(case):
-    from kernels.decode_attention import decode_attention_reference, decode_attention_triton
+    from langrt_kernels.decode_attention import decode_attention_reference, decode_attention_triton
 
     a = {name: t.cuda() for name, t in decode_args(case).items()}
     out = decode_attention_triton(**a, sliding_window=case["window"], num_kv_splits=case["splits"])
@@ -363,7 +363,7 @@ def test_decode_kernel_on_cuda_matches_reference(case):
 @needs_cuda
 @pytest.mark.parametrize("case", EXTEND_CASES, ids=[c["id"] for c in EXTEND_CASES])
 def test_extend_kernel_on_cuda_matches_reference(case):
-    from kernels.extend_attention import extend_attention_reference, extend_attention_triton
+    from langrt_kernels.extend_attention import extend_attention_reference, extend_attention_triton
 
     a, max_extend = extend_args(case)
     a = {name: t.cuda() for name, t in a.items()}
@@ -393,8 +393,8 @@ def _compare(out: torch.Tensor, expected: torch.Tensor, dtype: str) -> str:
 
 
 def _run_kernel_cases(report: dict) -> None:
-    from kernels.decode_attention import decode_attention_reference, decode_attention_triton
-    from kernels.extend_attention import extend_attention_reference, extend_attention_triton
+    from langrt_kernels.decode_attention import decode_attention_reference, decode_attention_triton
+    from langrt_kernels.extend_attention import extend_attention_reference, extend_attention_triton
 
     for case in DECODE_CASES:
         a = decode_args(case)
@@ -474,7 +474,7 @@ def _run_model_cases(report: dict, model_dirs: dict[str, str]) -> None:
 
 def _interpreter_worker(tiny_dir: str, windowed_dir: str) -> dict:
     os.environ["TRITON_INTERPRET"] = "1"  # before kernels (and so triton) is imported
-    import kernels.decode_attention as decode
+    import langrt_kernels.decode_attention as decode
 
     report = {"interpreted": decode.is_interpreted(), "decode": {}, "extend": {}, "models": {}}
     _run_kernel_cases(report)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.cpu import unavailable_reason
+from langrt_kernels.cpu import unavailable_reason
 from langrt.model import layers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def torch_ops_only(monkeypatch):
 @pytest.mark.usefixtures("torch_ops_only")
 @pytest.mark.parametrize("case", NORM_CASES, ids=[c["id"] for c in NORM_CASES])
 def test_rms_norm_reference_is_the_models_norm(case):
-    from kernels.rms_norm import rms_norm_reference
+    from langrt_kernels.rms_norm import rms_norm_reference
 
     x, weight, residual = norm_tensors(case)
     module = layers.RMSNorm(case["hidden"], 1e-5).to(weight.dtype)
@@ -112,7 +112,7 @@ def test_rms_norm_reference_is_the_models_norm(case):
 @pytest.mark.usefixtures("torch_ops_only")
 @pytest.mark.parametrize("case", ROTARY_CASES, ids=[c["id"] for c in ROTARY_CASES])
 def test_rotary_reference_is_the_models_rotary(case):
-    from kernels.rotary import rotary_embedding_reference
+    from langrt_kernels.rotary import rotary_embedding_reference
 
     qkv, cos, sin = rotary_tensors(case)
     width = (case["q_heads"] + case["k_heads"]) * case["dim"]
@@ -127,7 +127,7 @@ def test_rotary_reference_is_the_models_rotary(case):
 @pytest.mark.usefixtures("torch_ops_only")
 @pytest.mark.parametrize("case", SILU_CASES, ids=[c["id"] for c in SILU_CASES])
 def test_silu_and_mul_reference_is_the_models_activation(case):
-    from kernels.silu_and_mul import silu_and_mul_reference
+    from langrt_kernels.silu_and_mul import silu_and_mul_reference
 
     gate_up = silu_tensors(case)
     assert torch.equal(silu_and_mul_reference(gate_up), layers.silu_and_mul(gate_up))
@@ -149,8 +149,8 @@ def _one_ulp(dtype: torch.dtype, want: torch.Tensor) -> torch.Tensor:
 @pytest.mark.usefixtures("cpu_isa")
 @pytest.mark.parametrize("case", [c for c in NORM_CASES if c["dtype"] in CPU_DTYPES], ids=lambda c: c["id"])
 def test_cpu_rms_norm_kernel_is_the_reference_to_one_ulp(case):
-    from kernels.cpu import layer_ops
-    from kernels.rms_norm import rms_norm_reference
+    from langrt_kernels.cpu import layer_ops
+    from langrt_kernels.rms_norm import rms_norm_reference
 
     x, weight, residual = norm_tensors(case)
     dtype = DTYPES[case["dtype"]]
@@ -178,8 +178,8 @@ def test_cpu_rms_norm_kernel_is_the_reference_to_one_ulp(case):
 @pytest.mark.usefixtures("cpu_isa")
 @pytest.mark.parametrize("case", [c for c in ROTARY_CASES if c["dtype"] in CPU_DTYPES], ids=lambda c: c["id"])
 def test_cpu_rotary_kernel_is_the_reference_bit_for_bit(case):
-    from kernels.cpu import layer_ops
-    from kernels.rotary import rotary_embedding_reference
+    from langrt_kernels.cpu import layer_ops
+    from langrt_kernels.rotary import rotary_embedding_reference
 
     qkv, cos, sin = rotary_tensors(case)
     want, got = qkv.clone(), qkv.clone()
@@ -196,8 +196,8 @@ def test_cpu_rotary_kernel_is_the_reference_bit_for_bit(case):
 @pytest.mark.usefixtures("cpu_isa")
 @pytest.mark.parametrize("case", [c for c in SILU_CASES if c["dtype"] in CPU_DTYPES and c["width"] % 16 == 0], ids=lambda c: c["id"])
 def test_cpu_silu_and_mul_kernel_is_the_reference_to_one_ulp(case):
-    from kernels.cpu import layer_ops
-    from kernels.silu_and_mul import silu_and_mul_reference
+    from langrt_kernels.cpu import layer_ops
+    from langrt_kernels.silu_and_mul import silu_and_mul_reference
 
     gate_up = silu_tensors(case)
     dtype = DTYPES[case["dtype"]]
@@ -217,7 +217,7 @@ def test_cpu_silu_and_mul_kernel_is_the_reference_to_one_ulp(case):
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 def test_cpu_kernels_give_each_row_the_same_bits_alone_or_batched(dtype):
     """What keeps jump-forward's larger passes from changing a row's numbers."""
-    from kernels.cpu import layer_ops
+    from langrt_kernels.cpu import layer_ops
 
     ops, dt = layer_ops(), DTYPES[dtype]
     gen = torch.Generator().manual_seed(0)
@@ -243,7 +243,7 @@ def test_cpu_kernels_give_each_row_the_same_bits_alone_or_batched(dtype):
 @needs_cpu_kernels
 @pytest.mark.usefixtures("cpu_isa")
 def test_cpu_kernels_refuse_what_they_cannot_take():
-    from kernels.cpu import torch_ops
+    from langrt_kernels.cpu import torch_ops
 
     ops = torch_ops()
     x, w = torch.zeros(2, 64), torch.ones(64)
@@ -272,7 +272,7 @@ def test_cpu_layers_never_import_triton():
         "layers.RMSNorm(64, 1e-6)(x, x)\n"
         "layers.silu_and_mul(x)\n"
         "layers.apply_rotary(x, torch.ones(3, 1, 8), torch.zeros(3, 1, 8), 16)\n"
-        "triton_kernels = [m for m in sys.modules if m.startswith('kernels.') and m.split('.')[1] != 'cpu']\n"
+        "triton_kernels = [m for m in sys.modules if m.startswith('langrt_kernels.') and m.split('.')[1] != 'cpu']\n"
         "assert not any(m == 'triton' or m.startswith('triton.') for m in sys.modules) and not triton_kernels, sorted(sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, timeout=120)
@@ -311,15 +311,15 @@ def test_bad_arguments_are_refused_with_a_reason(flavour, bad):
     import importlib
 
     name, args, error, message = bad
-    module = importlib.import_module(f"kernels.{name.removesuffix('_embedding')}")
+    module = importlib.import_module(f"langrt_kernels.{name.removesuffix('_embedding')}")
     with pytest.raises(error, match=message):
         getattr(module, f"{name}_{flavour}")(*args)
 
 
 def test_launchers_refuse_cpu_tensors_outside_the_interpreter():
-    from kernels.rms_norm import rms_norm_triton
-    from kernels.rotary import rotary_embedding_triton
-    from kernels.silu_and_mul import silu_and_mul_triton
+    from langrt_kernels.rms_norm import rms_norm_triton
+    from langrt_kernels.rotary import rotary_embedding_triton
+    from langrt_kernels.silu_and_mul import silu_and_mul_triton
 
     with pytest.raises(ValueError, match="rms_norm_triton needs CUDA tensors, got cpu; use langrt.model.layers.rms_norm"):
         rms_norm_triton(torch.zeros(2, 64), torch.ones(64), 1e-6)
@@ -367,7 +367,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 @needs_cuda
 @pytest.mark.parametrize("case", NORM_CASES, ids=[c["id"] for c in NORM_CASES])
 def test_rms_norm_kernel_on_cuda_is_the_models_norm(case):
-    from kernels.rms_norm import rms_norm_reference
+    from langrt_kernels.rms_norm import rms_norm_reference
 
     x, weight, residual = (None if t is None else t.cuda() for t in norm_tensors(case))
     module = layers.RMSNorm(case["hidden"], 1e-5).to(device="cuda", dtype=weight.dtype)
@@ -382,7 +382,7 @@ def test_rms_norm_kernel_on_cuda_is_the_models_norm(case):
 @needs_cuda
 @pytest.mark.parametrize("case", ROTARY_CASES, ids=[c["id"] for c in ROTARY_CASES])
 def test_rotary_kernel_on_cuda_is_the_models_rotary(case):
-    from kernels.rotary import rotary_embedding_reference
+    from langrt_kernels.rotary import rotary_embedding_reference
 
     qkv, cos, sin = (t.cuda() for t in rotary_tensors(case))
     width = (case["q_heads"] + case["k_heads"]) * case["dim"]
@@ -395,7 +395,7 @@ def test_rotary_kernel_on_cuda_is_the_models_rotary(case):
 @needs_cuda
 @pytest.mark.parametrize("case", SILU_CASES, ids=[c["id"] for c in SILU_CASES])
 def test_silu_and_mul_kernel_on_cuda_is_the_models_activation(case):
-    from kernels.silu_and_mul import silu_and_mul_reference
+    from langrt_kernels.silu_and_mul import silu_and_mul_reference
 
     gate_up = silu_tensors(case).cuda()
     assert _compare(layers.silu_and_mul(gate_up), silu_and_mul_reference(gate_up), case["dtype"]) == "ok"
@@ -417,7 +417,7 @@ def _guarded(run) -> str:
 
 
 def _norm_case(case: dict) -> str:
-    from kernels.rms_norm import rms_norm_reference, rms_norm_triton
+    from langrt_kernels.rms_norm import rms_norm_reference, rms_norm_triton
 
     x, weight, residual = norm_tensors(case)
     if residual is None:
@@ -427,7 +427,7 @@ def _norm_case(case: dict) -> str:
 
 
 def _rotary_case(case: dict) -> str:
-    from kernels.rotary import rotary_embedding_reference, rotary_embedding_triton
+    from langrt_kernels.rotary import rotary_embedding_reference, rotary_embedding_triton
 
     qkv, cos, sin = rotary_tensors(case)
     expected, got = qkv.clone(), qkv.clone()
@@ -440,7 +440,7 @@ def _rotary_case(case: dict) -> str:
 
 
 def _silu_case(case: dict) -> str:
-    from kernels.silu_and_mul import silu_and_mul_reference, silu_and_mul_triton
+    from langrt_kernels.silu_and_mul import silu_and_mul_reference, silu_and_mul_triton
 
     gate_up = silu_tensors(case)
     return _compare(silu_and_mul_triton(gate_up), silu_and_mul_reference(gate_up), case["dtype"])
@@ -448,7 +448,7 @@ def _silu_case(case: dict) -> str:
 
 def _interpreter_worker() -> dict:
     os.environ["TRITON_INTERPRET"] = "1"  # before kernels (and so triton) is imported
-    import kernels.rms_norm as rms
+    import langrt_kernels.rms_norm as rms
 
     return {
         "interpreted": rms.is_interpreted(),

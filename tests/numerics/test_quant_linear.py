@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from gguf_utils import Q, random_k_quant_rows, write_gguf, write_q4_k_m_like
-from kernels.cpu import quant
+from langrt_kernels.cpu import quant
 from langrt.model.quant import QuantizedWeight
 
 pytestmark = pytest.mark.skipif(not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.cpu import quant
+from langrt_kernels.cpu import quant
 from langrt.errors import ModelLoadError
 from langrt.model.layers import Linear
 from langrt.model.quant import PLAIN_QUANTIZATIONS, Q4_1, Q8_0, QuantizedWeight

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gguf_utils import Q, random_k_quant_rows
-from kernels.cpu import quant
+from langrt_kernels.cpu import quant
 from langrt.model.quant import QuantizedWeight
 from langrt.parallel.shard import take_columns, take_rows
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kernels.cpu import build_cache
-from kernels.cpu.build_cache import LibrarySpec
-from kernels.cpu.build_lock import BuildLock, BuildLockTimeout, Owner
+from langrt_kernels.cpu import build_cache
+from langrt_kernels.cpu.build_cache import LibrarySpec
+from langrt_kernels.cpu.build_lock import BuildLock, BuildLockTimeout, Owner
 
 
 @pytest.fixture
@@ -175,7 +175,7 @@ def test_the_wait_is_set_by_its_variable(monkeypatch):
 
 
 def test_a_timed_out_wait_reaches_the_caller_as_one_clear_reason(spec):
-    from kernels.cpu import build_failure
+    from langrt_kernels.cpu import build_failure
 
     directory = build_cache.writable_dir(spec)
     fd = hold_flock(directory / build_cache.LOCK, Owner.me())

@@ -47,10 +47,7 @@ class CpuAttentionBackend(TorchAttentionBackend):
         if problem is not None:
             logger.warning("CPU attention kernel not used: %s; attention runs in plain torch", problem)
             return
-        from langrt import kernels_package
-
-        kernels_package()  # refuses a foreign top-level `kernels`
-        from kernels.cpu import isa, paged_attention
+        from langrt_kernels.cpu import isa, paged_attention
 
         self.kernel = paged_attention()
         self.kernel_isa = isa()

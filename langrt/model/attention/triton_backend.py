@@ -84,10 +84,7 @@ class _TritonAttention(Attention):
 
 
 def _kernel_module(name: str):
-    from langrt import kernels_package
-
-    kernels_package()  # refuses a foreign top-level `kernels`
-    return importlib.import_module(f"kernels.{name}")
+    return importlib.import_module(f"langrt_kernels.{name}")
 
 
 def _check_runs_on(device: torch.device, kernels) -> None:
