@@ -19,6 +19,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 QUANTIZATIONS = ("auto", "none", "int8", "int4", "fp8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 GRAMMAR_BACKENDS = ("langrt", "xgrammar", "llguidance")
+REASONING_PARSERS = ("qwen3", "deepseek-r1")  # entrypoints/reasoning_parser.PARSERS
 SPECULATIVE_ALGORITHMS = ("NGRAM", "DRAFT")
 # Drafts per request and pass at most, per algorithm (--speculative-num-draft-tokens overrides).
 # Why 16 for n-grams: a pass of 17 rows costs about 1.5x one of 9 (SmolLM2, bf16, 2 cores) while
@@ -50,6 +51,7 @@ class ServerArgs:
     disable_radix_cache: bool = _flag("do not reuse KV across requests (the baseline for benchmarks)", default=False)
     grammar_compile_timeout: float = _flag("seconds a grammar may take to compile before its request fails (a regex whose automaton explodes)", default=10.0)
     grammar_backend: str = _flag("engine for regex / json_schema / ebnf / choices / structural_tag constraints: langrt's own (the only one with jump-forward), or the xgrammar or llguidance package (docs/grammar_backends.md)", GRAMMAR_BACKENDS, default="langrt")
+    reasoning_parser: str | None = _flag("reasoning models: split the output's thinking (<think>...</think>) into reasoning_content on /v1/chat/completions, and hold response_format / regex / tool-call grammars to the answer after it (qwen3, deepseek-r1; docs/reasoning.md)", default=None)
     disable_jump_forward: bool = _flag("decode grammar-forced text token by token instead of appending it in one step", default=False)
     speculative_algorithm: str | None = _flag("speculative decoding: NGRAM = drafts copied from where the request's last tokens occurred before (its prompt and output, recent outputs); DRAFT = drafts a smaller model with the same tokenizer generates (--speculative-draft-model-path); verified in the next pass, outputs are what they would be without it (docs/architecture.md)", default=None)
     speculative_draft_model_path: str | None = _flag("the draft model of --speculative-algorithm DRAFT: an HF directory or .gguf file of a model with the target's tokenizer", default=None)
@@ -105,6 +107,8 @@ class ServerArgs:
         if missing is not None:
             raise ValueError(missing)
         _check_speculative(self)
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(f"--reasoning-parser must be one of {', '.join(REASONING_PARSERS)}; got {self.reasoning_parser!r}")
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
             raise ValueError(f"--mem-fraction-static must be in (0, 1); got {self.mem_fraction_static}")
 

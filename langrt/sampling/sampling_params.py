@@ -30,6 +30,7 @@ _BOOL_FIELDS = (
     "skip_special_tokens",
     "spaces_between_special_tokens",
     "no_stop_trim",
+    "reasoning",
 )
 _GRAMMAR_FIELDS = ("regex", "json_schema", "ebnf", "structural_tag")
 _STR_TUPLE_FIELDS = ("stop", "stop_regex")
@@ -73,6 +74,10 @@ class SamplingParams:
     structural_tag: str | None = None  # SGLang's structural tag, canonical JSON (constrained/structural_tag.py)
     choices: tuple[str, ...] | None = None  # output is exactly one of these strings
     seed: int | None = None
+    # The output opens with a reasoning model's thinking, ended by the server's end-of-thinking
+    # token (--reasoning-parser); a grammar constrains only what follows that token.
+    reasoning: bool = False
+    max_reasoning_tokens: int | None = None  # thinking tokens before the end token is forced
 
     def __post_init__(self) -> None:
         self._normalize_containers()
@@ -80,6 +85,7 @@ class SamplingParams:
         self._check_ranges()
         self._check_stops()
         self._check_grammar()
+        self._check_reasoning()
 
     # ---- construction from untyped input -------------------------------------------------
 
@@ -228,6 +234,18 @@ class SamplingParams:
             _require_json_schema(self.json_schema)
         elif self.json_schema_options:
             raise InvalidRequest("json_schema_options needs a json_schema", param="json_schema_options")
+
+    def _check_reasoning(self) -> None:
+        budget = self.max_reasoning_tokens
+        if budget is None:
+            return
+        _require_int("max_reasoning_tokens", budget)
+        _require(0 <= budget < _INT64_LIMIT, "max_reasoning_tokens", ">= 0", budget)
+        if not self.reasoning:
+            raise InvalidRequest(
+                "max_reasoning_tokens needs reasoning: true (an output that opens with its thinking)",
+                param="max_reasoning_tokens",
+            )
 
 
 _FIELD_NAMES = frozenset(f.name for f in fields(SamplingParams))

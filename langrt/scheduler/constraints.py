@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from langrt.constrained.reasoning import ThinkTokens, think_then
 from langrt.constrained.spec import GrammarSpec
 from langrt.errors import InvalidRequest
 from langrt.scheduler.req import FinishReason, Req
@@ -127,6 +128,17 @@ def advance_grammar(req: Req, token: int, eos_token_id: int | None) -> None:
         raise RuntimeError(f"request {req.rid}: sampled token {token} that its grammar forbids")
     if matcher.is_terminated():
         req.finish(FinishReason.by_stop(token if token in matcher.grammar.vocab.eos_token_ids else eos_token_id))
+
+
+def think_first(req: Req, tokens: ThinkTokens | None) -> None:
+    """A reasoning request (params.reasoning) gets a matcher that lets it think before its
+    grammar applies (constrained/reasoning.py), and one that bounds its thinking where it has
+    no grammar but a budget. Nothing for other requests."""
+    p = req.params
+    if not p.reasoning or (req.matcher is None and p.max_reasoning_tokens is None):
+        return
+    assert tokens is not None, "validation refuses reasoning requests on a server without --reasoning-parser"
+    req.matcher = think_then(tokens, req.matcher, p.max_reasoning_tokens)
 
 
 def certain_tail(req: Req) -> list[int]:

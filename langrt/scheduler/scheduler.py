@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import torch
 
 from langrt.constrained.backend import prechecked
+from langrt.constrained.reasoning import think_tokens_for
 from langrt.constrained.spec import GrammarSpec
 from langrt.errors import InvalidRequest
-from langrt.scheduler.constraints import GrammarQueue
+from langrt.scheduler.constraints import GrammarQueue, think_first
 from langrt.tokenizer.incremental_decoder import IncrementalDecoder
 from langrt.scheduler.logprob_collector import collect_input_logprobs
 from langrt.scheduler.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
@@ -96,6 +97,7 @@ class Scheduler:
         self.grammar_queue = GrammarQueue(self._make_grammar_service)
         self.grammar_timeout_s = args.grammar_compile_timeout
         self.grammar_backend = args.grammar_backend
+        self.think_tokens = think_tokens_for(args.reasoning_parser, tokenizer.encode, runner.vocab_size, self.stop_checker.eos_token_ids)
         self.failed: list[tuple[Req, InvalidRequest]] = []  # refused after arrival (grammar errors)
         self.stats = SchedulerStats()
         self.emitter = TokenEmitter(
@@ -110,6 +112,8 @@ class Scheduler:
     def validate(self, req: Req) -> None:
         """Refuse what can never run: raise InvalidRequest / CapacityExceeded naming the cause."""
         validate_request(req.input_ids, req.params, self.limits, grammar=prechecked(self.grammar_backend))
+        if req.params.reasoning and self.think_tokens is None:
+            raise InvalidRequest("reasoning needs a server started with --reasoning-parser", param="reasoning")
 
     def add_request(self, req: Req) -> None:
         self.validate(req)
@@ -124,6 +128,7 @@ class Scheduler:
             req.generator = make_generator(p.seed, self.runner.device)
         spec = GrammarSpec.from_params(p)
         if spec is None:
+            think_first(req, self.think_tokens)
             self.waiting.append(req)
         else:
             self.grammar_queue.add(req, spec)
@@ -186,6 +191,8 @@ class Scheduler:
         """Run one forward pass; return the requests whose output changed in it (a new token,
         input logprobs, or finishing)."""
         ready, failed = self.grammar_queue.collect()
+        for req in ready:
+            think_first(req, self.think_tokens)
         self.waiting.extend(ready)
         self.failed += failed
         decode, retracted = self._prepare_decode()
