@@ -10,7 +10,7 @@ from typing import Callable
 
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
 CACHE_ENV = ("TORCH_EXTENSIONS_DIR", "LANGRT_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_HUB_OFFLINE")
-SETTINGS_ENV = ("LANGRT_CPU_ISA", "LANGRT_CPU_KERNELS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
+SETTINGS_ENV = ("LANGRT_CPU_ISA", "LANGRT_CPU_KERNELS", "LANGRT_CPU_KERNELS_PREBUILT", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
 
 
 def report() -> list[tuple[str, str]]:
@@ -43,6 +43,7 @@ def _cpu_lines() -> list[tuple[str, str]]:
         ("cpu flags", present),
         ("torch cpu capability", _asked(torch_cpu_capability)),
         ("cpu path", _asked(_cpu_path)),
+        ("prebuilt cpu kernels", _asked(_prebuilt_status)),
         ("cpu kernels", _asked(_kernels_status)),
         ("quantized cpu kernels", _asked(_quant_status)),
     ]
@@ -85,6 +86,17 @@ def _kernels_status() -> str:
 
     reason = kernels_cpu.unavailable_reason()
     return f"off ({reason})" if reason else build_cache.status(kernels_cpu.library_spec(kernels_cpu.isa()))
+
+
+def _prebuilt_status() -> str:
+    """What the package shipped (a `pip install .` / wheel build with torch), or that it shipped none."""
+    from langrt_kernels.cpu import build_sources
+
+    records = build_sources.read_manifest()
+    if records is None:
+        return f"none shipped in {build_sources.PREBUILT_DIR} (a source checkout, an editable install or a build without torch: built on first use)"
+    torch_versions = sorted({record.get("torch", "?") for record in records.values()})
+    return f"{', '.join(sorted(records))} for torch {', '.join(torch_versions)}, in {build_sources.PREBUILT_DIR}"
 
 
 def _quant_status() -> str:

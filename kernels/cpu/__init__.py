@@ -5,12 +5,14 @@ add + RMSNorm, rotary, SiLU-and-mul).
 The sources are written in vec.h's helpers and built once per instruction set: for AVX-512F
 (16 floats a vector) where the CPU has it and torch dispatches to it, else for AVX2 + FMA (8; any
 x86-64 since 2013-2015), else as plain C++ on 4-float vectors (`scalar`: NEON on ARM, what the
-compiler makes of it elsewhere). Each is one library, compiled on first use with torch's extension
-builder (g++ and ninja; 20 s to 2 min) and cached under torch's extension directory
-($TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions) in a directory keyed by the sources'
-hash, the flags and the interpreter, under a lock a killed build cannot leave behind
-(build_cache.py, build_lock.py), so later processes load it in well under a second;
-`scripts/install.sh` builds the one this CPU runs. `LANGRT_CPU_ISA=avx2` or
+compiler makes of it elsewhere). Each is one library (its sources and flags: build_sources.py).
+A package build (`pip install .`, a wheel) compiles all three ahead of time and a process loads
+the one its CPU runs. Where none is shipped (a source checkout, an editable install) or it does
+not fit this torch, it is compiled on first use with torch's extension builder (g++ and ninja; 20
+s to 2 min) and cached under torch's extension directory ($TORCH_EXTENSIONS_DIR, default
+~/.cache/torch_extensions) in a directory keyed by the sources' hash, the flags and the
+interpreter, under a lock a killed build cannot leave behind (build_cache.py, build_lock.py), so
+later processes load it in well under a second; `scripts/install.sh` builds the one this CPU runs. `LANGRT_CPU_ISA=avx2` or
 `=scalar` takes a lesser build than the CPU could run (for tests and comparisons). Where none can
 be used (no compiler, LANGRT_CPU_KERNELS=0) `paged_attention()` and `layer_ops()` return None and
 the reason is logged once; the model then runs in plain torch.
@@ -21,30 +23,20 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import pathlib
 from types import SimpleNamespace
 
 import torch
 
-from langrt_kernels.cpu import build_cache
+from langrt_kernels.cpu import build_cache, build_sources
 from langrt_kernels.cpu.build_cache import LibrarySpec
 from langrt.cpu_features import avx2_unavailable_reason, avx512_unavailable_reason
 
-SOURCES = [pathlib.Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp", "fused_layers.cpp")]
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
 LAYER_DISABLE_ENV = "LANGRT_CPU_LAYER_KERNELS"  # =0: this library off, the quantized products on (for comparisons)
 SEGMENTS_ENV = "LANGRT_CPU_ATTENTION_SEGMENTS"  # =0: paged_attention takes long rows whole (for comparisons)
 ISA_ENV = "LANGRT_CPU_ISA"
-# Per ISA: the library's name, its op namespace, and the instructions the build targets (exactly
-# these, so it runs on any CPU that has them).
-LIBRARIES = {
-    "avx512": ("langrt_cpu_kernels", "langrt_cpu", ["-mavx512f", "-mfma"]),
-    "avx2": ("langrt_cpu_kernels_avx2", "langrt_cpu_avx2", ["-mavx2", "-mfma"]),
-    "scalar": ("langrt_cpu_kernels_scalar", "langrt_cpu_scalar", ["-DLANGRT_CPU_SCALAR"]),
-}
-# -fopenmp: at::parallel_for is a no-op without it. -ffp-contract=off: a product and a sum written
-# apart stay apart (rounded as torch rounds them), never fused into one FMA behind our back.
-CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
+# Per ISA: the library's name, its op namespace and its -m flags (build_sources, which setup.py reads too).
+LIBRARIES = build_sources.LAYER_ISAS
 
 logger = logging.getLogger("langrt.kernels.cpu")
 
@@ -155,9 +147,8 @@ def _silu_and_mul(ops, gate_up):
 
 def library_spec(chosen: str) -> LibrarySpec:
     """What is built for the ISA `chosen` ('avx512', 'avx2' or 'scalar')."""
-    name, namespace, isa_flags = LIBRARIES[chosen]
-    flags = CFLAGS + isa_flags + [f"-DLANGRT_CPU_NS={namespace}"]
-    return LibrarySpec(name, tuple(SOURCES), tuple(flags), f"CPU kernels ({chosen})")
+    library = build_sources.layer_library(chosen)
+    return LibrarySpec(library.name, library.sources, library.cflags, f"CPU kernels ({chosen})")
 
 
 def _build(chosen: str) -> None:

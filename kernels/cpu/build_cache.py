@@ -1,4 +1,9 @@
-"""Where langrt's CPU-kernel libraries are built, and found again by later processes.
+"""Where langrt's CPU-kernel libraries are found, or built and found again by later processes.
+
+A package build (`pip install .`, a wheel: setup.py) compiles them ahead of time into
+langrt_kernels/cpu/prebuilt/ with a manifest naming the sources' hash and the torch and Python
+they were built for; a process loads that copy where it fits (prebuilt()), and otherwise, or with
+$LANGRT_CPU_KERNELS_PREBUILT=0, builds on first use as below.
 
 Each library lives in a directory of its own, named by a key: the hash of its sources (every
 .cpp and .h beside them), its compiler flags, the interpreter and the torch build. So two
@@ -31,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from langrt_kernels.cpu import build_sources
 from langrt_kernels.cpu.build_lock import BuildLock, Owner, read_owner
 
 logger = logging.getLogger("langrt.kernels.cpu")
@@ -38,26 +44,29 @@ logger = logging.getLogger("langrt.kernels.cpu")
 MARKER = "library.json"
 LOCK = "build.lock"
 TIMEOUT_ENV = "LANGRT_KERNEL_BUILD_TIMEOUT"
+PREBUILT_ENV = "LANGRT_CPU_KERNELS_PREBUILT"  # =0: the package's prebuilt libraries are ignored, built on first use
 # A build takes 20 s to 2 min on 2 busy cores; a wait 5 times the slowest is a stuck builder.
 DEFAULT_TIMEOUT_S = 600.0
 
 
 @dataclasses.dataclass(frozen=True)
 class LibrarySpec:
-    """One C++ library: its name (also the file's), sources and compiler flags."""
+    """One C++ library: its name (also the file's), sources and compiler flags, and where a
+    package build put its prebuilt copy (build_sources.PREBUILT_DIR; see prebuilt())."""
 
     name: str
     sources: tuple[Path, ...]
     cflags: tuple[str, ...]
     label: str  # for the log: "CPU kernels (avx2)"
+    prebuilt_dir: Path = build_sources.PREBUILT_DIR
+
+    def library(self) -> build_sources.Library:
+        return build_sources.Library(self.name, self.sources, self.cflags)
 
     def key(self) -> str:
         digest = hashlib.sha256()
-        folders = {path.parent for path in self.sources}
-        inputs = sorted(set(self.sources) | {h for folder in folders for h in folder.glob("*.h")})
-        for path in inputs:
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        for part in (*self.cflags, *_toolchain()):
+        self.library().hash_into(digest)
+        for part in _toolchain():
             digest.update(part.encode() + b"\0")
         return digest.hexdigest()[:16]
 
@@ -66,13 +75,52 @@ Compile = Callable[[LibrarySpec, Path], str]
 
 
 def load(spec: LibrarySpec, compile_fn: Compile | None = None, timeout_s: float | None = None) -> Path:
-    """Load the library into torch (its ops registered), building it first where no build of this
-    key exists; the library's path. Raises what the build raises, or BuildLockTimeout."""
+    """Load the library into torch (its ops registered): the package's prebuilt copy where it
+    ships one that fits (prebuilt()), else a build of this key, built first where there is none;
+    the library's path. Raises what the build raises, or BuildLockTimeout."""
     import torch
 
+    path, why_not = prebuilt(spec)
+    if path is not None:
+        why_not = _load_failure(path)
+        if why_not is None:
+            logger.info("%s: the package's prebuilt library %s", spec.label, path)
+            return path
+    logger.info("%s: no prebuilt library used (%s); built on first use", spec.label, why_not)
     path = ensure_built(spec, compile_fn or _torch_compile, timeout_s)
     torch.ops.load_library(str(path))  # a no-op where the build just loaded it
     return path
+
+
+def prebuilt(spec: LibrarySpec) -> tuple[Path | None, str]:
+    """The library a package build shipped for `spec` (setup.py compiles build_sources'
+    libraries ahead of time), or None and why it is not used: none shipped (a source checkout,
+    an editable install, a build without torch), $LANGRT_CPU_KERNELS_PREBUILT=0, or one built
+    from other sources or for another torch or Python."""
+    if os.environ.get(PREBUILT_ENV, "1") == "0":
+        return None, f"{PREBUILT_ENV}=0"
+    records = build_sources.read_manifest(spec.prebuilt_dir)
+    if records is None or spec.name not in records:
+        return None, f"the package ships none in {spec.prebuilt_dir}"
+    import torch
+
+    record = records[spec.name]
+    why_not = build_sources.prebuilt_mismatch(record, spec.library(), torch.__version__, str(torch.version.git_version))
+    path = spec.prebuilt_dir / record["file"]
+    if why_not is None and not path.is_file():
+        why_not = f"{path} is missing"
+    return (None, why_not) if why_not else (path, "")
+
+
+def _load_failure(path: Path) -> str | None:
+    """Load `path` into torch; None where it loaded, else why not, in one line."""
+    import torch
+
+    try:
+        torch.ops.load_library(str(path))
+        return None
+    except (OSError, RuntimeError) as exc:
+        return f"{path} does not load ({type(exc).__name__}: {str(exc).strip()[:200]})"
 
 
 def ensure_built(spec: LibrarySpec, compile_fn: Compile, timeout_s: float | None = None) -> Path:
@@ -97,16 +145,21 @@ def build_timeout() -> float:
 
 
 def status(spec: LibrarySpec) -> str:
-    """For `langrt doctor`: whether a build of `spec` exists and loads, and where; builds nothing."""
-    import torch
+    """For `langrt doctor`: which library of `spec` a process loads (the package's prebuilt one,
+    or one built on first use), whether it loads, and where; builds nothing."""
+    path, why_not = prebuilt(spec)
+    if path is not None:
+        why_not = _load_failure(path)
+        if why_not is None:
+            return f"prebuilt (shipped with the package), loads: {path}"
+    return f"{_first_use_status(spec)} (no prebuilt library: {why_not})"
 
+
+def _first_use_status(spec: LibrarySpec) -> str:
     for directory in candidate_dirs(spec):
         if (path := built_library(directory)) is not None:
-            try:
-                torch.ops.load_library(str(path))
-            except (OSError, RuntimeError) as exc:
-                return f"built but does not load ({type(exc).__name__}: {str(exc).strip()[:200]}): {path}"
-            return f"built, loads: {path}"
+            why_not = _load_failure(path)
+            return f"built on first use, loads: {path}" if why_not is None else f"built on first use, but {why_not}"
     directory = candidate_dirs(spec)[0]
     owner, _ = read_owner(directory / LOCK)
     if owner is not None and not owner.gone():

@@ -16,21 +16,18 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import pathlib
 import platform
 
 import torch
 
 from langrt.cpu_features import avx512_unavailable_reason, cpu_flags
+from langrt_kernels.cpu.build_sources import quant_library
 
-SOURCES = [
-    pathlib.Path(__file__).with_name(name)
-    for name in ("quant_linear.cpp", "quant_avx2.cpp", "quant_bf16.cpp", "quant_vnni.cpp", "quant_scalar.cpp")
-]
+SOURCES = list(quant_library().sources)  # every quant*.cpp: build_sources.py, which setup.py reads too
 DISABLE_ENV = "LANGRT_CPU_KERNELS"
 ISA_ENV = "LANGRT_CPU_ISA"
 # No -m flags (see above); -ffp-contract=off keeps the scalar path's products and sums apart.
-CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
+CFLAGS = list(quant_library().cflags)
 # GGML type numbers of the block types the kernels take.
 GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 
@@ -65,6 +62,12 @@ def repack(gguf_rows: torch.Tensor, ggml_type: int) -> torch.Tensor:
 def quant_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
     """x [M, K] float32 or bfloat16 -> [M, N] in x's dtype; weight: `repack`'s rows."""
     return _ops().quant_linear(x, weight, ggml_type, op_isa())
+
+
+def tile_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
+    """x [M, K] float32 or bfloat16 -> [M, N] in x's dtype, for passes of many rows: W's exact
+    values dequantized a few MB at a time and multiplied by torch's float32 GEMM, no copy of W kept."""
+    return _ops().tile_linear(x, weight, ggml_type, 1 if isa() == "avx2" else 0)
 
 
 def describe_isa() -> str:
@@ -132,7 +135,8 @@ def library_spec():
     """What is built: one library for every CPU (see above)."""
     from langrt_kernels.cpu.build_cache import LibrarySpec
 
-    return LibrarySpec("langrt_cpu_quant", tuple(SOURCES), tuple(CFLAGS), "quantized CPU kernels")
+    library = quant_library()
+    return LibrarySpec(library.name, library.sources, library.cflags, "quantized CPU kernels")
 
 
 def _build() -> None:

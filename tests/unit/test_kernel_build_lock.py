@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from langrt_kernels.cpu import build_cache
+from langrt_kernels.cpu import build_cache, build_sources
 from langrt_kernels.cpu.build_cache import LibrarySpec
 from langrt_kernels.cpu.build_lock import BuildLock, BuildLockTimeout, Owner
 
@@ -194,3 +194,62 @@ def test_status_says_whether_a_build_exists_is_under_way_or_neither(spec):
     fd = hold_flock(directory / build_cache.LOCK, Owner.me())
     assert build_cache.status(spec).startswith(f"being built now by pid {os.getpid()}")
     os.close(fd)
+
+
+def ship(spec: LibrarySpec, tmp_path: Path, **changes) -> tuple[LibrarySpec, Path]:
+    """`spec` as a package build ships it: a library file and its manifest entry (fields `changes`d)."""
+    import dataclasses
+
+    import torch
+
+    prebuilt = tmp_path / "prebuilt"
+    prebuilt.mkdir()
+    library = prebuilt / f"{spec.name}.cpython-311-x86_64-linux-gnu.so"
+    library.write_text("binary")
+    entry = build_sources.manifest_entry(spec.library(), library.name, torch.__version__, str(torch.version.git_version))
+    build_sources.write_manifest(prebuilt, [{**entry, **changes}])
+    return dataclasses.replace(spec, prebuilt_dir=prebuilt), library
+
+
+def test_a_shipped_library_is_taken_when_built_from_these_sources_for_this_torch(spec, tmp_path, monkeypatch):
+    monkeypatch.delenv(build_cache.PREBUILT_ENV, raising=False)
+    shipped, library = ship(spec, tmp_path)
+    assert build_cache.prebuilt(shipped) == (library, "")
+    monkeypatch.setenv(build_cache.PREBUILT_ENV, "0")
+    assert build_cache.prebuilt(shipped) == (None, f"{build_cache.PREBUILT_ENV}=0")
+
+
+def test_a_shipped_library_of_other_sources_or_another_torch_is_not_taken(spec, tmp_path, monkeypatch):
+    monkeypatch.delenv(build_cache.PREBUILT_ENV, raising=False)
+    assert build_cache.prebuilt(spec)[1] == f"the package ships none in {build_sources.PREBUILT_DIR}"
+    shipped, library = ship(spec, tmp_path, torch="2.0.0")
+    path, why = build_cache.prebuilt(shipped)
+    assert path is None and why.startswith("it was built for torch 2.0.0, this process runs ")
+    (tmp_path / "prebuilt" / build_sources.MANIFEST).unlink()
+    library.unlink()
+    (tmp_path / "prebuilt").rmdir()
+    shipped, library = ship(spec, tmp_path)
+    spec.sources[0].write_text("int a() { return 2; }\n")  # edited after the package was built
+    assert build_cache.prebuilt(shipped) == (None, "its sources or flags differ from these (edited since the package was built)")
+
+
+def test_status_says_a_shipped_library_that_does_not_load_and_what_is_used_instead(spec, tmp_path, monkeypatch):
+    monkeypatch.delenv(build_cache.PREBUILT_ENV, raising=False)
+    shipped, library = ship(spec, tmp_path)  # a text file: dlopen refuses it
+    status = build_cache.status(shipped)
+    assert status.startswith("not built yet: first use builds it")
+    assert f"(no prebuilt library: {library} does not load (" in status
+
+
+def test_the_layer_and_quantized_libraries_take_their_sources_from_one_list():
+    import langrt_kernels.cpu as kernels_cpu
+    from langrt_kernels.cpu import quant
+
+    shipped = {library.name: library for library in build_sources.shipped_libraries("x86_64")}
+    assert sorted(shipped) == ["langrt_cpu_kernels", "langrt_cpu_kernels_avx2", "langrt_cpu_kernels_scalar", "langrt_cpu_quant"]
+    assert [library.name for library in build_sources.shipped_libraries("aarch64")] == ["langrt_cpu_kernels_scalar", "langrt_cpu_quant"]
+    for isa in ("avx512", "avx2", "scalar"):
+        assert kernels_cpu.library_spec(isa).library() == shipped[kernels_cpu.LIBRARIES[isa][0]]
+    assert quant.library_spec().library() == shipped["langrt_cpu_quant"]
+    on_disk = {path.name for path in build_sources.HERE.glob("quant*.cpp")}
+    assert {path.name for path in shipped["langrt_cpu_quant"].sources} == on_disk and "quant_linear.cpp" in on_disk
