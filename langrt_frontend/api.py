@@ -43,9 +43,13 @@ def gen(
     regex: str | None = None,
     json_schema: str | dict | None = None,
     ebnf: str | None = None,
+    reasoning: bool | None = None,
+    max_reasoning_tokens: int | None = None,
 ) -> ir.Expr:
     """Generate into variable `name`. Unset settings inherit from run/run_batch (API.md §2).
-    With `choices` it is a `select`."""
+    With `choices` it is a `select`. With `reasoning` (a runtime with --reasoning-parser) the
+    model thinks first, at most `max_reasoning_tokens`: `name` gets the answer, which alone
+    the constraint holds, and `name + "_reasoning"` the thinking (langrt_frontend/reasoning.py)."""
     if choices:
         return select(name, choices, 0.0 if temperature is None else temperature, choices_method or token_length_normalized)
     params = GenParams(
@@ -54,7 +58,7 @@ def gen(
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
         return_logprob=return_logprob, logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
         return_text_in_logprobs=return_text_in_logprobs, regex=regex, json_schema=json_schema, ebnf=ebnf,
-        dtype=dtype,
+        dtype=dtype, reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
     )  # fmt: skip
     return ir.Gen(name, params)
 

@@ -24,6 +24,7 @@ from langrt_frontend import ir
 from langrt_frontend.backends.base import Context, caches_prefixes, stream_increments, takes_native_payloads
 from langrt_frontend.config import global_config
 from langrt_frontend.params import GenParams
+from langrt_frontend.reasoning import gen_values
 from langrt_frontend.select import score_choices
 
 logger = logging.getLogger("langrt_frontend")
@@ -241,7 +242,7 @@ class Executor:
         payload = {"text": prompt, "sampling_params": _sampling_params(params), **params.logprob_options()}
         self._attach_images(payload)
         if self.stream and (params.n or 1) == 1:
-            self._gen_streaming(node.name, prompt, payload)
+            self._gen_streaming(node.name, prompt, payload, params.reasoning)
             return
         response = self.backend.generate(payload)
         if isinstance(response, list):  # n > 1: every sample stored, the first appended
@@ -253,7 +254,7 @@ class Executor:
             self._append(response["text"])
             value, meta = response["text"], response["meta_info"]
         if node.name is not None:
-            self.set(node.name, value, meta)
+            self._set_gen(node.name, value, meta, params.reasoning)
 
     def _attach_images(self, payload: dict) -> None:
         """Images travel with every request made after them; a text-only runtime refuses them
@@ -261,12 +262,16 @@ class Executor:
         if self.images:
             payload["image_data"] = self.images[0] if len(self.images) == 1 else list(self.images)
 
-    def _gen_streaming(self, name: str | None, prompt: str, payload: dict) -> None:
+    def _gen_streaming(self, name: str | None, prompt: str, payload: dict, reasoning: bool | None) -> None:
         value, meta = self._stream_into(name, stream_increments(self.backend.generate_stream(payload)))
         if meta is not None:
             self._learn_tokens(prompt, meta)
         if name is not None:
-            self.set(name, value, meta)
+            self._set_gen(name, value, meta, reasoning)
+
+    def _set_gen(self, name: str, value, meta, reasoning: bool | None) -> None:
+        for var, part in gen_values(name, value, reasoning):  # the answer apart from the thinking
+            self.set(var, part, meta if var == name else None)
 
     def _stream_into(self, name: str | None, pieces: Iterator[tuple[str, dict | None]]) -> tuple[str, dict | None]:
         """Append (increment, meta or None) pieces as they come, to the text and to `name`."""

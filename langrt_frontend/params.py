@@ -36,6 +36,7 @@ _DTYPES = {
 _SAMPLING_FIELDS = (
     "max_new_tokens", "min_new_tokens", "n", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
     "top_k", "min_p", "frequency_penalty", "presence_penalty", "ignore_eos", "regex", "json_schema", "ebnf",
+    "reasoning", "max_reasoning_tokens",
 )  # fmt: skip
 LOGPROB_FIELDS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 
@@ -70,6 +71,8 @@ class GenParams:
     json_schema: str | None = None
     ebnf: str | None = None
     dtype: Any = None
+    reasoning: bool | None = None  # the model thinks first; the constraint holds its answer (reasoning.py)
+    max_reasoning_tokens: int | None = None
 
     def __post_init__(self):
         for name in ("stop", "stop_regex"):
