@@ -29,11 +29,15 @@ class DraftSource(Protocol):
 class SpeculativeSource(DraftSource, Protocol):
     """A draft source that guesses (n-grams, a draft model) and is told how its guesses fared:
     `verified(req, proposed, accepted)` after the pass that checked them, where of `proposed`
-    drafts the first `accepted` were kept. `name` labels its figures."""
+    drafts the first `accepted` were kept. `name` labels its figures. `flush()` forgets whatever
+    it learned from earlier requests (called only while no request runs), so a flushed server
+    drafts as a fresh one does."""
 
     name: str
 
     def verified(self, req: Req, proposed: int, accepted: int) -> None: ...
+
+    def flush(self) -> bool: ...
 
 
 @dataclass
@@ -99,10 +103,10 @@ class Drafter:
                 source.release(req)
 
     def flush(self) -> None:
-        """The prefix cache was emptied: sources that cache prefixes of their own do too."""
+        """The prefix cache was emptied: every speculative source forgets earlier requests too
+        (a draft model's prefix cache, the n-grams of recent outputs)."""
         for source in self.speculative:
-            if hasattr(source, "flush"):
-                source.flush()
+            source.flush()
 
     def verified(self, req: Req, proposed: int, accepted: int) -> bool:
         """Tell the source of `req`'s last drafts how they fared; whether they were speculative

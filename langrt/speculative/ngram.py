@@ -90,6 +90,9 @@ class RecentOutputs:
     def __len__(self) -> int:
         return len(self._after)
 
+    def clear(self) -> None:
+        self._after.clear()
+
     def add(self, key: tuple[int, ...], ids: list[int], after: int) -> None:
         self._after[key] = (ids, after)
         self._after.move_to_end(key)
@@ -203,6 +206,14 @@ class NgramDrafts:
         state = req.draft_state.get(self.name)
         if state is not None:
             state.length.update(proposed, accepted)
+
+    def flush(self) -> bool:
+        """Forget every earlier output (the prefix cache was emptied): after a flush, a request's
+        drafts come from its own tokens alone, as on a fresh server. Per-request n-grams live on
+        the requests (Req.draft_state), and a flush happens only when none is running."""
+        if self.recent is not None:
+            self.recent.clear()
+        return True
 
 
 def allowed_prefix(req: Req, drafts: list[int]) -> list[int]:

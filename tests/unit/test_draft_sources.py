@@ -36,6 +36,10 @@ class Fixed:
     def verified(self, req, proposed, accepted):
         self.told.append((proposed, accepted))
 
+    def flush(self):
+        self.told.append("flush")
+        return True
+
 
 # ---- n-gram matches ---------------------------------------------------------------------------
 
@@ -125,6 +129,25 @@ def test_the_request_s_own_tokens_go_before_recent_outputs_even_where_those_matc
     other = make_req(prompt=[9, 72, 73, 90, 91, 92, 93, 600, 70, 71, 72, 73], rid="b")  # a's 4-gram; its own 2-gram
     assert source.drafts(other) == [90, 91, 92, 93]
     assert NgramDrafts(max_drafts=4, recent=source.recent).drafts(make_req(prompt=[8, 70, 71, 72, 73], rid="c")) == [74, 75, 76], "no match of its own"
+
+
+def test_a_flush_empties_the_drafts_of_recent_outputs():
+    """After flush_cache a request drafts as on a fresh server: another request's earlier output
+    is no longer copied (benchmarks repeating a prompt measured that copy, not speculation)."""
+    source = NgramDrafts(max_drafts=4, recent=RecentOutputs())
+    source.drafts(make_req(prompt=[1, 2, 3], output=[70, 71, 72, 73, 74, 75, 76], rid="a"))
+    assert source.drafts(make_req(prompt=[9, 8, 7, 70, 71], rid="b")) == [72, 73, 74, 75], "before the flush"
+    drafter = Drafter(None, [source])
+    drafter.flush()
+    assert len(source.recent) == 0
+    assert source.drafts(make_req(prompt=[9, 8, 7, 70, 71], rid="c")) == []
+    assert source.drafts(make_req(output=[12, 13], rid="d")) == [14, 15, 16, 17], "its own tokens still draft"
+
+
+def test_the_drafter_flushes_every_speculative_source():
+    first, second = Fixed([7]), Fixed([8])
+    Drafter(Fixed([5], "grammar"), [first, second]).flush()
+    assert first.told == ["flush"] and second.told == ["flush"]
 
 
 def test_recent_outputs_drop_the_least_recently_written():
