@@ -86,7 +86,8 @@ def load(spec: LibrarySpec, compile_fn: Compile | None = None, timeout_s: float 
         if why_not is None:
             logger.info("%s: the package's prebuilt library %s", spec.label, path)
             return path
-    logger.info("%s: no prebuilt library used (%s); built on first use", spec.label, why_not)
+    shipped = spec.name in (build_sources.read_manifest(spec.prebuilt_dir) or {})  # then a build is news: say it louder
+    logger.log(logging.WARNING if shipped else logging.INFO, "%s: no prebuilt library used (%s); built on first use", spec.label, why_not)
     path = ensure_built(spec, compile_fn or _torch_compile, timeout_s)
     torch.ops.load_library(str(path))  # a no-op where the build just loaded it
     return path
