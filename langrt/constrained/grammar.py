@@ -37,6 +37,7 @@ import torch
 from langrt.constrained import jump_forward
 from langrt.constrained.byte_dfa import ByteAutomaton, ByteDFA, build_byte_dfa, build_rule_dfa
 from langrt.constrained.cfg.build import RuleCache
+from langrt.constrained.cfg.walk_cache import RuleWalks
 from langrt.constrained.masks import TokenMasks
 from langrt.constrained.native.token_walk import vocab_trie
 from langrt.constrained.spec import check_regex, choices_regex
@@ -49,10 +50,11 @@ MAX_DFA_STATES = 200_000
 
 
 class Grammar:
-    def __init__(self, dfa: ByteAutomaton, vocab: TokenVocabulary, source: str):
+    def __init__(self, dfa: ByteAutomaton, vocab: TokenVocabulary, source: str, walks: RuleWalks | None = None):
+        """walks: rule walks shared with other grammars over `vocab` (cfg/walk_cache.py)."""
         self.dfa = dfa
         self.vocab = vocab
-        self.masks = _token_masks(dfa, vocab)
+        self.masks = _token_masks(dfa, vocab, walks)
         self.source = source
         # how models spell forced runs, learned from their outputs (jump-forward drafts)
         self.spellings = jump_forward.LearnedSpellings(dfa)
@@ -179,6 +181,7 @@ class GrammarCompiler:
         self.vocab = vocab
         self.max_states = max_states
         self._rules = RuleCache()
+        self._walks = RuleWalks()  # the masks of rules this compiler's grammars share
         vocab_trie(vocab)  # built now (~0.1 s), not inside the first request's first mask
 
     @classmethod
@@ -280,12 +283,12 @@ class GrammarCompiler:
             pda = build_automaton(rules, self._rules.wrap(lambda body: build_rule_dfa(body, self.max_states)), self.max_states)
         except ValueError as e:
             raise InvalidRequest(f"{param} not supported: {e}", param=param) from None
-        return Grammar(pda, self.vocab, source)
+        return Grammar(pda, self.vocab, source, self._walks)
 
 
-def _token_masks(dfa: ByteAutomaton, vocab: TokenVocabulary):
+def _token_masks(dfa: ByteAutomaton, vocab: TokenVocabulary, walks: RuleWalks | None):
     if isinstance(dfa, ByteDFA):
         return TokenMasks(dfa, vocab)
     from langrt.constrained.cfg.masks import PushdownMasks
 
-    return PushdownMasks(dfa, vocab)
+    return PushdownMasks(dfa, vocab, walks)

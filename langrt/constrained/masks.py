@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from langrt.constrained.byte_dfa import ByteDFA
-from langrt.constrained.native.token_walk import vocab_trie
+from langrt.constrained.native.token_walk import WalkTable, vocab_trie
 from langrt.constrained.vocab import TokenVocabulary
 
 
@@ -41,7 +41,7 @@ class TokenMasks:
         self.dfa = dfa
         self.vocab = vocab
         self._flat_table: np.ndarray | None = None
-        self._table32: np.ndarray | None = None
+        self._table32: WalkTable | None = None
         self._packed: dict[int, torch.Tensor] = {}
         self._ids: dict[int, torch.Tensor | None] = {}
         self._chains: dict[int, tuple[np.ndarray, int | None] | None] = {}
@@ -94,9 +94,8 @@ class TokenMasks:
     def _compute_native(self, state: int, function, trie) -> torch.Tensor:
         """The C++ trie walk (native/token_walk.py)."""
         if self._table32 is None:
-            self._table32 = np.ascontiguousarray(self.dfa.table, dtype=np.int32)
-        words = np.zeros(self.vocab.num_words, dtype=np.int32)
-        trie.walk(function, self._table32, self.dfa.dead, state, words)
+            self._table32 = WalkTable(self.dfa.table, self.dfa.dead)
+        words, _, _ = trie.walk(function, self._table32, state, self.vocab.num_words)
         if self.dfa.accepting[state]:
             for eos in self.vocab.eos_token_ids:
                 set_bit(words, eos)

@@ -21,6 +21,7 @@ from concurrent.futures import Future
 from langrt import pickle_pipe
 from langrt.constrained.byte_dfa import ByteDFA
 from langrt.constrained.cfg.build import RuleCache
+from langrt.constrained.cfg.walk_cache import RuleWalks
 from langrt.constrained.grammar import MAX_DFA_STATES, Grammar
 from langrt.constrained.spec import GrammarSpec
 from langrt.constrained.vocab import TokenVocabulary
@@ -102,6 +103,7 @@ class GrammarService:
         self._jobs: queue.Queue = queue.Queue()
         self._worker: _Worker | None = None
         self._rules = RuleCache()  # touched by the compile thread only
+        self._walks = RuleWalks()  # rule masks the grammars share (mask fills and compiles)
         self._thread = threading.Thread(target=self._run, name="grammar-compiler", daemon=True)
         self._thread.start()
 
@@ -139,7 +141,7 @@ class GrammarService:
             pda = build_automaton(source, build, MAX_DFA_STATES)
         except ValueError as e:
             raise InvalidRequest(f"{spec.kind} not supported: {e}", param=spec.kind) from None
-        return Grammar(pda, self.vocab, spec.text)
+        return Grammar(pda, self.vocab, spec.text, self._walks)
 
     def _build(self, regex: str, is_rule: bool, param: str, deadline: float | None = None):
         """(DFA, calls) built by the worker, within the time left (a grammar's rules share one

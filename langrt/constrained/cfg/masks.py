@@ -30,7 +30,8 @@ from langrt.constrained.byte_dfa import ByteDFA
 from langrt.constrained.cfg.lookahead import Lookahead
 from langrt.constrained.cfg.pda import PushdownAutomaton
 from langrt.constrained.masks import TokenMasks, _ranges, listed_ids, set_bit
-from langrt.constrained.native.token_walk import EscapeBits, common_prefix, vocab_trie
+from langrt.constrained.cfg.walk_cache import RuleWalks
+from langrt.constrained.native.token_walk import EscapeBits, WalkTable, common_prefix, vocab_trie
 from langrt.constrained.vocab import TokenVocabulary
 
 # Why 4,096: a configuration's mask is ~6 KB for a 49k vocabulary; 4k of them bound a grammar's
@@ -39,14 +40,16 @@ MAX_MASKS = 4_096
 
 
 class PushdownMasks:
-    def __init__(self, pda: PushdownAutomaton, vocab: TokenVocabulary):
+    def __init__(self, pda: PushdownAutomaton, vocab: TokenVocabulary, walks: RuleWalks | None = None):
         self.pda, self.vocab = pda, vocab
+        # rule walks, shared with the other grammars of the compiler that passes them
+        self._walks = walks if walks is not None else RuleWalks()
         self._lookahead = Lookahead(pda.rules, pda.calls)
         # per rule, made on first use (a generation visits few of a big schema's rules)
         self._inner: dict[int, TokenMasks] = {}
         self._open: dict[int, TokenMasks] = {}
         self._escapes: dict[int, np.ndarray] = {}
-        self._native: dict[int, EscapeBits] = {}
+        self._native: dict[int, tuple[WalkTable, EscapeBits]] = {}
         self._top_memo: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] = {}
         self._packed: OrderedDict[int, torch.Tensor] = OrderedDict()
         self._ids: dict[int, torch.Tensor | None] = {}
@@ -130,12 +133,11 @@ class PushdownMasks:
         native = vocab_trie(self.vocab)
         if native is not None:
             if rule not in self._native:
-                self._native[rule] = EscapeBits(self.pda.rules[rule].num_states, self._escape_rows(rule))
-            dfa, library, trie = self.pda.rules[rule], *native
-            inner, open_ = np.zeros(self.vocab.num_words, np.int32), np.zeros(self.vocab.num_words, np.int32)
-            table = np.ascontiguousarray(dfa.table, np.int32)
-            nodes = trie.walk(library, table, dfa.dead, state, inner, self._native[rule], open_)
-            found = (inner, open_ if open_.any() else None, nodes.tolist())
+                dfa = self.pda.rules[rule]
+                self._native[rule] = (WalkTable(dfa.table, dfa.dead), EscapeBits(dfa.num_states, self._escape_rows(rule)))
+            (library, trie), (table, escapes) = native, self._native[rule]
+            walk = lambda: trie.walk(library, table, state, self.vocab.num_words, escapes)  # noqa: E731
+            found = self._walks.get(self.pda.rules[rule], escapes.key, state, walk)
         else:
             if rule not in self._inner:
                 self._prepare(rule)

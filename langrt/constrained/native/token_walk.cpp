@@ -1,7 +1,9 @@
 // The tokens a byte automaton can read from one state: a walk of the vocabulary's trie in
 // preorder, skipping a node's whole subtree as soon as the automaton dies on its byte. Plain C++
 // (no vector instructions), so it builds and runs on any CPU; token_walk.py builds and loads it.
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 // The tokens trie node i spells, into `words`: its first token's word and bit (bit 0 where it
 // spells none) are precomputed, so the usual zero or one token costs no branch (a branch taken
@@ -59,14 +61,21 @@ extern "C" int64_t langrt_token_walk(
     const int32_t* node_word,      // per node: the word of its first token's bit (0 if it spells none)
     const uint32_t* node_bit,      // per node: that bit (0 if it spells none)
     int64_t num_nodes,
-    int32_t* states,               // scratch: [max depth + 1]
+    int32_t max_depth,             // of the trie
+    int32_t num_states,            // rows of `table`
     uint32_t* words,               // the mask, OR-ed into (bit t % 32 of word t / 32)
     uint32_t* open,
     int32_t* escapes,
     int64_t max_escapes,           // returns the number of escape nodes listed
-    const uint32_t* subtree_bytes, // [nodes, 8]: the bytes on the edges below each node
-    uint32_t* loops,               // scratch: [states, 8]
-    uint8_t* known) {              // scratch: [states], zeroed
+    const uint32_t* subtree_bytes) { // [nodes, 8]: the bytes on the edges below each node
+    // scratch made here, not passed: each array handed over ctypes costs microseconds, more
+    // than a structured state's whole walk
+    std::vector<int32_t> state_at(static_cast<size_t>(max_depth) + 1);
+    std::vector<uint32_t> loop_rows(static_cast<size_t>(num_states) * 8);
+    std::vector<uint8_t> loop_known(static_cast<size_t>(num_states), 0);
+    int32_t* states = state_at.data();
+    uint32_t* loops = loop_rows.data();
+    uint8_t* known = loop_known.data();
     states[0] = start;
     int64_t listed = 0, listed_until = 0;
     for (int64_t i = 0; i < num_nodes;) {

@@ -24,7 +24,8 @@ SOURCE = Path(__file__).with_name("token_walk.cpp")
 def _load():
     library = build_library(SOURCE)
     pointer, head = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32]
-    library.langrt_token_walk.argtypes = head + [pointer] * 9 + [ctypes.c_int64] + [pointer] * 4 + [ctypes.c_int64] + [pointer] * 3
+    sizes = [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]  # nodes, trie depth, table rows
+    library.langrt_token_walk.argtypes = head + [pointer] * 9 + sizes + [pointer] * 3 + [ctypes.c_int64, pointer]
     library.langrt_token_walk.restype = ctypes.c_int64
     return library
 
@@ -74,26 +75,39 @@ class VocabTrie:
         self.node_word = np.where(has, first >> 5, 0).astype(np.int32)
         self.node_bit = np.where(has, np.int64(1) << (first & 31), 0).astype(np.uint32)
         self.subtree_bytes = _subtree_bytes(self.node_byte, self.depth)
+        self._pointers: tuple[int, ...] | None = None
+        self._local = threading.local()
 
-    def walk(self, library, table: np.ndarray, dead: int, state: int, words: np.ndarray,
-             escapes: EscapeBits | None = None, open_: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
-        """OR into `words` the tokens readable from `state` of `table` (int32, C order). With
-        a rule's `escapes`: only those read without leaving the rule, and return the trie nodes
-        where a token, after one byte or more, reaches a byte `escapes` marks (their subtrees
-        are walked beyond the rule), past MAX_ESCAPE_NODES OR-ing those subtrees' tokens into
-        `open_` instead."""
-        states = np.empty(self.max_depth + 1, dtype=np.int32)  # scratch, alive through the call
-        loops, known = np.empty((table.shape[0], 8), dtype=np.uint32), np.zeros(table.shape[0], dtype=np.uint8)
-        nodes = np.empty(MAX_ESCAPE_NODES if escapes is not None else 0, dtype=np.int32)
-        rows, bits = (escapes.row.ctypes.data, escapes.bits.ctypes.data) if escapes is not None else (None, None)
+    def walk(self, library, table: "WalkTable", state: int, num_words: int,
+             escapes: EscapeBits | None = None) -> tuple[np.ndarray, np.ndarray | None, list[int]]:  # fmt: skip
+        """(words, open, nodes): the tokens readable from `state` of `table`, as int32 mask
+        words. With a rule's `escapes`: only those read without leaving the rule, and `nodes`
+        lists the trie nodes where a token, after one byte or more, reaches a byte `escapes`
+        marks (their subtrees are walked beyond the rule); past MAX_ESCAPE_NODES those
+        subtrees' tokens are set in `open` instead (None: no escapes given, or none there)."""
+        scratch = self._scratch(num_words)
+        rows, bits = escapes.addresses if escapes is not None else (None, None)
         n = library.langrt_token_walk(
-            table.ctypes.data, dead, state, rows, bits, self.node_byte.ctypes.data, self.depth.ctypes.data,
-            self.skip.ctypes.data, self.node_tokens.ctypes.data, self.token_ids.ctypes.data, self.node_word.ctypes.data,
-            self.node_bit.ctypes.data, self.node_byte.size, states.ctypes.data, words.ctypes.data,
-            None if open_ is None else open_.ctypes.data, nodes.ctypes.data, nodes.size,
-            self.subtree_bytes.ctypes.data, loops.ctypes.data, known.ctypes.data,
+            table.address, table.dead, state, rows, bits, *self._addresses(), self.node_byte.size, self.max_depth,
+            table.num_states, scratch.words_at, scratch.open_at, scratch.nodes_at, MAX_ESCAPE_NODES if escapes is not None else 0,
+            self._subtree_at,
         )  # fmt: skip
-        return nodes[:n].copy()
+        return scratch.take(escapes is not None, n)
+
+    def _addresses(self) -> tuple[int, ...]:
+        """The trie arrays' addresses, taken once (each `.ctypes.data` costs microseconds)."""
+        if self._pointers is None:
+            arrays = (self.node_byte, self.depth, self.skip, self.node_tokens, self.token_ids, self.node_word, self.node_bit)
+            self._pointers = tuple(a.ctypes.data for a in arrays)
+            self._subtree_at = self.subtree_bytes.ctypes.data
+        return self._pointers
+
+    def _scratch(self, num_words: int) -> "_Scratch":
+        """This thread's output buffers (masks may be computed from several threads)."""
+        found = getattr(self._local, "scratch", None)
+        if found is None or found.words.size != num_words:
+            found = self._local.scratch = _Scratch(num_words)
+        return found
 
     def lists(self) -> tuple[list, list, list, list, list]:
         """The trie as Python lists (node byte, depth, skip, token offsets, token ids), for
@@ -113,6 +127,39 @@ class EscapeBits:
         self.row[states] = np.arange(len(states), dtype=np.int32)
         packed = b"".join(escapes[s].to_bytes(32, "little") for s in states)
         self.bits = np.frombuffer(packed, dtype="<u4").reshape(len(states), 8).copy()
+        self.addresses = (self.row.ctypes.data, self.bits.ctypes.data)
+        # what the rows say, whichever rule they belong to: rules built from the same text
+        # share a DFA across grammars, and their walks are shared where these match too
+        self.key = self.row.tobytes() + self.bits.tobytes()
+
+
+class WalkTable:
+    """A DFA's transition table as the C++ walk reads it: int32 in C order, its address taken
+    once."""
+
+    def __init__(self, table: np.ndarray, dead: int):
+        self.table = np.ascontiguousarray(table, dtype=np.int32)
+        self.dead, self.num_states = int(dead), self.table.shape[0]
+        self.address = self.table.ctypes.data
+
+
+class _Scratch:
+    """One thread's buffers for the walk's outputs, their addresses taken once; `take` copies
+    the results out and clears them for the next walk."""
+
+    def __init__(self, num_words: int):
+        self.words, self.open = np.zeros(num_words, np.int32), np.zeros(num_words, np.int32)
+        self.nodes = np.empty(MAX_ESCAPE_NODES, dtype=np.int32)
+        self.words_at, self.open_at, self.nodes_at = self.words.ctypes.data, self.open.ctypes.data, self.nodes.ctypes.data
+
+    def take(self, escapes: bool, n: int) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+        words = self.words.copy()
+        self.words.fill(0)
+        open_ = None
+        if escapes and self.open.any():
+            open_ = self.open.copy()
+            self.open.fill(0)
+        return words, open_, self.nodes[:n].tolist()
 
 
 # Why 256: escape nodes are where a token leaves a rule (a delimiter then a value's first byte);
