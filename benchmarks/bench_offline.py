@@ -21,18 +21,19 @@ figure taken here would not be what an AVX2 CPU gets. Results go to bench_offlin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 import langrt
 from langrt.builtin import builtin_model_path
 from langrt.cpu_features import describe_path
+from results_meta import write_results
 
 RESULTS = Path(__file__).parent / "results"
 # What an AVX2-only CPU runs, forced on this one (see langrt.cpu_features).
@@ -47,10 +48,12 @@ def run_capped_at_avx2() -> None:
 TOPICS = ["the sea", "a robot", "winter", "a small town", "music", "the moon", "a garden", "trains"]
 
 
-def prompts(tokenizer, n: int) -> list[str]:
+def prompts(tokenizer, n: int, round_: int = 0) -> list[str]:
+    """n chat prompts; each `round_` gets its own (the round is in every prompt's text), so a
+    timed round never finds a prompt of an earlier round in any cache."""
     return [
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]} (#{i})."}],
+            [{"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]} (#{i}, round {round_})."}],
             tokenize=False,
             add_generation_prompt=True,
         )
@@ -81,6 +84,12 @@ class LangrtRunner:
         outs = self.engine.generate(texts, params)
         return sum(o["meta_info"]["completion_tokens"] for o in outs)
 
+    def flush(self) -> None:
+        """Empty the radix cache and every draft source's, so a timed run computes its prompts
+        as transformers does (it keeps nothing between calls)."""
+        if not self.engine.flush_cache():
+            raise RuntimeError("flush_cache refused: requests still running; the timed run would reuse their KV")
+
 
 class HFRunner:
     def __init__(self, dtype: str):
@@ -103,18 +112,35 @@ class HFRunner:
         return (out.shape[1] - enc["input_ids"].shape[1]) * out.shape[0]
 
 
-def timed(runner, texts, new_tokens, repeats: int) -> dict:
-    runner.generate(texts[:1], 4)  # warm-up
+Texts = list[str] | Callable[[int], list[str]]
+
+
+def _round_texts(texts: Texts, round_: int) -> list[str]:
+    return texts(round_) if callable(texts) else texts
+
+
+def _flushed_seconds(runner, texts: list[str], new_tokens: int) -> tuple[int, float]:
+    """(tokens, seconds) of one generate after the runner's caches were emptied (runners that
+    keep KV between calls, langrt's radix cache and llama.cpp's last prompt, have `flush`)."""
+    flush = getattr(runner, "flush", None)
+    if flush is not None:
+        flush()
+    start = time.perf_counter()
+    tokens = runner.generate(texts, new_tokens)
+    return tokens, time.perf_counter() - start
+
+
+def timed(runner, texts: Texts, new_tokens: int, repeats: int) -> dict:
+    """The best of `repeats` rounds. Every timed generate starts from empty caches, and where
+    `texts` is a function of the round each round has prompts no earlier round saw."""
+    runner.generate(_round_texts(texts, -1)[:1], 4)  # warm-up, on prompts no round uses
     best = None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        tokens = runner.generate(texts, new_tokens)
-        elapsed = time.perf_counter() - start
+    for round_ in range(repeats):
+        batch = _round_texts(texts, round_)
+        tokens, elapsed = _flushed_seconds(runner, batch, new_tokens)
         # Prefill + first token, to separate decode speed from prompt processing.
-        start = time.perf_counter()
-        runner.generate(texts, 1)
-        first = time.perf_counter() - start
-        run = {"tokens": tokens, "seconds": elapsed, "tok_s": tokens / elapsed,
+        _, first = _flushed_seconds(runner, batch, 1)
+        run = {"tokens": tokens, "seconds": elapsed, "tok_s": tokens / elapsed, "first_token_s": first,
                "decode_step_ms": 1000 * (elapsed - first) / (new_tokens - 1)}  # fmt: skip
         best = run if best is None or run["tok_s"] > best["tok_s"] else best
     return best
@@ -125,6 +151,12 @@ def cpu_flags_summary() -> list[str]:
     from langrt.cpu_features import cpu_flags
 
     return sorted(f for f in cpu_flags() if f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16"))
+
+
+def kernels_isa() -> str:
+    from langrt_kernels.cpu import isa
+
+    return isa()
 
 
 def kernels_off() -> str | None:
@@ -148,7 +180,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short outputs, one repeat")
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], help="langrt's (default: bfloat16; float32 with --avx2)")
     parser.add_argument("--avx2", action="store_true", help="run everything as an AVX2-only CPU does")
+    parser.add_argument("--batches", default="1,32", help="comma-separated batch sizes (batch 1 is needed for the bandwidth figure)")
     args = parser.parse_args()
+    if "1" not in args.batches.split(","):
+        parser.error("--batches must include 1: the bandwidth figure is batch 1's decode step")
     if args.avx2:
         run_capped_at_avx2()
     args.dtype = args.dtype or ("float32" if args.avx2 else "bfloat16")
@@ -163,14 +198,16 @@ def main() -> None:
     results = {"dtype": args.dtype, "new_tokens": new_tokens, "bandwidth_gbs": bandwidth,
                "weight_bytes": weight_bytes, "machine": platform.processor() or platform.machine(),
                "threads": torch.get_num_threads(), "cpu_flags": cpu_flags_summary(),
-               "cpu_path": describe_path(args.dtype, kernels_off()), "batches": {}}  # fmt: skip
+               "cpu_path": describe_path(args.dtype, kernels_off(), kernels_isa()), "batches": {}}  # fmt: skip
     print(results["cpu_path"], flush=True)
-    for batch in (1, 32):
-        texts = prompts(ours.tokenizer, batch)
+    for batch in [int(b) for b in args.batches.split(",")]:
+        texts = lambda round_, batch=batch: prompts(ours.tokenizer, batch, round_)  # noqa: E731
         row = {runner.name: timed(runner, texts, new_tokens, repeats) for runner in (ours, *baselines)}
         best_hf = max((r.name for r in baselines), key=lambda name: row[name]["tok_s"])
         row["baseline"] = best_hf
         row["speedup"] = row["langrt"]["tok_s"] / row[best_hf]["tok_s"]
+        # Decode alone: each side's step time, its own prefill (first_token_s) left out.
+        row["decode_step_speedup"] = row[best_hf]["decode_step_ms"] / row["langrt"]["decode_step_ms"]
         results["batches"][str(batch)] = row
         hf_cols = " | ".join(f"{r.name} {row[r.name]['tok_s']:7.1f} tok/s" for r in baselines)
         print(f"batch {batch:>2}: langrt {row['langrt']['tok_s']:7.1f} tok/s | {hf_cols} | langrt/{best_hf} "
@@ -182,9 +219,8 @@ def main() -> None:
     print(f"bandwidth {bandwidth:.1f} GB/s, weights {weight_bytes / 1e6:.0f} MB -> limit {limit_steps:.0f} steps/s; "
           f"langrt batch-1 decode {1000 / step_ms:.1f} steps/s = "
           f"{results['batch1_decode_fraction_of_bandwidth_limit']:.0%} of the limit")  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_offline{'_avx2' if args.avx2 else ''}{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results, dtype=args.dtype)
     print(f"wrote {out}")
 
 

@@ -7,7 +7,9 @@ Workloads (SmolLM2-135M-Instruct, greedy, chat template):
   policy       8 prefix groups x 16 requests, shuffled, in a pool too small to keep every group:
                lpm vs fcfs hit rate and throughput, and the hit rate as a fraction of the offline
                optimum (every distinct prefix token computed exactly once)
-Each cache-on run is compared with the same engine settings and --disable-radix-cache.
+Each cache-on run is compared with the same engine settings and --disable-radix-cache. Every
+run starts on flushed engines, and its hit rate is its own requests' (cached prompt tokens over
+prompt tokens, from each request's meta_info), not the engine's running total.
 
     .venv/bin/python benchmarks/bench_prefix.py [--quick]
 """
@@ -15,13 +17,16 @@ Each cache-on run is compared with the same engine settings and --disable-radix-
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import langrt
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 WORDS = ("apple river stone cloud lamp tiger violin garden rocket silver window forest candle "
@@ -45,16 +50,27 @@ def random_text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
+def flush(engine) -> None:
+    if not engine.flush_cache():
+        raise RuntimeError("flush_cache refused: requests still running, the run would reuse their KV")
+
+
 def timed(engine, prompts, params) -> tuple[float, list[dict]]:
     start = time.perf_counter()
     outs = engine.generate(prompts, params)
     return time.perf_counter() - start, outs
 
 
-def summary(seconds: float, outs: list[dict], engine) -> dict:
+def hit_rate(outs: list[dict]) -> float:
+    """Of these requests' prompt tokens, the share read from the prefix cache."""
+    prompt = sum(o["meta_info"]["prompt_tokens"] for o in outs)
+    return sum(o["meta_info"].get("cached_tokens", 0) for o in outs) / prompt if prompt else 0.0
+
+
+def summary(seconds: float, outs: list[dict]) -> dict:
     tokens = sum(o["meta_info"]["completion_tokens"] for o in outs)
     return {"seconds": seconds, "requests_s": len(outs) / seconds, "output_tok_s": tokens / seconds,
-            "cache_hit_rate": engine.cache_stats()["cache_hit_rate"]}  # fmt: skip
+            "cache_hit_rate": hit_rate(outs)}  # fmt: skip
 
 
 def run_few_shot(on, off, n: int) -> dict:
@@ -62,8 +78,8 @@ def run_few_shot(on, off, n: int) -> dict:
     params = {"max_new_tokens": 8, "temperature": 0}
     row = {"preamble_tokens": len(on.tokenizer.encode(prompts[0])) - 20}
     for name, engine in (("cache_on", on), ("cache_off", off)):
-        engine.flush_cache()
-        row[name] = summary(*timed(engine, prompts, params), engine)
+        flush(engine)
+        row[name] = summary(*timed(engine, prompts, params))
     return row
 
 
@@ -72,7 +88,7 @@ def run_chat(on, off, conversations: int) -> dict:
     user_turns = [[random_text(rng, 110) + " What do you think?" for _ in range(4)] for _ in range(conversations)]
     row = {}
     for name, engine in (("cache_on", on), ("cache_off", off)):
-        engine.flush_cache()
+        flush(engine)
         histories = [[] for _ in range(conversations)]
         total, outs_all = 0.0, []
         for turn in range(4):
@@ -83,21 +99,28 @@ def run_chat(on, off, conversations: int) -> dict:
             outs_all += outs
             for h, o in zip(histories, outs):
                 h.append({"role": "assistant", "content": o["text"]})
-        row[name] = summary(total, outs_all, engine)
+        row[name] = summary(total, outs_all)
     return row
 
 
 def run_no_reuse(on, off, n: int, rounds: int) -> dict:
-    """Alternating rounds, medians: the overhead is small and the machine is noisy."""
+    """Alternating rounds, medians: the overhead is small and the machine is noisy. Each round
+    has prompts of its own and starts on flushed engines; the hit rate is over every round's
+    requests."""
     times = {"cache_on": [], "cache_off": []}
     outs = {}
     for r in range(rounds):
         rng = random.Random(100 + r)
         prompts = [f"{i} {random_text(rng, 60)}" for i in range(n)]  # distinct from the first token
         for name, engine in (("cache_on", on), ("cache_off", off)) if r % 2 == 0 else (("cache_off", off), ("cache_on", on)):
-            seconds, outs[name] = timed(engine, prompts, {"max_new_tokens": 32, "temperature": 0, "ignore_eos": True})
+            flush(engine)
+            seconds, outs_round = timed(engine, prompts, {"max_new_tokens": 32, "temperature": 0, "ignore_eos": True})
             times[name].append(seconds)
-    row = {name: summary(statistics.median(t), outs[name], engine) for (name, t), engine in zip(times.items(), (on, off))}
+            outs.setdefault(name, []).extend(outs_round)
+    row = {}
+    for name, t in times.items():
+        row[name] = summary(statistics.median(t), outs[name][: len(outs[name]) // rounds])
+        row[name]["cache_hit_rate"] = hit_rate(outs[name])
     row["rounds"] = rounds
     return row
 
@@ -110,12 +133,12 @@ def run_policies(model_args: dict, groups: int, per_group: int) -> dict:
     row = {}
     for policy in ("lpm", "fcfs"):
         # Room for about three groups' prefixes at once: the order decides what gets reused.
-        engine = langrt.Engine(schedule_policy=policy, max_total_tokens=1500, **model_args)
-        ids = [engine.tokenizer.encode(p) for p in prompts]
-        start = time.perf_counter()
-        outs = engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 4, "temperature": 0})
-        row[policy] = summary(time.perf_counter() - start, outs, engine)
-        row[policy]["evicted_tokens"] = engine.cache_stats()["evicted_tokens"]
+        with langrt.Engine(schedule_policy=policy, max_total_tokens=1500, **model_args) as engine:
+            ids = [engine.tokenizer.encode(p) for p in prompts]
+            start = time.perf_counter()
+            outs = engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 4, "temperature": 0})
+            row[policy] = summary(time.perf_counter() - start, outs)
+            row[policy]["evicted_tokens"] = engine.cache_stats()["evicted_tokens"]
     distinct = {tuple(p[: i + 1]) for p in ids for i in range(len(p))}
     total = sum(map(len, ids))
     row["optimal_hit_rate"] = (total - len(distinct)) / total
@@ -132,10 +155,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small workloads (a smoke run)")
     args = parser.parse_args()
-    q = args.quick
     model_args = dict(log_level="warning")
-    on = langrt.Engine(max_total_tokens=65536, **model_args)
-    off = langrt.Engine(max_total_tokens=65536, disable_radix_cache=True, **model_args)
+    with (
+        langrt.Engine(max_total_tokens=65536, **model_args) as on,
+        langrt.Engine(max_total_tokens=65536, disable_radix_cache=True, **model_args) as off,
+    ):
+        results = run_cache_workloads(on, off, args.quick)
+    results["policy"] = row = run_policies(model_args, 4 if args.quick else 8, 4 if args.quick else 16)
+    print(f"policy: lpm hit {row['lpm']['cache_hit_rate']:.1%} ({row['lpm']['fraction_of_optimum']:.1%} of optimum "
+          f"{row['optimal_hit_rate']:.1%}), {row['lpm']['requests_s']:.2f} req/s | fcfs hit "
+          f"{row['fcfs']['cache_hit_rate']:.1%} ({row['fcfs']['fraction_of_optimum']:.1%}), "
+          f"{row['fcfs']['requests_s']:.2f} req/s", flush=True)  # fmt: skip
+    out = RESULTS / f"bench_prefix{'_quick' if args.quick else ''}.json"
+    write_results(out, results, dtype=results["dtype"])
+    print(f"wrote {out}")
+
+
+def run_cache_workloads(on, off, q: bool) -> dict:
+    """few_shot, chat_4_turn and no_reuse on the cache-on and cache-off engines."""
     results = {"model": "SmolLM2-135M-Instruct (built-in)", "dtype": on.args.dtype, "quick": q}
 
     results["few_shot"] = row = run_few_shot(on, off, 8 if q else 64)
@@ -147,17 +184,9 @@ def main() -> None:
     overhead = 1 - ratio(row, "output_tok_s")
     row["cache_overhead"] = overhead
     print(f"no_reuse: cache on/off {ratio(row, 'output_tok_s'):.3f} (overhead {overhead:+.1%})", flush=True)
-    results["policy"] = row = run_policies(model_args, 4 if q else 8, 4 if q else 16)
-    print(f"policy: lpm hit {row['lpm']['cache_hit_rate']:.1%} ({row['lpm']['fraction_of_optimum']:.1%} of optimum "
-          f"{row['optimal_hit_rate']:.1%}), {row['lpm']['requests_s']:.2f} req/s | fcfs hit "
-          f"{row['fcfs']['cache_hit_rate']:.1%} ({row['fcfs']['fraction_of_optimum']:.1%}), "
-          f"{row['fcfs']['requests_s']:.2f} req/s", flush=True)  # fmt: skip
     for name in ("few_shot", "chat_4_turn", "no_reuse"):
         results[name]["speedup_requests_s"] = ratio(results[name])
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench_prefix{'_quick' if q else ''}.json"
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out}")
+    return results
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import random
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from langrt.server_args import SPEC_DRAFT_TOKENS
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_json import run_waves  # noqa: E402
 from bench_offline import cpu_flags_summary  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 NAMES = ["Harbor Museum", "Linden Library", "Orchard School", "Quarry Theatre", "Meridian Hospital", "Falcon Bridge"]
@@ -48,7 +48,9 @@ THINGS = ["old maps", "model ships", "letters from sailors", "glass lanterns", "
 KNOWN = ["its evening concerts", "a garden of rare roses", "a reading room under a glass roof", "its clock tower",
          "free lessons for children", "a cafe that serves fish soup"]  # fmt: skip
 TOPICS = ["the sea at night", "an old lighthouse keeper", "a city waking up", "learning to cook",
-          "a journey by train", "the first snow of winter", "a lost umbrella", "a garden in spring"]  # fmt: skip
+          "a journey by train", "the first snow of winter", "a lost umbrella", "a garden in spring",
+          "a desert at noon", "a broken violin", "the last day of school", "a fox in the city",
+          "a night market", "an empty stadium", "a letter never sent", "a mountain village"]  # fmt: skip
 FREE_FORMS = ["Write a short poem about {}.", "Tell a short story about {}.", "Describe {} in a few sentences.",
               "Give three tips for someone writing about {}."]  # fmt: skip
 
@@ -79,8 +81,19 @@ def extraction_prompts(tokenizer, n: int, seed: int = 0) -> list[str]:
 
 
 def free_prompts(tokenizer, n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [chat(tokenizer, rng.choice(FREE_FORMS).format(rng.choice(TOPICS))) for _ in range(n)]
+    """n distinct requests for new text: no prompt repeats, so no output of an earlier one is
+    there for n-gram drafts to copy (the workload measures what speculation costs)."""
+    pairs = [(form, topic) for form in FREE_FORMS for topic in TOPICS]
+    if n > len(pairs):
+        raise ValueError(f"{n} free-text prompts asked for, {len(pairs)} distinct ones exist: fewer --requests or --rounds")
+    random.Random(seed).shuffle(pairs)
+    return [chat(tokenizer, form.format(topic)) for form, topic in pairs[:n]]
+
+
+def by_round(prompts: list[str], rounds: int) -> list[list[str]]:
+    """`prompts` cut into `rounds` equal lists: each round its own prompts."""
+    n = len(prompts) // rounds
+    return [prompts[r * n : (r + 1) * n] for r in range(rounds)]
 
 
 def chat(tokenizer, content: str) -> str:
@@ -110,11 +123,12 @@ def side_settings(args, drafts: dict[str, str]) -> dict[str, dict]:
     return {**sides, "off": {}}
 
 
-def run_both(workloads: dict[str, list[str]], args, drafts: dict[str, str]) -> dict:
+def run_both(workloads: dict[str, list[list[str]]], args, drafts: dict[str, str]) -> dict:
     """Every side's engine up at once; per workload and batch size, each wave of requests runs
     on every engine one after another (the order rotates), so a noisy moment of this shared
     machine lands on all; the totals over the rounds, and per side the median of the waves'
-    speed-ups over no speculation."""
+    speed-ups over no speculation. Each round has prompts of its own (`workloads[name][r]`) and
+    every wave starts on flushed engines (prefix cache and draft sources empty)."""
     params = {"max_new_tokens": args.max_new_tokens, "temperature": 0}
     common = dict(log_level="warning", max_total_tokens=args.max_total_tokens, dtype=args.dtype)
     settings = side_settings(args, drafts)
@@ -122,17 +136,18 @@ def run_both(workloads: dict[str, list[str]], args, drafts: dict[str, str]) -> d
     with contextlib.ExitStack() as stack:
         engines = {side: stack.enter_context(langrt.Engine(**common, **spec)) for side, spec in settings.items()}
         for engine in engines.values():
-            engine.generate(workloads["extraction"][:2], params)  # warm-up
+            engine.generate(extraction_prompts(engine.tokenizer, 2, seed=-1), params)  # warm-up, on prompts no round uses
         order = list(engines)
-        for name, prompts in workloads.items():
+        for name, rounds in workloads.items():
             for batch in args.batches:
                 runs, ratios = {side: [] for side in order}, {side: [] for side in order}
-                for r in range(args.rounds):
+                for r, prompts in enumerate(rounds):
                     for w, i in enumerate(range(0, len(prompts), batch)):
                         shift = (r + w) % len(order)
                         wave = {}
                         for side in order[shift:] + order[:shift]:
-                            engines[side].flush_cache()
+                            if not engines[side].flush_cache():
+                                raise RuntimeError(f"{side}: flush_cache refused (requests still running)")
                             wave[side] = timed(engines[side], prompts[i : i + batch], params, batch)
                             runs[side].append(wave[side])
                         for side in order:
@@ -219,8 +234,10 @@ def main() -> None:
         args.requests, args.rounds = 2, 1
     with langrt.Engine(log_level="warning", max_total_tokens=4096) as probe:
         tokenizer = probe.tokenizer
-        workloads = {"extraction": extraction_prompts(tokenizer, args.requests), "nothing_to_copy": free_prompts(tokenizer, args.requests)}
-        prompt_tokens = {k: sum(len(tokenizer.encode(p)) for p in v) / len(v) for k, v in workloads.items()}
+        n = args.requests * args.rounds
+        workloads = {"extraction": by_round(extraction_prompts(tokenizer, n), args.rounds),
+                     "nothing_to_copy": by_round(free_prompts(tokenizer, n), args.rounds)}  # fmt: skip
+        prompt_tokens = {k: sum(len(tokenizer.encode(p)) for r in v for p in r) / n for k, v in workloads.items()}
     with tempfile.TemporaryDirectory(prefix="bench_spec_drafts_") as tmp:
         drafts = make_drafts(args.draft_models, args.draft_layers, Path(tmp))
         measured = run_both(workloads, args, drafts)
@@ -251,9 +268,8 @@ def main() -> None:
             if side != "off":
                 print_side(name, batch, side, row[side], off, len(off["texts"]))
     print(f"CPU: {results['cpu']} ({', '.join(results['cpu_flags'])}), dtype {args.dtype}")
-    RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_speculative{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results, dtype=args.dtype)
     print(f"wrote {out}")
 
 

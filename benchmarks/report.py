@@ -1,0 +1,187 @@
+"""The results table of benchmarks/README.md, written from benchmarks/results/*.json.
+
+    .venv/bin/python -m benchmarks.report           # rewrite the table between the markers
+    .venv/bin/python -m benchmarks.report --check   # exit 1 where the README's table is not what the files give
+
+One row per results file: the benchmark that wrote it, its headline figures (ratios, speed-ups,
+hit rates, as recorded), the commit and CPU it ran on, and whether it is current. A result is
+marked stale where a commit after the one it recorded (`meta.commit`, written by results_meta)
+touched the code it measures: its benchmark's script and the runtime (`git log <commit>..HEAD --
+<paths>`). A file with no recorded commit is marked as such: its figures belong to no known code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
+# The code every benchmark measures besides its own script: the runtime and its kernels.
+RUNTIME = ("langrt", "kernels")
+# Benchmarks that measure less than the whole runtime (a change elsewhere leaves them current).
+MEASURES = {
+    "bench_grammar": ("langrt/constrained",),
+    "bench_grammar_vocab": ("langrt/constrained",),
+    "bench_regex_dfa": ("langrt/constrained", "kernels/cpu"),
+    "bench_one_rule": ("langrt/constrained",),
+    "json_schema_suite": ("langrt/constrained",),
+    "bench_maskbench": ("langrt/constrained",),
+    "bench_sampling": ("langrt/sampling",),
+    "bench_kernels": ("kernels",),
+    "bench_block_types": ("kernels/cpu", "langrt/model/gguf_loader.py"),
+}
+# Keys whose numbers are headline figures: ratios between sides, hit rates, fractions of a limit.
+HEADLINE = re.compile(r"speedup|ratio|_over_|hit_rate|fraction")
+MAX_FIGURES = 4
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str  # the results file's stem
+    benchmark: str  # the script (or folder) that wrote it; "" where none matches
+    figures: list[str]
+    commit: str | None
+    cpu: str
+    status: str
+
+
+def git(repo: Path, *args: str) -> str | None:
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def benchmark_of(stem: str, repo: Path) -> str:
+    """The script or folder under benchmarks/ whose name is the longest prefix of `stem`
+    (bench_json_avx2 -> bench_json.py, stress_load -> stress/)."""
+    bench = repo / "benchmarks"
+    names = [p.stem for p in bench.glob("*.py")] + [p.name for p in bench.iterdir() if p.is_dir() and p.name != "results"]
+    matches = [n for n in names if stem == n or stem.startswith(n + "_")]
+    return max(matches, key=len, default="")
+
+
+def source_paths(benchmark: str, repo: Path) -> list[str]:
+    """The paths whose commits make a result of `benchmark` stale."""
+    own = [f"benchmarks/{benchmark}.py" if (repo / "benchmarks" / f"{benchmark}.py").exists() else f"benchmarks/{benchmark}"]
+    return (own if benchmark else []) + list(MEASURES.get(benchmark, RUNTIME))
+
+
+def status_of(commit: str | None, paths: list[str], repo: Path) -> str:
+    if commit is None:
+        return "no commit recorded"
+    if git(repo, "cat-file", "-e", f"{commit}^{{commit}}") is None:
+        return f"commit {commit[:7]} not in this repository"
+    later = git(repo, "log", "--format=%h", f"{commit}..HEAD", "--", *paths)
+    if later:
+        hashes = later.split()
+        return f"stale: {len(hashes)} later commit{'s' if len(hashes) > 1 else ''} to its code (last {hashes[0]})"
+    return "current"
+
+
+def recorded_commit(data: dict) -> str | None:
+    """meta.commit (results_meta), or a top-level `commit` of files written before it."""
+    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    return meta.get("commit") or (data.get("commit") if isinstance(data.get("commit"), str) else None)
+
+
+def cpu_of(data: dict) -> str:
+    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    cpu = meta.get("cpu") or {}
+    if cpu:
+        return f"{cpu.get('model', '?')} ({', '.join(cpu.get('path_flags', []))})"
+    flags = data.get("cpu_flags")
+    return ", ".join(flags) if isinstance(flags, list) else ""
+
+
+def headline(data: dict) -> list[str]:
+    """Up to MAX_FIGURES `path: value` of the numbers under headline keys, in file order (the
+    meta block left out): ratios as 1.23x, hit rates and fractions as percentages."""
+    found: list[str] = []
+
+    def walk(node, path: list[str]) -> None:
+        if len(found) >= MAX_FIGURES:
+            return
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if not (not path and key == "meta"):
+                    walk(value, path + [str(key)])
+        elif isinstance(node, (int, float)) and not isinstance(node, bool) and path and HEADLINE.search(path[-1]):
+            found.append(f"{'.'.join(path)}: {format_figure(path[-1], node)}")
+
+    walk(data, [])
+    return found
+
+
+def format_figure(key: str, value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    if "hit_rate" in key or "fraction" in key:
+        return f"{value:.1%}"
+    return f"{value:.2f}x"
+
+
+def collect(repo: Path = REPO) -> list[Row]:
+    rows = []
+    for path in sorted((repo / "benchmarks" / "results").glob("*.json")):
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            continue
+        benchmark = benchmark_of(path.stem, repo)
+        commit = recorded_commit(data)
+        status = status_of(commit, source_paths(benchmark, repo), repo)
+        rows.append(Row(path.stem, benchmark, headline(data), commit, cpu_of(data), status))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| results file | benchmark | headline figures | commit | CPU | status |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        figures = "<br>".join(r.figures) or "(none under headline keys)"
+        lines.append(
+            f"| `results/{r.name}.json` | {r.benchmark or '?'} | {figures} | {r.commit[:7] if r.commit else '-'} "
+            f"| {r.cpu or '-'} | {r.status} |"
+        )
+    current = sum(r.status == "current" for r in rows)
+    lines.append("")
+    lines.append(f"{current} of {len(rows)} results current; the others are older than the code they measure or record no commit.")
+    return "\n".join(lines)
+
+
+def with_table(readme: str, body: str) -> str:
+    """`readme` with the text between BEGIN and END replaced by `body` (the markers and the
+    body appended at the end where the README has none)."""
+    block = f"{BEGIN}\n{body}\n{END}"
+    if BEGIN in readme and END in readme:
+        head, rest = readme.split(BEGIN, 1)
+        return head + block + rest.split(END, 1)[1]
+    return readme.rstrip("\n") + f"\n\n## Results files\n\nWritten by `python -m benchmarks.report`.\n\n{block}\n"
+
+
+def main(argv: list[str] | None = None, repo: Path = REPO) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where the README's table is out of date")
+    args = parser.parse_args(argv)
+    readme_path = repo / "benchmarks" / "README.md"
+    readme = readme_path.read_text()
+    updated = with_table(readme, table(collect(repo)))
+    if args.check:
+        if updated != readme:
+            print(f"{readme_path} is out of date: run python -m benchmarks.report", file=sys.stderr)
+            return 1
+        return 0
+    readme_path.write_text(updated)
+    print(f"wrote the results table in {readme_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
