@@ -81,7 +81,8 @@ class LLGuidanceBackend:
         matcher = self.llg.LLMatcher(self.tokenizer, text, log_level=0)
         if matcher.is_error():
             raise InvalidRequest(f"llguidance refused the {spec.kind}: {matcher.get_error()}", param=spec.kind)
-        return LLGuidanceGrammar(matcher, self.vocab, self.eos_only)
+        words = min((self.tokenizer.vocab_size + 31) // 32, self.vocab.num_words)
+        return LLGuidanceGrammar(matcher, self.vocab, self.eos_only, words)
 
     def grammar_text(self, spec: GrammarSpec) -> str:
         """llguidance's grammar (its JSON form) for `spec`."""
@@ -214,10 +215,14 @@ def _regex_escape(text: str) -> str:
 class LLGuidanceGrammar:
     """A compiled grammar: its matcher at the initial state, copied for each request."""
 
-    def __init__(self, initial, vocab: TokenVocabulary, eos_only: torch.Tensor):
+    def __init__(self, initial, vocab: TokenVocabulary, eos_only: torch.Tensor, mask_words: int):
         self.initial = initial
         self.vocab = vocab
         self.eos_only = eos_only  # the bitmask row of a failed matcher
+        # llguidance's masks cover the tokenizer's tokens only (its buffer must be exactly this
+        # long), fewer words than the model's logits where the model pads its vocabulary (Qwen3:
+        # 151,669 tokens, 151,936 logits); the padding's bits stay clear
+        self.mask_words = mask_words
 
     def matcher(self) -> "LLGuidanceMatcher":
         return LLGuidanceMatcher(self, self.initial.deep_copy())
@@ -239,6 +244,7 @@ class LLGuidanceMatcher:
             logger.warning("llguidance matcher failed: %s", self._matcher.get_error())
             bitmask[row, :words].copy_(self.grammar.eos_only)
         else:
+            words = self.grammar.mask_words
             target = bitmask[row, :words]
             assert target.is_contiguous() and bitmask.dtype == torch.int32 and bitmask.device.type == "cpu"
             self._matcher.unsafe_compute_mask_ptr(target.data_ptr(), words * 4)

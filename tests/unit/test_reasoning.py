@@ -166,3 +166,59 @@ def test_thinking_switch():
     assert QWEN3.thinks({}) and QWEN3.thinks({"enable_thinking": True})
     assert not QWEN3.thinks({"enable_thinking": False})
     assert R1.thinks({"enable_thinking": False})  # R1 always thinks
+
+
+# ---- the chat request's fields ------------------------------------------------------------------
+
+
+def test_chat_fields_without_a_parser_change_nothing():
+    from langrt.entrypoints import chat_reasoning as cr
+
+    body = {"chat_template_kwargs": {"enable_thinking": False}}
+    assert cr.reasoning_request(body, None, cr.template_kwargs(body)) is None
+    sampling = {"max_new_tokens": 5}
+    cr.apply_reasoning(sampling, None, body)
+    assert sampling == {"max_new_tokens": 5}
+    assert cr.split_text(None, "<think>a</think>b") == (None, "<think>a</think>b")
+    assert cr.message_fields(None, None) == {}
+    with pytest.raises(InvalidRequest, match="needs a server started with --reasoning-parser"):
+        cr.reasoning_request({"max_reasoning_tokens": 3}, None, {})
+
+
+def test_chat_fields_with_a_parser():
+    from langrt.entrypoints import chat_reasoning as cr
+
+    on = cr.reasoning_request({}, "qwen3", {})
+    sampling = {}
+    cr.apply_reasoning(sampling, on, {"max_reasoning_tokens": 9})
+    assert sampling == {"reasoning": True, "max_reasoning_tokens": 9}
+    assert cr.split_text(on, "<think>a</think> b") == ("a", "b") and cr.message_fields(on, "a") == {"reasoning_content": "a"}
+    off = cr.reasoning_request({}, "qwen3", {"enable_thinking": False})
+    sampling = {}
+    cr.apply_reasoning(sampling, off, {})
+    assert sampling == {} and cr.split_text(off, '{"x": 1}') == (None, '{"x": 1}')
+    joined = cr.reasoning_request({"separate_reasoning": False}, "deepseek-r1", {})
+    assert cr.split_text(joined, "a</think>b") == (None, "a</think>b") and cr.message_fields(joined, None) == {}
+    with pytest.raises(InvalidRequest, match="may not set tokenize"):
+        cr.template_kwargs({"chat_template_kwargs": {"tokenize": True}})
+    with pytest.raises(InvalidRequest, match="stream_reasoning must be a boolean"):
+        cr.reasoning_request({"stream_reasoning": 1}, "qwen3", {})
+
+
+def test_llguidance_masks_a_model_with_padded_logits(decoder):
+    """A model whose logits outnumber its tokenizer's tokens by 32 or more (Qwen3 pads 151,669
+    tokens to 151,936; so does the e2e test's checkpoint): llguidance's mask is shorter than the
+    row, and the padding stays disallowed."""
+    pytest.importorskip("llguidance")
+    from langrt.constrained.llguidance_backend import LLGuidanceBackend
+    from langrt.constrained.vocab import vocabulary_from_decoder
+
+    rows = []
+    for width in (49152, 49152 + 64):
+        vocab = vocabulary_from_decoder(decoder, width, {EOS})
+        matcher = LLGuidanceBackend(vocab, decoder.encode).compile(GrammarSpec("regex", "[a-z]+")).matcher()
+        bitmask = torch.full((1, vocab.num_words), -1, dtype=torch.int32)
+        matcher.fill_bitmask(bitmask, 0)
+        rows.append(bitmask[0])
+    assert torch.equal(rows[1][: rows[0].numel()], rows[0]) and not rows[1][rows[0].numel() :].any()
+    assert rows[0].any()
