@@ -17,7 +17,8 @@ from langrt.errors import InvalidRequest
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-def chat_prompt(manager, template: str | None, messages, tools: ToolRequest | None) -> list[int]:
+def chat_prompt(manager, template: str | None, messages, tools: ToolRequest | None, template_kwargs: dict | None = None) -> list[int]:
+    """`template_kwargs`: more variables for the template (chat_template_kwargs, checked)."""
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages must be a non-empty list", param="messages")
     if len(messages) >= manager.ready.context_len:  # each message is at least one token
@@ -30,7 +31,7 @@ def chat_prompt(manager, template: str | None, messages, tools: ToolRequest | No
         raise InvalidRequest(f"the messages hold {chars} characters, more than the context can hold", param="messages")
     if template is None:
         raise InvalidRequest("this model has no chat template; use /v1/completions or --chat-template", param="messages")
-    extra = {}
+    extra = dict(template_kwargs or {})
     if template_renders_tools(template):
         if tools is not None:
             extra["tools"] = tools.tools

@@ -37,6 +37,7 @@ def create_app(manager: TokenizerManager, args: ServerArgs, model_path: str, tok
     app["tokenizer_path"] = tokenizer_path
     app["served_model_name"] = args.served_model_name or (args.model_path or BUILTIN_NAME)
     app["chat_template"] = resolve_chat_template(args.chat_template, manager.tokenizer)
+    app["reasoning_parser"] = args.reasoning_parser
     app["max_request_bytes"] = args.max_request_bytes
     app["body_read_timeout"] = args.body_read_timeout
     app["started"] = int(time.time())

@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from langrt.entrypoints import chat_reasoning
 from langrt.entrypoints.chat_messages import chat_prompt
 from langrt.entrypoints.native_api import read_json, send_event, stream_events, wait_all
 from langrt.entrypoints.tool_calls import constraint as tool_constraint
@@ -44,7 +45,7 @@ CHAT_FIELDS = _IGNORED | set(_SAMPLING) | {
     "messages", "max_tokens", "max_completion_tokens", "stream", "logprobs", "top_logprobs", "response_format",
     "tools", "tool_choice", "parallel_tool_calls", "logit_bias", "modalities", "audio", "web_search_options",
     "functions", "function_call",
-}  # fmt: skip
+} | chat_reasoning.FIELDS  # fmt: skip
 
 
 def refuse_unsupported(body: dict) -> None:
@@ -208,7 +209,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     refuse_unsupported(body)
     tools = parse_tools(body)
     template = request.app["chat_template"]
-    prompt = chat_prompt(manager, template, body.get("messages"), tools)
+    kwargs = chat_reasoning.template_kwargs(body)
+    prompt = chat_prompt(manager, template, body.get("messages"), tools, kwargs)
+    reasoning = chat_reasoning.reasoning_request(body, request.app.get("reasoning_parser"), kwargs)
     max_tokens = _max_tokens(body, "max_completion_tokens", "max_tokens", default=None)
     if max_tokens is None:  # as much as the context leaves
         max_tokens = max(0, manager.ready.context_len - len(prompt))
@@ -216,6 +219,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     want_logprobs = bool(body.get("logprobs"))
     sampling = sampling_dict(body, max_tokens)
     _apply_response_format(sampling, body.get("response_format"))
+    chat_reasoning.apply_reasoning(sampling, reasoning, body)
     syntax = None if tools is None or tools.choice == "none" else syntax_for(template)
     if syntax is not None:
         _constrain_calls(sampling, tool_constraint(tools, syntax))
@@ -227,12 +231,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     states = await manager.submit(inp)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if inp.stream:
-        return await _stream_chat(request, manager, states, rid, created, stream_options(body), syntax)
+        return await _stream_chat(request, manager, states, rid, created, stream_options(body), syntax, reasoning)
     await wait_all(manager, states)
     choices = [
         {
             "index": i,
-            **_chat_message(s, syntax),
+            **_chat_message(s, syntax, reasoning),
             "logprobs": _chat_logprobs(manager.tokenizer, s) if want_logprobs else None,
         }
         for i, s in enumerate(states)
@@ -252,14 +256,16 @@ def _constrain_calls(sampling: dict, tag: dict) -> None:
     sampling["structural_tag"] = tag
 
 
-def _chat_message(state: ReqState, syntax) -> dict:
-    """The choice's message and finish_reason: the calls parsed out of the text, if any."""
+def _chat_message(state: ReqState, syntax, reasoning=None) -> dict:
+    """The choice's message and finish_reason: the thinking split out (with a reasoning parser)
+    and the calls parsed out of the answer, if any."""
     reason = finish_reason(state)
+    thought, text = chat_reasoning.split_text(reasoning, state.text)
     if syntax is None:
-        return {"message": {"role": "assistant", "content": state.text}, "finish_reason": reason}
+        return {"message": {"role": "assistant", "content": text, **chat_reasoning.message_fields(reasoning, thought)}, "finish_reason": reason}
     parser = ToolCallParser(syntax)
-    parser.feed(state.text, final=True)
-    message = {"role": "assistant", "content": parser.content or None}
+    parser.feed(text, final=True)
+    message = {"role": "assistant", "content": parser.content or None, **chat_reasoning.message_fields(reasoning, thought)}
     calls = [c for c in parser.calls if c.complete]  # not one cut short by max_tokens (a stream has sent its start)
     if calls:
         message["tool_calls"] = [
@@ -304,10 +310,11 @@ def _chat_logprobs(tokenizer, state: ReqState) -> dict:
     }
 
 
-async def _stream_chat(request, manager, states, rid, created, include_usage, syntax):
+async def _stream_chat(request, manager, states, rid, created, include_usage, syntax, reasoning=None):
     role_sent = [False] * len(states)
     sent = [0] * len(states)
     parsers = [None if syntax is None else ToolCallParser(syntax) for _ in states]
+    splits = [None if reasoning is None else reasoning.stream() for _ in states]  # thinking apart from the answer
     name = model_name(request)
 
     def render(i: int, state: ReqState) -> dict | None:
@@ -316,11 +323,17 @@ async def _stream_chat(request, manager, states, rid, created, include_usage, sy
             delta["role"] = "assistant"
             role_sent[i] = True
         reason = finish_reason(state)
+        answer = state.text
+        if splits[i] is not None:
+            thought = splits[i].feed(state.text, final=state.finish_reason is not None)
+            answer = splits[i].content
+            if thought:
+                delta["reasoning_content"] = thought
         if parsers[i] is None:
-            text = state.text[sent[i] :]
-            sent[i] = len(state.text)
+            text = answer[sent[i] :]
+            sent[i] = len(answer)
         else:
-            update = parsers[i].feed(state.text, final=state.finish_reason is not None)
+            update = parsers[i].feed(answer, final=state.finish_reason is not None)
             text = update.content
             if update.calls:
                 delta["tool_calls"] = [_call_delta(k, part) for k, part in sorted(update.calls.items())]
