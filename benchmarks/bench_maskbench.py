@@ -1,5 +1,6 @@
 """MaskBench side by side: langrt's grammar engine, xgrammar, llguidance and outlines-core on one
-sample of MaskBench's real-world JSON schemas, over the built-in model's vocabulary (SmolLM2).
+sample of MaskBench's real-world JSON schemas, over one vocabulary (--vocab: the built-in
+SmolLM2's 49k tokens, Qwen2.5's 151k or Gemma 3's 262k; maskbench/vocabs.py).
 
 MaskBench is the folder maskbench/data of github.com/guidance-ai/jsonschemabench: ~11k schemas,
 each with valid and invalid instances (format: maskbench/data.py). That repository states no
@@ -20,6 +21,12 @@ thread each, with MaskBench's settings (maskbench/engines.py).
 
     .venv/bin/python benchmarks/bench_maskbench.py --data PATH/maskbench/data            # 300 schemas
     .venv/bin/python benchmarks/bench_maskbench.py --data PATH/maskbench/data --limit 30 --engines langrt,llguidance
+    .venv/bin/python benchmarks/bench_maskbench.py --data PATH/maskbench/data --seed 2 --vocab gemma3   # a second sample
+
+Like-for-like pairs are set side by side where both engines ran (results.PAIRS): langrt's default
+(closed objects, schema order) with xgrammar's strict mode, langrt-any (open objects, any order)
+with xgrammar-compliant (its non-strict mode). Seed 0 is the sample langrt was tuned on; report
+another seed beside it.
 """
 
 from __future__ import annotations
@@ -41,7 +48,9 @@ if str(ROOT) not in sys.path:  # run as a script
 
 from benchmarks.maskbench.data import Case, sample_cases  # noqa: E402
 from benchmarks.maskbench.engines import DEFAULT_ENGINES, DISTRIBUTIONS, MODULES  # noqa: E402
-from benchmarks.maskbench.results import Decode, EngineResult, format_reasons, format_table, summarize  # noqa: E402
+from benchmarks.maskbench.results import Decode, EngineResult, format_pairs, format_reasons, format_table, pair_rows, summarize  # noqa: E402
+from benchmarks.maskbench.run_meta import run_meta  # noqa: E402
+from benchmarks.maskbench.vocabs import VOCABS, load_vocab_tokenizer, vocab_label  # noqa: E402
 from benchmarks.maskbench.worker import EngineUnavailable, EngineWorker, Limits  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -53,14 +62,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     engines = f"comma list of {', '.join(MODULES)} (default: those of the first four installed)"
     parser.add_argument("--engines", default=",".join(DEFAULT_ENGINES), help=engines)
     parser.add_argument("--sample", type=int, default=300, help="schemas to draw (with instances, spread across sources)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the sample's seed (0: the one langrt was tuned on)")
+    parser.add_argument("--vocab", default="smollm2", choices=sorted(VOCABS), help="the tokenizer every engine uses")
     parser.add_argument("--limit", type=int, help="draw this many schemas instead of --sample (a quick run)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "bench_maskbench.json")
+    parser.add_argument("--out", type=Path, help="default: results/bench_maskbench[_VOCAB][_seedN].json")
     parser.add_argument("--compile-timeout", type=float, default=30.0, help="seconds; past it the schema counts as refused")
     parser.add_argument("--walk-timeout", type=float, default=120.0, help="seconds for one schema's instances; past it the schema fails")
     parser.add_argument("--memory-gb", type=float, default=8.0, help="address-space limit per worker (0: none)")
     parser.add_argument("--progress-every", type=int, default=10, help="print progress every N schemas")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        suffix = ("" if args.vocab == "smollm2" else f"_{args.vocab}") + ("" if args.seed == 0 else f"_seed{args.seed}")
+        args.out = RESULTS / f"bench_maskbench{suffix}.json"
+    return args
 
 
 def chosen_engines(spec: str) -> list[str]:
@@ -113,18 +127,17 @@ def run_cases(cases: list[Case], workers: dict[str, EngineWorker], decode: Decod
 
 def run(args: argparse.Namespace) -> dict:
     """The whole benchmark; returns the report it also writes to args.out."""
-    from langrt.builtin import builtin_model_path
-    from langrt.tokenizer.loader import load_tokenizer
-
     engines = chosen_engines(args.engines)
-    tokenizer = load_tokenizer(builtin_model_path())
+    tokenizer = load_vocab_tokenizer(args.vocab)
+    args.vocab_label = vocab_label(args.vocab, tokenizer)
+    args.load_before = os.getloadavg()
     cases = sample_cases(args.data, args.limit or args.sample, args.seed, lambda text: tokenizer.encode(text, add_special_tokens=False))
     print(f"{len(cases)} schemas from {args.data} ({len({c.source for c in cases})} sources); engines: {', '.join(engines)}", flush=True)
     # the engines' own warnings (xgrammar logs one per keyword it approximates) go to a file
     log_path = Path(tempfile.gettempdir()) / f"bench_maskbench-workers-{os.getpid()}.log"
     print(f"engines' stderr: {log_path}", flush=True)
     with open(log_path, "wb") as log:
-        workers = start_workers(engines, Limits(args.compile_timeout, args.walk_timeout, args.memory_gb), log)
+        workers = start_workers(engines, Limits(args.compile_timeout, args.walk_timeout, args.memory_gb, args.vocab), log)
         try:
             results = run_cases(cases, workers, tokenizer.decode, args.progress_every)
         finally:
@@ -136,6 +149,8 @@ def run(args: argparse.Namespace) -> dict:
 def report(args: argparse.Namespace, cases: list[Case], results: dict[str, list[EngineResult]]) -> dict:
     summaries = {name: summarize(rs) for name, rs in results.items()}
     print(format_table(summaries))
+    if pairs := format_pairs(summaries):
+        print(pairs)
     if "langrt" in summaries:
         print(format_reasons("langrt", summaries["langrt"]))
     rows = [
@@ -144,8 +159,9 @@ def report(args: argparse.Namespace, cases: list[Case], results: dict[str, list[
         for k, c in enumerate(cases)
     ]
     settings = {"data": str(args.data), "schemas": len(cases), "seed": args.seed, "compile_timeout_s": args.compile_timeout}
-    settings |= {"walk_timeout_s": args.walk_timeout, "versions": versions(list(results)), "vocabulary": "SmolLM2 (49,152)"}
-    out = {"settings": settings, "engines": summaries, "schemas": rows}
+    settings |= {"walk_timeout_s": args.walk_timeout, "versions": versions(list(results)), "vocabulary": args.vocab_label}
+    settings |= {"tuning_sample": args.seed == 0, "meta": run_meta(args.load_before)}
+    out = {"settings": settings, "engines": summaries, "pairs": pair_rows(summaries), "schemas": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")

@@ -1,4 +1,4 @@
-"""One adapter per grammar engine, all over the same tokenizer (the built-in model's, SmolLM2).
+"""One adapter per grammar engine, all over the same tokenizer (maskbench/vocabs.py: SmolLM2's by default).
 
 Settings, following MaskBench's runner (maskbench/maskbench/*_engine.py) where it has one:
 langrt with its default (compact) whitespace; as `langrt-open`, with open_objects (properties a
@@ -52,11 +52,11 @@ class LangrtEngine:
     def __init__(self, tokenizer, **options):
         import torch
 
-        from langrt.builtin import builtin_model_path
         from langrt.constrained import GrammarCompiler, allocate_token_bitmask
 
         torch.set_num_threads(1)
-        self.compiler = GrammarCompiler.from_pretrained(builtin_model_path())
+        # the tokenizer's own width and EOS, as the other engines are given
+        self.compiler = GrammarCompiler.from_tokenizer(tokenizer, vocab_size=len(tokenizer))
         self.bitmask = allocate_token_bitmask(1, self.compiler.vocab_size)
         self.mask = self.bitmask[0].numpy()
         self.options = options  # none by default: round 1's compiler has no such options

@@ -126,3 +126,32 @@ def _pair(a: float | None, b: float | None, digits: int) -> str:
 def format_reasons(name: str, summary: dict) -> str:
     reasons = ", ".join(f"{reason} {count}" for reason, count in summary["refusal_reasons"].items())
     return f"{name} refusals by {'error param' if name == 'langrt' else 'exception'}: {reasons or 'none'}"
+
+
+# Like-for-like pairs: (langrt's mode, the peer's mode that reads schemas the same way).
+PAIRS = (
+    ("langrt", "xgrammar", "closed objects, schema order (xgrammar strict_mode)"),
+    ("langrt-any", "xgrammar-compliant", "open objects, any order (xgrammar non-strict, any whitespace)"),
+)
+
+
+def pair_rows(summaries: dict[str, dict]) -> list[dict]:
+    """The PAIRS whose both engines ran: passing, invalid accepted, compile and mask p99."""
+    keys = ("passing_pct", "invalid_accepted", "compile_ms_p50", "compile_ms_p99", "mask_us_p99")
+    return [
+        {"mode": mode, "langrt": a, "peer": b} | {f"{key}": [summaries[a][key], summaries[b][key]] for key in keys}
+        for a, b, mode in PAIRS
+        if a in summaries and b in summaries
+    ]
+
+
+def format_pairs(summaries: dict[str, dict]) -> str:
+    rows = pair_rows(summaries)
+    lines = [f"like for like: {r['langrt']} vs {r['peer']} ({r['mode']}): passing {_two(r['passing_pct'], '%')}, "
+             f"invalid accepted {r['invalid_accepted'][0]} vs {r['invalid_accepted'][1]}, "
+             f"compile p50 {_two(r['compile_ms_p50'], ' ms')}, mask p99 {_two(r['mask_us_p99'], ' µs')}" for r in rows]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _two(pair: list, unit: str) -> str:
+    return " vs ".join("-" if v is None else f"{v:.1f}{unit}" for v in pair)

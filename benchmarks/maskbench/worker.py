@@ -1,6 +1,6 @@
 """The worker process per engine, and its handle in the parent.
 
-A worker (`python -m benchmarks.maskbench.worker ENGINE MEMORY_GB`) loads the tokenizer and its
+A worker (`python -m benchmarks.maskbench.worker ENGINE MEMORY_GB VOCAB`) loads the tokenizer and its
 engine, says {"ready": True} (or {"init_error": ...}), then answers each job {"schema",
 "instances": token lists} with a compile message ({"compile_ms"} or {"refused", "reason"}) and,
 when compiled, {"walks": [...]}: messages are langrt.pickle_pipe's, of plain dicts and lists.
@@ -72,7 +72,7 @@ def walk_all(engine: MaskEngine, instances: list[list[int]], eos: int) -> list[d
     return walks
 
 
-def worker_main(name: str, memory_gb: float) -> None:
+def worker_main(name: str, memory_gb: float, vocab: str) -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # what the engines print goes to stderr, not into the messages
     if memory_gb > 0:
@@ -81,10 +81,9 @@ def worker_main(name: str, memory_gb: float) -> None:
         limit = int(memory_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        from langrt.builtin import builtin_model_path
-        from langrt.tokenizer.loader import load_tokenizer
+        from benchmarks.maskbench.vocabs import load_vocab_tokenizer
 
-        tokenizer = load_tokenizer(builtin_model_path())
+        tokenizer = load_vocab_tokenizer(vocab)
         engine = make_engine(name, tokenizer)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which skips the engine
         pickle_pipe.send(out, {"init_error": f"{type(e).__name__}: {e}"})
@@ -102,6 +101,7 @@ class Limits:
     compile_timeout_s: float  # past it, the schema counts as refused
     walk_timeout_s: float  # for one schema's instances; past it, the schema fails
     memory_gb: float  # address-space limit of a worker (0: none)
+    vocab: str = "smollm2"  # maskbench/vocabs.py's name of the tokenizer every engine uses
 
 
 class EngineUnavailable(Exception):
@@ -116,7 +116,7 @@ class EngineWorker:
         self.last_timed_out, self.exit_code = False, None
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "benchmarks.maskbench.worker", self.name, str(self.limits.memory_gb)]
+        command = [sys.executable, "-m", "benchmarks.maskbench.worker", self.name, str(self.limits.memory_gb), self.limits.vocab]
         env = os.environ | WORKER_ENV
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=ROOT)
         try:
@@ -181,4 +181,4 @@ def _exit_code(process: subprocess.Popen) -> int | None:
 
 
 if __name__ == "__main__":
-    worker_main(sys.argv[1], float(sys.argv[2]))
+    worker_main(sys.argv[1], float(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "smollm2")
