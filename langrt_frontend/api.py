@@ -1,4 +1,4 @@
-"""The public functions of `langrt_frontend` (API.md §1-§3)."""
+"""The public functions of `langrt_frontend` (docs/programs.md)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def gen(
     reasoning: bool | None = None,
     max_reasoning_tokens: int | None = None,
 ) -> ir.Expr:
-    """Generate into variable `name`. Unset settings inherit from run/run_batch (API.md §2).
+    """Generate into variable `name`. Unset settings inherit from run/run_batch (docs/programs.md, gen).
     With `choices` it is a `select`. With `reasoning` (a runtime with --reasoning-parser) the
     model thinks first, at most `max_reasoning_tokens`: `name` gets the answer, which alone
     the constraint holds, and `name + "_reasoning"` the thinking (langrt_frontend/reasoning.py)."""
@@ -79,7 +79,7 @@ def select(
     temperature: float = 0.0,
     choices_method=token_length_normalized,
 ) -> ir.Expr:
-    """Pick one of `choices` by the logprobs of its tokens after the text so far (API.md §3)."""
+    """Pick one of `choices` by the logprobs of its tokens after the text so far (docs/programs.md, select)."""
     assert choices is not None, "select needs choices=[...]"
     choices = tuple(choices)
     assert choices and all(isinstance(c, str) for c in choices), "select choices must be a non-empty list of strings"

@@ -1,4 +1,4 @@
-"""Chat templates for roles (API.md §4): named ones, and ones derived from the served model's
+"""Chat templates for roles (docs/programs.md, chat roles): named ones, and ones derived from the served model's
 own Jinja template by rendering marker conversations and cutting them at the markers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Choice methods for `select` (API.md §3).
+"""Choice methods for `select` (docs/programs.md, select).
 
 A method gets, per choice, the logprobs of the choice's own tokens (`[logprob, token_id, text]`
 entries, conditioned on the prefix) and, when it asks for them, the choice's logprobs scored

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-# What `dtype` turns into (API.md §2): a regex, plus stop strings for the numeric ones. A number
+# What `dtype` turns into (docs/programs.md, gen): a regex, plus stop strings for the numeric ones. A number
 # may be followed by a space or newline, which the stop strings then cut off: without a way to
 # end it, a model that does not want EOS right after a number keeps appending digits.
 INT_REGEX = r"[-+]?[0-9]+"
@@ -40,7 +40,7 @@ _SAMPLING_FIELDS = (
 )  # fmt: skip
 LOGPROB_FIELDS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 
-# `run`/`run_batch` keyword arguments that are sampling settings (API.md §5), and their defaults.
+# `run`/`run_batch` keyword arguments that are sampling settings (docs/programs.md, run and forks), and their defaults.
 RUN_DEFAULTS: dict[str, Any] = dict(
     max_new_tokens=128, stop=(), stop_token_ids=(), temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0,
     frequency_penalty=0.0, presence_penalty=0.0, ignore_eos=False, return_logprob=None, logprob_start_len=None,
@@ -113,7 +113,7 @@ class GenParams:
                 out[name] = list(out[name])
         if self.dtype is not None:
             regex, stops = _DTYPES[self.dtype]
-            out["regex"] = regex  # dtype wins over regex (API.md §2)
+            out["regex"] = regex  # dtype wins over regex (docs/programs.md, gen)
             out.pop("json_schema", None)
             out.pop("ebnf", None)
             out["stop"] = out.get("stop", []) + [s for s in stops if s not in out.get("stop", [])]

@@ -1,6 +1,6 @@
 """What a program run sent and got back, for its report (`ProgramState.report`, report.py).
 
-`SglFunction.run` wraps a native backend (API.md §7 payloads) in a `RecordingBackend`, which
+`SglFunction.run` wraps a native backend (docs/serving.md, native API payloads) in a `RecordingBackend`, which
 passes every call through unchanged and notes, per request: the thread that sent it (one per
 program state: forks run on their own threads), what kind it was (`gen`, `select`, or a
 `prefix` cache warm-up), its prompt text, when it started and ended, and the meta info

@@ -1,4 +1,4 @@
-"""`select` as one prefill-only request (API.md §3).
+"""`select` as one prefill-only request (docs/programs.md, select).
 
 The request is a batch: the prefix alone, then `prefix + choice` for every choice, then (for
 unconditional_likelihood_normalized) every choice alone. Input logprobs start at `start`, a

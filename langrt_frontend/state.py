@@ -1,5 +1,5 @@
 """`ProgramState` (what a program's `s` is) and `ForkedStates` (what `s.fork(n)` returns),
-API.md §5. A state is a thin handle on an `Executor`; reads wait for the queued work."""
+docs/programs.md, run and forks. A state is a thin handle on an `Executor`; reads wait for the queued work."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from langrt.errors import InvalidRequest
 
 logger = logging.getLogger(__name__)
 
-# langrt's JSON whitespace (API.md §7): at most one space after ',' and ':', none elsewhere. The
+# langrt's JSON whitespace (docs/serving.md, native API): at most one space after ',' and ':', none elsewhere. The
 # separators are read as regexes by llguidance's JSON compiler.
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ?", "key_separator": ": ?"}
 _ANY_TEXT = "(?s:.*)"

@@ -1,4 +1,4 @@
-"""Chat templates by name for `--chat-template` (API.md §4), as Jinja for the tokenizer."""
+"""Chat templates by name for `--chat-template` (docs/programs.md, chat roles), as Jinja for the tokenizer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Errors of every route, in one place: status codes and the OpenAI error shape (API.md §7).
+"""Errors of every route, in one place: status codes and the OpenAI error shape (docs/serving.md, native API).
 
     {"error": {"message": ..., "type": ..., "param": ..., "code": <status>}}
 """

@@ -1,4 +1,4 @@
-"""SGLang's native HTTP API (API.md §7): /generate and the server routes."""
+"""SGLang's native HTTP API (docs/serving.md, native API): /generate and the server routes."""
 
 from __future__ import annotations
 

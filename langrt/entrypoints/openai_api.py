@@ -1,4 +1,4 @@
-"""The OpenAI-compatible API (API.md §8): /v1/models, /v1/completions, /v1/chat/completions."""
+"""The OpenAI-compatible API (docs/serving.md, OpenAI API): /v1/models, /v1/completions, /v1/chat/completions."""
 
 from __future__ import annotations
 

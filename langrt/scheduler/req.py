@@ -17,7 +17,7 @@ from langrt.sampling.sampling_params import SamplingParams
 
 @dataclass(frozen=True)
 class FinishReason:
-    """API.md §7: type `length`, `stop` (matched string or token id) or `abort`."""
+    """docs/serving.md, native API: type `length`, `stop` (matched string or token id) or `abort`."""
 
     type: str
     length: int | None = None
@@ -212,7 +212,7 @@ STOP_REGEX_TIMEOUT_S = 0.05
 
 
 class StopChecker:
-    """Decides, after each new token, whether a request is done (API.md §2/§7 semantics)."""
+    """Decides, after each new token, whether a request is done (as docs/programs.md and docs/serving.md describe)."""
 
     def __init__(self, eos_token_ids: set[int], context_len: int):
         self.eos_token_ids = eos_token_ids

@@ -1,5 +1,5 @@
 """A request as the main process sees it: accumulated text, ids and meta info, and the
-native API response built from them (API.md §7)."""
+native API response built from them (docs/serving.md, native API)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 - `Backend`, a transport for SGLang's native API (RuntimeEndpoint, Runtime, EngineBackend):
   everything a program does (gen, select, cache warm-up) is built by the interpreter as native
-  /generate payloads (API.md §7), and the backend only moves them.
+  /generate payloads (docs/serving.md, native API), and the backend only moves them.
 - `PrimitiveBackend`, for an API that is not the native one (OpenAI's): the interpreter hands
   it whole primitives, a `gen` or a `select` with the program's `Context`, and the backend
   builds its own requests.
@@ -65,7 +65,7 @@ class PrimitiveBackend(Protocol):
         concatenate to the value and the last pair carries the final meta info."""
 
     def select(self, context: Context, choices: Sequence[str], method: Any) -> tuple[str, dict]:
-        """The chosen one of `choices` (a `choices` method, API.md §3, which the backend may
+        """The chosen one of `choices` (a `choices` method of docs/programs.md's select, which the backend may
         not be able to apply; it says so in the meta info) and the select's meta info."""
 
     def flush_cache(self) -> bool:

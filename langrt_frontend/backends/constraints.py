@@ -26,7 +26,7 @@ class UnsupportedPrimitive(NotImplementedError):
     """A primitive (or one of its settings) that this backend and server cannot run."""
 
 
-# Sampling fields beyond OpenAI's that a kind of server takes (API.md §8 for langrt).
+# Sampling fields beyond OpenAI's that a kind of server takes (docs/serving.md, OpenAI API for langrt).
 _LANGRT_EXTENSIONS = frozenset({"top_k", "min_p", "min_tokens", "ignore_eos", "stop_token_ids"})
 _LLAMA_CPP_EXTENSIONS = frozenset({"top_k", "min_p", "min_tokens"})
 

@@ -76,7 +76,7 @@ class HttpClient:
 
 
 def _error_message(raw: bytes) -> str:
-    """The server's error message (API.md §7 error shape), else the raw body."""
+    """The server's error message (docs/serving.md, native API error shape), else the raw body."""
     text = raw.decode(errors="replace").strip()
     try:
         payload = json.loads(text)

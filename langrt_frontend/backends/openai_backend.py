@@ -157,7 +157,7 @@ class OpenAI:
         return text, {**meta_info(response, choice, self.is_chat_model), "choices_method": "constrained decoding"}
 
     def _score(self, prefix: str, choices: Sequence[str], method) -> tuple[str, dict]:
-        """API.md §3's scoring, with the prompt logprobs of one echoed /v1/completions batch."""
+        """select's scoring (docs/programs.md), with the prompt logprobs of one echoed /v1/completions batch."""
         prompts = ([prefix] if prefix else []) + [prefix + c for c in choices]
         if method.requires_unconditional:
             prompts += list(choices)
@@ -224,7 +224,7 @@ class _GenRequest:
 
 
 def _cut_at_stops(text: str, stops: list) -> str:
-    """The text before the first match of any stop string (API.md §2)."""
+    """The text before the first match of any stop string (docs/programs.md, gen)."""
     ends = [i for i in (text.find(stop) for stop in stops) if i >= 0]
     return text[: min(ends)] if ends else text
 

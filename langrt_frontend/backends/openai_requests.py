@@ -102,7 +102,7 @@ def choice_text(choice: dict, chat: bool) -> str:
 
 
 def meta_info(response: dict, choice: dict, chat: bool) -> dict:
-    """Meta info in the native shape where the response has it (API.md §7): id, token counts
+    """Meta info in the native shape where the response has it (docs/serving.md, native API): id, token counts
     (summed over the n choices when n > 1), finish_reason, and output logprobs as
     [logprob, None, token text] (the OpenAI API gives no token ids)."""
     usage = response.get("usage") or {}

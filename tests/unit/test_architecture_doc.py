@@ -1,5 +1,5 @@
-"""docs/architecture.md and the README's module map name only modules that exist, and the module
-map covers every package of langrt/.
+"""docs/architecture.md names only modules that exist, and its module map covers every package of
+langrt/.
 
 A path counts when it is backticked, starts with one of the repository's top-level folders
 below, and ends in `.py` (a module) or `/` (a package or folder). Fast: reads text files only.
@@ -12,7 +12,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-README = ROOT / "README.md"
 
 PREFIXES = ("langrt/", "langrt_frontend/", "kernels/", "benchmarks/", "tests/", "examples/", "docs/", "scripts/")
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
@@ -35,10 +34,10 @@ def missing_paths(text: str, root: Path = ROOT) -> list[str]:
     return missing
 
 
-def module_map(readme: str) -> str:
-    """The README's "## Module map" section, up to the next heading of that level."""
-    match = re.search(r"^## Module map\s*$(.*?)(?=^## |\Z)", readme, flags=re.M | re.S)
-    assert match, "README.md has no '## Module map' section"
+def module_map(page: str) -> str:
+    """The page's "## Module map" section, up to the next heading of that level."""
+    match = re.search(r"^## Module map\s*$(.*?)(?=^## |\Z)", page, flags=re.M | re.S)
+    assert match, "docs/architecture.md has no '## Module map' section"
     return match.group(1)
 
 
@@ -58,13 +57,13 @@ def test_architecture_doc_names_existing_modules():
 
 
 def test_module_map_names_existing_modules():
-    section = module_map(README.read_text())
+    section = module_map(ARCHITECTURE.read_text())
     assert module_paths(section), "the module map names no paths"
     assert missing_paths(section) == []
 
 
 def test_module_map_covers_every_langrt_package():
-    mentioned = set(module_paths(module_map(README.read_text())))
+    mentioned = set(module_paths(module_map(ARCHITECTURE.read_text())))
     packages = langrt_packages()
     assert "langrt/scheduler/" in packages  # the walk found the tree
     assert [p for p in packages if p not in mentioned] == []
