@@ -30,7 +30,7 @@ def fork_and_vote(s, question, n, max_tokens):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running langrt server (default: launch one with the built-in model)")
     parser.add_argument("--quick", action="store_true", help="three short candidates (CI)")
     parser.add_argument("--question", default=QUESTION)

@@ -42,7 +42,7 @@ def extract(s, document, max_tokens):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running langrt server (default: launch one with the built-in model)")
     parser.add_argument("--quick", action="store_true", help="two documents (CI)")
     args = parser.parse_args(argv)

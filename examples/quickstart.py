@@ -29,7 +29,7 @@ def travel_guide(s, city, max_tokens):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running langrt server (default: the built-in model, in-process)")
     parser.add_argument("--quick", action="store_true", help="short outputs (CI)")
     args = parser.parse_args(argv)

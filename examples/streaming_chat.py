@@ -23,7 +23,7 @@ def chat_turn(s, history, message, max_tokens):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running langrt server (default: launch one with the built-in model)")
     parser.add_argument("--quick", action="store_true", help="one short turn (CI)")
     parser.add_argument("--interactive", action="store_true", help="read your turns from stdin")
