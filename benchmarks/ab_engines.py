@@ -13,7 +13,6 @@ one engine run twice does not always repeat itself (measured: 8 greedy 64-token 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
@@ -23,6 +22,7 @@ from bench_json import SCHEMA, documents
 from bench_prefix import chat, few_shot_prompts, random_text
 
 import langrt
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -82,7 +82,6 @@ def main(doc: str, name: str, sides: dict[str, dict], few_shot_tokens: int, deco
         for workload, (prompts, params) in workloads(first.tokenizer, args.quick, few_shot_tokens, decode_name, decode_prompts).items():
             row = results["workloads"][workload] = compare(engines, candidate, baseline, prompts, params, rounds)
             print(describe(workload, row, candidate, baseline), flush=True)
-    RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{name}{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results)
     print(f"wrote {out}")

@@ -15,7 +15,6 @@ Results: results/bench_block_types[_quick][_<isa>][_<N>t].json, with the CPU's f
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from bench_offline import cpu_flags_summary  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
@@ -121,10 +121,9 @@ def main() -> None:
         "matrices": f"{count} x [{SIDE}, {SIDE}]",
         "rows": rows,
     }
-    RESULTS.mkdir(exist_ok=True)
     suffix = f"{'_quick' if args.quick else ''}{'_' + args.isa if args.isa else ''}{f'_{args.threads}t' if args.threads else ''}"
     name = f"bench_block_types{suffix}.json"
-    (RESULTS / name).write_text(json.dumps(result, indent=1))
+    write_results(RESULTS / name, result)
     print(f"-> {RESULTS / name}")
 
 

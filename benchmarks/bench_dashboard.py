@@ -30,6 +30,7 @@ from bench_prefix import random_text  # noqa: E402  (the same prompts as its no_
 RESULTS = Path(__file__).parent / "results"
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from server_utils import LaunchedServer  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 
 class Poller:
@@ -135,9 +136,8 @@ def report(rows: dict, args, n: int, rounds: int) -> dict:
     print(f"snapshots cost {100 * result['scheduler_snapshot_share_of_step_time']:.3f} % of the scheduler's step time "
           f"({result['snapshot_ms_mean']:.2f} ms each, steps {result['step_ms_mean']:.1f} ms); output tok/s with the poller "
           f"{on:.1f} vs {off:.1f} without ({on / off:.3f}x)")  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_dashboard{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(result, indent=2))
+    write_results(out, result)
     print(f"wrote {out}")
     return result
 

@@ -29,6 +29,7 @@ from langrt.builtin import builtin_model_path  # noqa: E402
 from langrt.constrained.grammar import GrammarCompiler  # noqa: E402
 from langrt.constrained.vocab import vocabulary_from_decoder  # noqa: E402
 from langrt.tokenizer.text_decoder import load_text_decoder  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -173,9 +174,8 @@ def main() -> None:
         r = results[side]
         print(f"{side:14s} compile p50 {r['compile_ms_p50']:8.2f} ms  p99 {r['compile_ms_p99']:9.2f} ms | "
               f"mask p50 {r['mask_us_p50']:7.1f} us  p99 {r['mask_us_p99']:8.1f} us  ({r['schemas']} schemas)")  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_grammar{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results)
     print(f"wrote {out}")
 
 

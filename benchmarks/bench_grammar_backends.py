@@ -25,6 +25,7 @@ from pathlib import Path
 
 import langrt
 from bench_json import RESULTS, SCHEMA, chat_prompts, count_valid, timed
+from results_meta import write_results  # noqa: E402
 
 CONFIGS = {  # name -> Engine settings
     "langrt": {"grammar_backend": "langrt"},
@@ -129,9 +130,8 @@ def main() -> None:
         results["configs"][name] = run_config(CONFIGS[name], n, args.dtype, rounds, batches, variants)
     add_ratios(results)
     report(results)
-    RESULTS.mkdir(exist_ok=True)
     out = Path(RESULTS) / f"bench_grammar_backends{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results, dtype=args.dtype)
     print(f"wrote {out}")
 
 

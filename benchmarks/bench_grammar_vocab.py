@@ -32,6 +32,7 @@ from langrt.builtin import builtin_model_path  # noqa: E402
 from langrt.constrained.grammar import GrammarCompiler  # noqa: E402
 from langrt.constrained.vocab import vocabulary_from_pretrained  # noqa: E402
 from langrt.tokenizer.text_decoder import load_text_decoder  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGETS = {"compile_ms_p50": 10.0, "compile_ms_p99": 1000.0, "mask_us_p50": 15.0, "mask_us_p99": 500.0}
@@ -108,9 +109,8 @@ def main() -> None:
             f"p99 {r['mask_us_p99']:7.1f} us | rejected {r['instances_rejected']}",
             flush=True,
         )
-    RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "bench_grammar_vocab.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results)
     print(f"wrote {out}")
 
 

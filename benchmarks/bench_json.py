@@ -30,6 +30,7 @@ import jsonschema
 import langrt
 from langrt.cpu_features import fast_bf16
 from bench_offline import cpu_flags_summary, run_capped_at_avx2
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 SCHEMA = {
@@ -182,10 +183,9 @@ def main() -> None:
               f"a pass {row['pass_cost_ratio']:.2f}x as long; {on['drafted_tokens']} drafts, {row['drafts_kept']:.0%} kept")  # fmt: skip
     results["sample_output"] = measured[batches[0]][0]["texts"][0]
     print("sample:", results["sample_output"])
-    RESULTS.mkdir(exist_ok=True)
     suffix = ("_ngram" if args.ngram else "") + ("_avx2" if args.avx2 else "") + ("_quick" if args.quick else "") + ("" if args.dtype == "auto" else "_" + args.dtype)
     out = RESULTS / f"bench_json{suffix}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results, dtype=args.dtype)
     print(f"wrote {out}")
 
 

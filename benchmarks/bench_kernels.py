@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import torch
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -269,7 +270,7 @@ def main() -> None:
     for part, run in parts:
         if part not in args.skip:
             run()
-            out.write_text(json.dumps(results, indent=2))  # after each part: a later failure keeps the earlier figures
+            write_results(out, results)  # after each part: a later failure keeps the earlier figures
     print(f"wrote {out}")
 
 

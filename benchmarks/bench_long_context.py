@@ -22,7 +22,6 @@ Results: results/bench_long_context[_quick].json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from bench_cpu_decode import LlamaCppRunner, engine_with_env, long_prompt_ids  #
 from bench_offline import cpu_flags_summary  # noqa: E402
 
 from langrt_kernels.cpu import SEGMENTS_ENV  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 NEW_TOKENS = 128
@@ -111,9 +111,8 @@ def main() -> None:
     for system in systems:
         if isinstance(system, Langrt):
             system.engine.shutdown()
-    RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_long_context{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results)
     print(f"wrote {out}")
 
 

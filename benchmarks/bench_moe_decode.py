@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from runner_driver import RunnerDriver, make_runner  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -104,8 +105,7 @@ def main() -> None:
         report = run(sides, args)
     report["hf_experts_implementation"] = {k: s.implementation for k, s in sides.items() if k != "langrt"}
     print(json.dumps(report, indent=2))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"bench_moe_decode_{args.dtype}.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_results(RESULTS / f"bench_moe_decode_{args.dtype}.json", report, dtype=args.dtype)
 
 
 def run(sides: dict, args) -> dict:

@@ -20,6 +20,7 @@ from langrt.constrained import GrammarCompiler, allocate_token_bitmask
 from langrt.constrained.cfg.rules import RuleSet
 from langrt.constrained.json_schema import schema_to_grammar
 from langrt.tokenizer.loader import load_tokenizer
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 INSTANCE = {"name": "Ada Lovelace", "age": 36, "city": "London", "occupation": "mathematician",
@@ -55,8 +56,7 @@ def main() -> None:
     for name, r in rows.items():
         print(f"{name:13} compile {r['compile_ms_min']:7.1f} ms   first mask p50 {r['fresh_mask_us_p50']:7.1f} us   "
               f"memoized p50 {r['cached_mask_us_p50']:5.1f} us")  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_one_rule.json").write_text(json.dumps(rows, indent=2) + "\n")
+    write_results(RESULTS / "bench_one_rule.json", rows)
 
 
 if __name__ == "__main__":

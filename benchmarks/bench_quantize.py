@@ -13,7 +13,6 @@ Results: results/bench_quantize[_quick].json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from bench_offline import cpu_flags_summary, prompts, timed  # noqa: E402
 
 import langrt  # noqa: E402
 from langrt.builtin import builtin_model_path  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -96,9 +96,8 @@ def main() -> None:
         base = results["runs"][f"none_{dtype}"]["tok_s"]
         for quantization in ("int8", "int4"):
             results["runs"][f"{quantization}_{dtype}"]["speedup_vs_none"] = results["runs"][f"{quantization}_{dtype}"]["tok_s"] / base
-    RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_quantize{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results)
     print(f"wrote {out}")
 
 

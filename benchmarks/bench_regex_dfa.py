@@ -32,6 +32,7 @@ from langrt.builtin import builtin_model_path  # noqa: E402
 from langrt.constrained import GrammarCompiler, byte_dfa  # noqa: E402
 from langrt.constrained.dfa_equivalence import first_difference  # noqa: E402
 from langrt.constrained.native import regex_dfa  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 MAX_STATES = 200_000
@@ -120,7 +121,7 @@ def main(argv=None) -> None:
     }
     print(json.dumps({k: v for k, v in result.items() if k != "differences"}, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(args.out, result)
     print(f"wrote {args.out}")
 
 

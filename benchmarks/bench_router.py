@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from server_utils import LaunchedRouter, LaunchedServer  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TOPICS = ["bakery", "bicycle repair", "tax forms", "garden plants", "train tickets", "museum tours", "phone plans", "pet care"]
@@ -172,7 +173,7 @@ def report(args, prompts, rows) -> None:
     }
     print(json.dumps(summary, indent=1))
     name = "bench_router_quick.json" if args.quick else "bench_router.json"
-    (RESULTS / name).write_text(json.dumps(result, indent=1) + "\n")
+    write_results(RESULTS / name, result)
 
 
 def _cpu() -> str:

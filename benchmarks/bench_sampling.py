@@ -10,13 +10,13 @@ tokens at the rates the probabilities say, on a small vocabulary.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import torch
 
 from langrt.sampling.sampler import race
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 VOCAB = 49152
@@ -65,9 +65,8 @@ def main() -> None:
     draws = 4000 if args.quick else 20000
     errors = {name: frequency_error(draw, [None] * 4, draws) for name, draw in (("uniform_log", race), ("exponential", race_exponential))}
     print(f"largest pick-rate error over {draws:,} draws (standard error ~{0.46 / draws ** 0.5:.3f}): {errors}")
-    RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"bench_sampling{'_quick' if args.quick else ''}.json"
-    out.write_text(json.dumps({"threads": args.threads, "vocab": VOCAB, "rows": rows, "pick_rate_error": errors}, indent=2))
+    write_results(out, {"threads": args.threads, "vocab": VOCAB, "rows": rows, "pick_rate_error": errors})
     print(f"wrote {out}")
 
 

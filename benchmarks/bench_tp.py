@@ -14,7 +14,6 @@ to the two-thread process, and whether the ranks' outputs equal the one process'
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -25,6 +24,7 @@ from langrt.parallel import shm
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_offline import cpu_flags_summary  # noqa: E402
+from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 PROMPTS = ["Tell me a story about a lighthouse.", "Explain how rain forms.", "Write a poem about autumn.",
@@ -81,8 +81,7 @@ def main() -> None:
     print(f"tp2 outputs equal tp1's: {same}")
     out = {"dtype": a.dtype, "cpu_flags": cpu_flags_summary(), "cores": len(os.sched_getaffinity(0)),
            "load_avg_at_end": os.getloadavg(), "outputs_equal": same, "batches": results}  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_tp.json").write_text(json.dumps(out, indent=1))
+    write_results(RESULTS / "bench_tp.json", out)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 from langrt.constrained.cfg.build import full_match, local_automaton
 from langrt.constrained.json_schema import schema_to_grammar, schema_to_regex
 from langrt.errors import UnsupportedSchema
+from results_meta import write_results  # noqa: E402
 
 MAX_STATES = 200_000  # the runtime's (grammar.MAX_DFA_STATES)
 
@@ -109,9 +110,8 @@ def main() -> None:
             for name, r in rows.items()
         },
     }
-    RESULTS.mkdir(exist_ok=True)
     name = "json_schema_suite.json" if args.compiler == "grammar" else "json_schema_suite_regex.json"
-    (RESULTS / name).write_text(json.dumps(out, indent=2) + "\n")
+    write_results(RESULTS / name, out)
 
 
 if __name__ == "__main__":

@@ -84,17 +84,24 @@ def status_of(commit: str | None, paths: list[str], repo: Path) -> str:
     return "current"
 
 
+def meta_of(data: dict) -> dict:
+    """The run's `meta` block: top level (results_meta), or under `settings` (MaskBench's)."""
+    for holder in (data, data.get("settings")):
+        if isinstance(holder, dict) and isinstance(holder.get("meta"), dict):
+            return holder["meta"]
+    return {}
+
+
 def recorded_commit(data: dict) -> str | None:
-    """meta.commit (results_meta), or a top-level `commit` of files written before it."""
-    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
-    return meta.get("commit") or (data.get("commit") if isinstance(data.get("commit"), str) else None)
+    """meta.commit, or a top-level `commit` of files written before results_meta."""
+    return meta_of(data).get("commit") or (data.get("commit") if isinstance(data.get("commit"), str) else None)
 
 
 def cpu_of(data: dict) -> str:
-    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
-    cpu = meta.get("cpu") or {}
+    cpu = meta_of(data).get("cpu") or {}
     if cpu:
-        return f"{cpu.get('model', '?')} ({', '.join(cpu.get('path_flags', []))})"
+        flags = cpu.get("path_flags", cpu.get("flags", []))
+        return f"{cpu.get('model', '?')} ({', '.join(flags)})"
     flags = data.get("cpu_flags")
     return ", ".join(flags) if isinstance(flags, list) else ""
 

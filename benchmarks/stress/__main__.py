@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmarks.stress import faults, hostile, load
 from benchmarks.stress.server import Server
+from benchmarks.results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 SHARED_RUNS = ("load", "disconnects", "fuzz", "grammars", "security", "grammar_worker")
@@ -65,7 +66,7 @@ def write(args, run: str, flags: list[str], result: dict, seconds: float) -> Non
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
     path = args.out_dir / f"stress_{run}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    write_results(path, record)
     print(f"stress {run}: {seconds:.1f} s -> {path}", flush=True)
     print(json.dumps(_headline(result)), flush=True)
 

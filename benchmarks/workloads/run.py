@@ -16,7 +16,6 @@ does the baseline.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -32,6 +31,7 @@ from benchmarks.workloads import ALL  # noqa: E402
 from benchmarks.workloads.base import run_workload  # noqa: E402
 from benchmarks.workloads.hf_backend import HFBackend  # noqa: E402
 from benchmarks.workloads.recording import optimal_hit_rate  # noqa: E402
+from benchmarks.results_meta import write_results  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SYSTEMS = ("langrt", "langrt_no_cache", "hf")
@@ -173,7 +173,7 @@ def main(argv=None) -> dict:
     results["wall_seconds"] = time.perf_counter() - started
     out = args.out or RESULTS / f"workloads{'_quick' if args.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_results(out, results)
     print(f"wrote {out} ({results['wall_seconds']:.0f} s)")
     if args.report:
         from benchmarks.workloads.report import write_chart, write_readme_table
