@@ -141,3 +141,18 @@ def test_bad_reasoning_fields_are_400(server):
     ):
         status, body = server.post("/v1/chat/completions", {"messages": MESSAGES, **fields}, check=False)
         assert status == 400 and body["error"]["param"] == param, (fields, body)
+
+
+def test_tool_call_after_thinking(server):
+    """A named tool choice: the call's grammar starts after </think>; the call's arguments
+    validate against the function's schema and the thinking is reasoning_content."""
+    parameters = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["n"], "additionalProperties": False}
+    tools = [{"type": "function", "function": {"name": "is_prime", "parameters": parameters}}]
+    body = {"model": "m", "messages": MESSAGES, "temperature": 0, "max_tokens": 64, "max_reasoning_tokens": BUDGET,
+            "tools": tools, "tool_choice": {"type": "function", "function": {"name": "is_prime"}}}  # fmt: skip
+    choice = server.post("/v1/chat/completions", body)[1]["choices"][0]
+    message = choice["message"]
+    assert message["reasoning_content"] and choice["finish_reason"] == "tool_calls", choice
+    (call,) = message["tool_calls"]
+    assert call["function"]["name"] == "is_prime"
+    jsonschema.validate(json.loads(call["function"]["arguments"]), parameters)
