@@ -1,247 +1,239 @@
-"""CPU decode, side by side in one run: langrt vs llama.cpp (llama-cpp-python) vs HF transformers.
+"""CPU side by side, any model: langrt vs llama.cpp (llama-cpp-python), same file, same threads.
 
-Same file (the built-in SmolLM2-135M-Instruct, Q4_1 layers and a Q8_0 embedding), same threads,
-greedy, EOS ignored. Reports:
+    .venv/bin/python benchmarks/bench_cpu_decode.py --model ~/.cache/langrt-models/qwen2.5-coder-1.5b.gguf
+    .venv/bin/python benchmarks/bench_cpu_decode.py                    # the built-in SmolLM2-135M
+    .venv/bin/python benchmarks/bench_cpu_decode.py --quick            # a smoke run
+    .venv/bin/python benchmarks/bench_cpu_decode.py --variants layer_loop,dequantized
 
-- batch 1, 128 new tokens: output tok/s of langrt (its GGUF blocks served as stored, in bfloat16
-  and float32 activations, and dequantized as before: `--quantization none`; `_layer_loop`: a
-  pass through the per-layer Python loop instead of one C++ call), llama.cpp and HF;
-- batch 32, 128 new tokens each: langrt vs HF (llama-cpp-python's API decodes one sequence);
-- time to first token of a 1,000-token prompt: langrt vs llama.cpp;
-- the CPU's flags, and batch-1 decode as a fraction of the memory-bandwidth limit (the weights'
-  bytes read once per step, bandwidth measured in this run) and batch 32 as a fraction of the
-  compute peak: float32 FMA (threads x clock x 2 FMA units x 8 lanes x 2 flops), twice that for
-  bfloat16 where the CPU has AVX512-BF16 (its dot products multiply pairs).
+Each engine runs in a process of its own (peers/worker.py), started afresh every round, the
+engines alternated (round 2 reverses the order) so drift in the machine's load hits both. Per
+round and engine, with the prefix cache flushed (langrt) or the evaluated tokens forgotten
+(llama.cpp) before every timed call, and prompts new each round so no cache can carry over:
 
-    .venv/bin/python benchmarks/bench_cpu_decode.py            # full (a few minutes)
-    .venv/bin/python benchmarks/bench_cpu_decode.py --quick    # a smoke run
-    .venv/bin/python benchmarks/bench_cpu_decode.py --avx2 [--llama-cpp DIR]  # as an AVX2-only CPU runs it
+- start to first answer: process start -> model loaded -> first token of a short prompt;
+- resident memory of the engine's whole process tree after that answer (RSS summed; PSS, which
+  counts the pages they share once) and again after the timed calls;
+- batch-1 decode of `--new-tokens` greedy tokens (EOS ignored) from a chat prompt: time to the
+  first token, then decode tok/s over the tokens after it; the greedy ids of both engines are
+  compared (how many leading tokens agree);
+- time to first token of a `--prompt-tokens` prompt (the same token ids on both sides);
+- langrt only: `--batch` sequences decoded together (llama-cpp-python's API decodes one).
 
-`--avx2` caps torch, oneDNN and MKL at AVX2 for the whole run (the C++ layer kernels then run
-their AVX2 build; the quantized kernels are AVX2 code either way), so HF runs as on an AVX2-only
-CPU too; langrt also runs with the layer kernels off (`_torch_layers`: attention, norms and rotary
-in plain torch, as before they had an AVX2 build), to show what they give there. llama.cpp keeps
-the instructions it was built for, and `pip install llama-cpp-python` builds it for this CPU
-(AVX-512 here): the AVX2 run takes llama.cpp only from a build for AVX2, given by `--llama-cpp DIR`
-(benchmarks/README.md, "The AVX2 path beside peers capped at AVX2", says how to make one; its
-system info, recorded with the results, lists the instructions it uses). Needs `pip install
-llama-cpp-python` (a few minutes' build); without it, its rows are skipped. Results:
-results/bench_cpu_decode[_avx2][_quick].json.
+Each figure is also given as a fraction of the machine's limit, measured in the same run
+(machine_limits.py): decode as bytes per step (model_cost.py: the file's weights a step reads) x
+steps/s / read bandwidth; prompts and batches as FLOPs / s / peak GEMM FLOP/s. `--avx2` caps torch,
+oneDNN and MKL at AVX2 for the whole run (langrt's processes inherit it); llama.cpp keeps the
+instructions it was built for (its system info, in the results, lists them), so give it a build
+for AVX2 with `--llama-cpp DIR` on a CPU with more. Results:
+results/bench_cpu_decode_<model>[_avx2][_quick].json, with the commit, CPU, versions and command.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import statistics
 import sys
-import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_offline import (  # noqa: E402
-    HFRunner, LangrtRunner, cpu_flags_summary, measure_bandwidth_gbs, prompts, run_capped_at_avx2, timed,
-)  # fmt: skip
+from bench_offline import run_capped_at_avx2  # noqa: E402
+from machine_limits import cpu_description, machine_limits, provenance  # noqa: E402
+from model_cost import ModelCost, model_cost  # noqa: E402
+from peers.host import EngineSpec, Worker  # noqa: E402
 
-import langrt  # noqa: E402
 from langrt_kernels.cpu import LAYER_DISABLE_ENV  # noqa: E402
-from langrt.cpu_features import fast_bf16  # noqa: E402
 from langrt.model.fused_layers import ENV as FUSED_LAYERS_ENV  # noqa: E402
-from langrt.builtin import builtin_model_path  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
+TOPICS = ["the sea", "a robot", "winter", "a small town", "music", "the moon", "a garden", "trains"]
 
-
-# A variant's name suffix -> the environment its engine runs with (the engine's processes inherit it).
+# langrt configurations besides the default (`--variants`): what each switches, and why it is worth a row.
 VARIANTS = {
-    "": {},
-    "_torch_layers": {LAYER_DISABLE_ENV: "0"},  # the quantized products stay; attention, norms, rotary in plain torch
-    "_layer_loop": {FUSED_LAYERS_ENV: "0"},  # every pass through the per-layer Python loop
+    "layer_loop": EngineSpec("langrt", "langrt_layer_loop", env={FUSED_LAYERS_ENV: "0"}),  # per-layer Python loop
+    "torch_layers": EngineSpec("langrt", "langrt_torch_layers", env={LAYER_DISABLE_ENV: "0"}),  # attention, norms in torch
+    "dequantized": EngineSpec("langrt", "langrt_dequantized", quantization="none"),  # blocks expanded at load
+    "float32": EngineSpec("langrt", "langrt_float32", dtype="float32"),
+    "bfloat16": EngineSpec("langrt", "langrt_bfloat16", dtype="bfloat16"),
 }
 
 
-def engine_with_env(env: dict[str, str], **kwargs) -> langrt.Engine:
-    """A langrt.Engine (log level warning) whose processes start with `env` added to this one's
-    environment (they inherit it); this process's environment is left as it was."""
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
-        return langrt.Engine(log_level="warning", **kwargs)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-class QuantLangrtRunner(LangrtRunner):
-    def __init__(self, dtype: str, quantization: str, variant: str = ""):
-        self.name = f"langrt_{dtype}_{'blocks' if quantization == 'auto' else 'dequantized'}{variant}"
-        self.engine = engine_with_env(VARIANTS[variant], dtype=dtype, quantization=quantization, max_total_tokens=65536)
-        self.tokenizer = self.engine.tokenizer
-
-    def first_token_seconds(self, ids: list[int]) -> float:
-        self.engine.flush_cache()
-        start = time.perf_counter()
-        self.engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 1, "temperature": 0})
-        return time.perf_counter() - start
-
-
-class LlamaCppRunner:
-    name = "llama_cpp"
-
-    def __init__(self, threads: int, n_ctx: int = 4096):
-        import llama_cpp
-        from llama_cpp import Llama
-
-        # e.g. "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 0 | ...": the instructions this build uses
-        self.system_info = llama_cpp.llama_print_system_info().decode()
-        self.llm = Llama(str(builtin_model_path()), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, verbose=False)
-
-    def generate(self, texts: list[str], new_tokens: int) -> int:
-        """Sequences one after another (the Python API has no batched decoding)."""
-        made = 0
-        for text in texts:
-            tokens = self.llm.tokenize(text.encode(), add_bos=False, special=True)
-            for made_here, _ in enumerate(self.llm.generate(tokens, temp=0.0, reset=True), start=1):
-                if made_here == new_tokens:
-                    break
-            made += new_tokens
-        return made
-
-    def first_token_seconds(self, ids: list[int]) -> float:
-        self.llm.reset()
-        start = time.perf_counter()
-        next(iter(self.llm.generate(ids, temp=0.0, reset=True)))
-        return time.perf_counter() - start
-
-
-def weight_bytes_and_params() -> tuple[int, int]:
-    """(bytes a decode step reads: every tensor of the file as stored, the tied embedding being the
-    LM head; the matrices' weights, each 2 flops per token)."""
-    from langrt.model.gguf_loader import GGUFFile
-
-    tensors = GGUFFile(builtin_model_path()).tensors.values()
-    return sum(t.nbytes for t in tensors), sum(t.shape[0] * t.shape[1] for t in tensors if len(t.shape) == 2)
-
-
-def fma_peak_gflops(threads: int) -> float:
-    """float32 FMA peak: threads x clock x 2 FMA units x 8 lanes x 2 flops (AVX2 width)."""
-    mhz = 0.0
-    with open("/proc/cpuinfo") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("cpu MHz"):
-                mhz = max(mhz, float(line.split(":")[1]))
-    return threads * mhz / 1000 * 2 * 8 * 2
-
-
-def long_prompt_ids(tokenizer, n: int) -> list[int]:
-    text = " ".join(f"Paragraph {i}: the committee met on a rainy Tuesday to discuss the budget." for i in range(n))
-    return tokenizer.encode(text, add_special_tokens=False)[:n]
-
-
-def run_langrt(results: dict, args, threads: int) -> None:
-    configs = [("bfloat16", "auto", ""), ("bfloat16", "auto", "_layer_loop"), ("float32", "auto", ""), ("bfloat16", "none", "")]
-    if args.avx2:
-        configs = [("float32", "auto", ""), ("float32", "auto", "_layer_loop"), ("float32", "auto", "_torch_layers"), ("float32", "none", "")]
-    for dtype, quantization, variant in configs:
-        runner = QuantLangrtRunner(dtype, quantization, variant)
-        for batch in (1, 32):
-            row = timed(runner, prompts(runner.tokenizer, batch), args.new_tokens, args.repeats)
-            results["batches"][str(batch)][runner.name] = row
-            print(f"batch {batch:>2} {runner.name:28s} {row['tok_s']:7.1f} tok/s, step {row['decode_step_ms']:.1f} ms", flush=True)
-        ids = long_prompt_ids(runner.tokenizer, args.prompt_tokens)
-        results["ttft_s"][runner.name] = min(runner.first_token_seconds(ids) for _ in range(args.repeats))
-        print(f"TTFT {len(ids)} tokens {runner.name:28s} {results['ttft_s'][runner.name]:.3f} s", flush=True)
-        runner.engine.shutdown()
-
-
-def run_peers(results: dict, args, threads: int) -> None:
-    llama = None
-    if args.avx2 and not args.llama_cpp:
-        print("--avx2 without --llama-cpp DIR: llama.cpp's rows are skipped (its default build uses AVX-512 here)")
+def engine_specs(args) -> list[EngineSpec]:
+    specs = [EngineSpec("langrt", "langrt")] + [VARIANTS[v] for v in args.variants]
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [args.llama_cpp, os.environ.get("PYTHONPATH")]))} if args.llama_cpp else {}
+    if args.no_llama_cpp:
+        print("--no-llama-cpp: llama.cpp's rows are skipped")
+    elif importlib.util.find_spec("llama_cpp") is None:
+        print("llama-cpp-python is not installed: its rows are skipped (pip install llama-cpp-python)")
+    elif not args.model.endswith(".gguf"):
+        print("llama.cpp serves GGUF files only: its rows are skipped for this model")
     else:
-        try:
-            llama = LlamaCppRunner(threads)
-            results["llama_cpp_system_info"] = llama.system_info
-            print(f"llama.cpp: {llama.system_info}", flush=True)
-        except ImportError:
-            print("llama-cpp-python is not installed: its rows are skipped (pip install llama-cpp-python)")
-    if llama is not None:
-        texts = prompts(_tokenizer(), 1)
-        results["batches"]["1"]["llama_cpp"] = timed(llama, texts, args.new_tokens, args.repeats)
-        ids = long_prompt_ids(_tokenizer(), args.prompt_tokens)
-        results["ttft_s"]["llama_cpp"] = min(llama.first_token_seconds(ids) for _ in range(args.repeats))
-        print(f"batch  1 llama_cpp {results['batches']['1']['llama_cpp']['tok_s']:.1f} tok/s; TTFT {results['ttft_s']['llama_cpp']:.3f} s", flush=True)
-        del llama
-    for dtype in ("bfloat16", "float32"):
-        hf = HFRunner(dtype)
-        for batch in (1, 32):
-            row = timed(hf, prompts(hf.tokenizer, batch), args.new_tokens, args.repeats)
-            results["batches"][str(batch)][hf.name] = row
-            print(f"batch {batch:>2} {hf.name:28s} {row['tok_s']:7.1f} tok/s", flush=True)
-        del hf
+        specs.append(EngineSpec("llama_cpp", "llama_cpp", env=env))
+    return specs
 
 
-def _tokenizer():
-    from langrt.tokenizer.loader import load_tokenizer
+def chat_ids(tokenizer, text: str) -> list[int]:
+    """`text` as a user turn in the model's chat template (plain text where it has none)."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    return tokenizer.encode(text, add_special_tokens=False)
 
-    return load_tokenizer(builtin_model_path())
+
+def round_prompts(tokenizer, round_no: int, args) -> dict:
+    """Prompts of this round only: a new round shares no prefix with an earlier one."""
+    story = chat_ids(tokenizer, f"Round {round_no}: write a long story about {TOPICS[round_no % len(TOPICS)]}.")
+    text = " ".join(f"Report {round_no}, paragraph {i}: the committee met on a rainy Tuesday to discuss the budget." for i in range(args.prompt_tokens // 8))
+    long_ids = tokenizer.encode(text, add_special_tokens=False)[: args.prompt_tokens]
+    batch = [chat_ids(tokenizer, f"Round {round_no}, story {i}: write about {TOPICS[i % len(TOPICS)]}.") for i in range(args.batch)]
+    return {"story": story, "long": long_ids, "batch": batch}
 
 
-def summarize(results: dict, threads: int) -> None:
-    b1, b32 = results["batches"]["1"], results["batches"]["32"]
-    # what `--dtype auto` serves here (bfloat16 where the CPU has AVX512-BF16 and torch uses it)
-    ours = f"langrt_{results['auto_dtype']}_blocks"
-    hf32 = max((k for k in b32 if k.startswith("hf")), key=lambda k: b32[k]["tok_s"], default=None)
-    s = results["summary"] = {"langrt_default": ours}
-    if "llama_cpp" in b1:
-        s["batch1_langrt_over_llama_cpp"] = b1[ours]["tok_s"] / b1["llama_cpp"]["tok_s"]
-        s["ttft_llama_cpp_over_langrt"] = results["ttft_s"]["llama_cpp"] / results["ttft_s"][ours]
-    if hf32:
-        s["batch32_langrt_over_hf"] = b32[ours]["tok_s"] / b32[hf32]["tok_s"]
-    for variant in ("_torch_layers", "_layer_loop"):
-        if ours + variant in b1:
-            s[f"batch1_over{variant}"] = b1[ours]["tok_s"] / b1[ours + variant]["tok_s"]
-            s[f"batch32_over{variant}"] = b32[ours]["tok_s"] / b32[ours + variant]["tok_s"]
-            s[f"ttft{variant}_over_ours"] = results["ttft_s"][ours + variant] / results["ttft_s"][ours]
-    dequantized = ours.replace("blocks", "dequantized")
-    if dequantized in b1:
-        s["batch1_blocks_over_dequantized"] = b1[ours]["tok_s"] / b1[dequantized]["tok_s"]
-    step_s = b1[ours]["decode_step_ms"] / 1000
-    s["batch1_fraction_of_bandwidth_limit"] = results["weight_bytes"] / step_s / (results["bandwidth_gbs"] * 1e9)
-    # bfloat16 GEMMs on AVX512-BF16 multiply pairs: twice the float32 FMA rate.
-    peak = results["fma_peak_gflops"] * (2 if "bfloat16" in ours and "avx512_bf16" in results["cpu_flags"] else 1)
-    s["batch32_fraction_of_compute_peak"] = b32[ours]["tok_s"] * results["flops_per_token"] / (peak * 1e9)
-    print(json.dumps(s, indent=2))
+def measure(spec: EngineSpec, prompts: dict, args) -> dict:
+    worker = Worker(spec, args.model, args.threads, args.ctx)
+    try:
+        row = {"start_to_first_answer_s": worker.start_to_first_answer_s, "memory_after_load": worker.memory(),
+               "system_info": worker.system_info, "version": worker.version}  # fmt: skip
+        row["decode"] = worker.call(op="decode", ids=prompts["story"], new_tokens=args.new_tokens)
+        row["ttft_s"] = worker.call(op="ttft", ids=prompts["long"])["seconds"]
+        if spec.engine == "langrt" and prompts["batch"]:
+            row["batch"] = worker.call(op="batch", ids_list=prompts["batch"], new_tokens=args.new_tokens)
+        row["memory_after_runs"] = worker.memory()
+    finally:
+        worker.close()
+    return row
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def run_rounds(specs: list[EngineSpec], tokenizer, args) -> list[dict]:
+    rounds = []
+    for round_no in range(args.rounds):
+        prompts = round_prompts(tokenizer, round_no, args)
+        order = specs if round_no % 2 == 0 else specs[::-1]
+        rows = {}
+        for spec in order:
+            rows[spec.name] = row = measure(spec, prompts, args)
+            d = row["decode"]
+            print(f"round {round_no} {spec.name:20s} start->answer {row['start_to_first_answer_s']:6.1f} s | "
+                  f"decode {d['decode_tok_s']:6.1f} tok/s | TTFT {len(prompts['long'])} tokens {row['ttft_s']:6.2f} s | "
+                  f"PSS {row['memory_after_load']['pss_bytes'] / 1e9:.2f} GB", flush=True)  # fmt: skip
+        if "llama_cpp" in rows:
+            ref = rows["llama_cpp"]["decode"]["output_ids"]
+            for name, row in rows.items():
+                row["greedy_tokens_agreeing_with_llama_cpp"] = common_prefix(row["decode"]["output_ids"], ref)
+        rounds.append({"prompt_tokens": {"story": len(prompts["story"]), "long": len(prompts["long"])}, "engines": rows})
+    return rounds
+
+
+def engine_summary(rows: list[dict], cost: ModelCost, limits: dict, prompt_tokens: int) -> dict:
+    """Best and median over the rounds, and each best as a fraction of the machine's limit."""
+    pick = {
+        "decode_tok_s": ([r["decode"]["decode_tok_s"] for r in rows], max),
+        "ttft_s": ([r["ttft_s"] for r in rows], min),
+        "start_to_first_answer_s": ([r["start_to_first_answer_s"] for r in rows], min),
+        "pss_after_load_bytes": ([r["memory_after_load"]["pss_bytes"] for r in rows], min),
+        "rss_after_load_bytes": ([r["memory_after_load"]["rss_bytes"] for r in rows], min),
+        "pss_after_runs_bytes": ([r["memory_after_runs"]["pss_bytes"] for r in rows], min),
+    }
+    if all("batch" in r for r in rows):
+        pick["batch_tok_s"] = ([r["batch"]["tok_s"] for r in rows], max)
+    s = {}
+    for key, (values, best) in pick.items():
+        s[key], s[key + "_median"] = best(values), statistics.median(values)
+    bandwidth, peak = limits["read_bandwidth_gbs"] * 1e9, limits["gemm_peak_gflops"] * 1e9
+    s["decode_fraction_of_bandwidth_limit"] = cost.bytes_per_step * s["decode_tok_s"] / bandwidth
+    s["ttft_fraction_of_gemm_peak"] = cost.prompt_flops(prompt_tokens) / s["ttft_s"] / peak
+    if "batch_tok_s" in s:
+        s["batch_fraction_of_gemm_peak"] = cost.flops_per_token * s["batch_tok_s"] / peak
+    s["pss_after_load_over_file"] = s["pss_after_load_bytes"] / cost.file_bytes
+    return s
+
+
+def ratios(engines: dict) -> dict:
+    """langrt against llama.cpp, each ratio > 1 where langrt is ahead (or smaller, for memory)."""
+    ours, theirs = engines["langrt"], engines["llama_cpp"]
+    out = {}
+    for suffix in ("", "_median"):
+        out["decode" + suffix] = ours["decode_tok_s" + suffix] / theirs["decode_tok_s" + suffix]
+        out["ttft_speedup" + suffix] = theirs["ttft_s" + suffix] / ours["ttft_s" + suffix]
+        out["start_to_first_answer_langrt_over_llama_cpp" + suffix] = ours["start_to_first_answer_s" + suffix] / theirs["start_to_first_answer_s" + suffix]
+        out["pss_after_load_langrt_over_llama_cpp" + suffix] = ours["pss_after_load_bytes" + suffix] / theirs["pss_after_load_bytes" + suffix]
+    return out
+
+
+def summarize(results: dict, cost: ModelCost) -> dict:
+    names = results["rounds"][0]["engines"].keys()
+    prompt_tokens = results["rounds"][0]["prompt_tokens"]["long"]
+    engines = {n: engine_summary([r["engines"][n] for r in results["rounds"]], cost, results["limits"], prompt_tokens) for n in names}
+    summary = {"engines": engines}
+    if "llama_cpp" in engines:
+        summary["langrt_vs_llama_cpp"] = ratios(engines)
+    return summary
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="a GGUF file or an HF directory (default: the built-in SmolLM2-135M)")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="both engines' threads (default: this process's cores)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--prompt-tokens", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=32, help="langrt's batched-decode row (0: none)")
+    parser.add_argument("--ctx", type=int, default=4096, help="KV capacity in tokens, both engines (langrt's --max-total-tokens, llama.cpp's n_ctx)")
+    parser.add_argument("--variants", default="", help=f"extra langrt rows, comma-separated: {', '.join(VARIANTS)}")
+    parser.add_argument("--no-llama-cpp", action="store_true", help="langrt's rows only")
+    parser.add_argument("--quick", action="store_true", help="1 round, 16 tokens, a 200-token prompt, batch 8")
+    parser.add_argument("--avx2", action="store_true", help="cap torch, oneDNN and MKL at AVX2 (langrt); see --llama-cpp")
+    parser.add_argument("--llama-cpp", metavar="DIR", help="import llama-cpp-python from DIR (pip install --target DIR ...)")
+    parser.add_argument("--out", default=None, help="results JSON (default: results/bench_cpu_decode_<model>[_avx2][_quick].json)")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.new_tokens, args.prompt_tokens, args.batch = 1, 16, 200, min(args.batch, 8)
+    args.variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants {','.join(unknown)}: not one of {', '.join(VARIANTS)}")
+    if args.model is None:
+        from langrt.builtin import builtin_model_path
+
+        args.model = str(builtin_model_path())
+    args.model = str(Path(args.model).expanduser().resolve())
+    if args.llama_cpp:
+        args.llama_cpp = str(Path(args.llama_cpp).resolve())
+        sys.path.insert(0, args.llama_cpp)
+    return args
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="short outputs, short prompt, one repeat")
-    parser.add_argument("--avx2", action="store_true", help="as an AVX2-only CPU runs it (langrt and HF; llama.cpp with --llama-cpp)")
-    parser.add_argument("--llama-cpp", metavar="DIR", help="import llama-cpp-python from DIR (pip install --target DIR ...)")
-    args = parser.parse_args()
-    if args.llama_cpp:
-        sys.path.insert(0, str(Path(args.llama_cpp).resolve()))
+    args = parse_args()
     if args.avx2:
         run_capped_at_avx2()
-    args.new_tokens, args.repeats, args.prompt_tokens = (16, 1, 200) if args.quick else (128, 2, 1000)
-    threads = torch.get_num_threads()
-    nbytes, params = weight_bytes_and_params()
+    import torch
+
+    from langrt.tokenizer.loader import load_tokenizer
+
+    torch.set_num_threads(args.threads)
+    model_path = Path(args.model)
+    cost = model_cost(model_path)
     results = {
-        "threads": threads, "cpu_flags": cpu_flags_summary(), "new_tokens": args.new_tokens,
-        "prompt_tokens": args.prompt_tokens, "bandwidth_gbs": measure_bandwidth_gbs(), "weight_bytes": nbytes,
-        "flops_per_token": 2 * params, "fma_peak_gflops": fma_peak_gflops(threads),
-        "model": builtin_model_path().name, "batches": {"1": {}, "32": {}}, "ttft_s": {},
-        "auto_dtype": "bfloat16" if fast_bf16() else "float32",
+        **provenance(), **cpu_description(), "model": str(model_path), "cost": vars(cost),
+        "settings": {k: getattr(args, k) for k in ("threads", "rounds", "new_tokens", "prompt_tokens", "batch", "ctx", "variants", "avx2")},
+        "kv_pool_bytes_float16": cost.kv_bytes(args.ctx, 2), "limits": machine_limits(),
     }  # fmt: skip
-    print(f"{threads} threads, flags {results['cpu_flags']}, bandwidth {results['bandwidth_gbs']:.1f} GB/s", flush=True)
-    run_langrt(results, args, threads)
-    run_peers(results, args, threads)
-    summarize(results, threads)
+    print(f"{results['cpu_model']} {results['cpu_flags']}, {args.threads} threads, load {results['load_average']}; "
+          f"read {results['limits']['read_bandwidth_gbs']:.1f} GB/s, GEMM {results['limits']['gemm_peak_gflops']:.0f} GFLOP/s", flush=True)  # fmt: skip
+    results["rounds"] = run_rounds(engine_specs(args), load_tokenizer(model_path), args)
+    results["engines_info"] = {n: {"system_info": r["system_info"], "version": r["version"]} for n, r in results["rounds"][0]["engines"].items()}
+    results["load_average_after"] = list(os.getloadavg())
+    results["summary"] = summarize(results, cost)
+    print(json.dumps(results["summary"], indent=2))
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench_cpu_decode{'_avx2' if args.avx2 else ''}{'_quick' if args.quick else ''}.json"
+    stem = model_path.stem if model_path.is_file() else model_path.name
+    out = Path(args.out) if args.out else RESULTS / f"bench_cpu_decode_{stem}{'_avx2' if args.avx2 else ''}{'_quick' if args.quick else ''}.json"
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")
 
