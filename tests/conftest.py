@@ -81,3 +81,15 @@ def new_engine():
     yield make
     for engine in made:
         engine.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`pytest` with no paths and no `-m` (the README's test command) leaves the slow tests out,
+    so that the default run stays short on a small machine; CI runs them with `-m slow`. Named
+    files or directories, or any `-m`, run exactly what they name."""
+    if config.option.markexpr or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
