@@ -68,12 +68,16 @@ class Lookahead:
     def _follows(self) -> list[int]:
         """FOLLOW per rule: the bytes after its end, at any of its call sites."""
         sites = [(p, t, c) for p in range(len(self.rules)) for edges in self.calls[p].values() for c, t in edges]
+        # what follows a call site within its rule is fixed (FIRST and nullable are known): found
+        # once per site, not once per round of the fixpoint (a large schema has thousands)
+        after = {(p, t): (self.starts(p, t), self.ends(p, t)) for p, t, _ in sites}
         follow = [0] * len(self.rules)
         changed = True
         while changed:
             changed = False
             for p, t, c in sites:
-                value = follow[c] | self.starts(p, t) | (follow[p] if self.ends(p, t) else 0)
+                starts, ends = after[(p, t)]
+                value = follow[c] | starts | (follow[p] if ends else 0)
                 if value != follow[c]:
                     follow[c], changed = value, True
         return follow
