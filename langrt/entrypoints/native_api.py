@@ -247,13 +247,18 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
+CONCATE_NOT_IMPLEMENTED = (
+    "/concate_and_append_request is not implemented: langrt cannot join requests' KV caches by "
+    "request id (the ids SGLang's frontend sends here name no request this server ran). The text "
+    "path gives the same output: set sglang.global_config.enable_parallel_encoding = False, or use "
+    "langrt_frontend, which appends the text and lets the radix cache reuse the shared prefix."
+)
+
+
 async def concate_and_append_request(request: web.Request) -> web.Response:
-    body = await read_json(request, {"src_rids", "dst_rid"})
-    if not isinstance(body.get("src_rids"), list) or not isinstance(body.get("dst_rid"), str):
-        raise InvalidRequest("expected src_rids (a list) and dst_rid (a string)", param="src_rids")
-    # Accepted and not acted on: the radix cache already shares whatever prefix the next
-    # request repeats, which is what this call exists to arrange.
-    return web.json_response({"success": True})
+    # 501 rather than a success that does nothing: a client told "done" would believe the
+    # children's KV was joined onto the parent's.
+    return error_response(501, CONCATE_NOT_IMPLEMENTED)
 
 
 def add_routes(app: web.Application) -> None:
