@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import threading
-import time
 
 import pytest
 import torch
@@ -265,10 +264,9 @@ def test_threaded_service_caches_and_times_out():
         ok = service.submit(GrammarSpec("regex", "a"))
         assert service.submit(GrammarSpec("regex", "a")) is ok and ok.result(5) == "a"
         slow, after = service.submit(GrammarSpec("regex", "slow")), service.submit(GrammarSpec("regex", "b"))
-        start = time.monotonic()
         with pytest.raises(InvalidRequest, match="time limit of 0.3 s"):
             slow.result(5)
-        assert after.result(5) == "b" and time.monotonic() - start < 2, "the next compile is not held up"
+        assert after.result(5) == "b" and not release.is_set(), "the next compile is not held up by the stuck one"
         with pytest.raises(InvalidRequest, match="bad grammar"):
             service.submit(GrammarSpec("regex", "bad")).result(5)
         with pytest.raises(InvalidRequest, match="KeyError"):
