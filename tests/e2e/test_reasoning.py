@@ -156,3 +156,20 @@ def test_tool_call_after_thinking(server):
     (call,) = message["tool_calls"]
     assert call["function"]["name"] == "is_prime"
     jsonschema.validate(json.loads(call["function"]["arguments"]), parameters)
+
+
+def test_frontend_gen_with_reasoning(server):
+    """`gen(reasoning=True)` through RuntimeEndpoint: the answer (schema-valid) and the thinking
+    in two variables, the program's text holding both."""
+    import langrt_frontend as sgl
+
+    prompt = server.tokenizer.apply_chat_template(MESSAGES, chat_template=TEMPLATE.read_text(), tokenize=False, add_generation_prompt=True)
+
+    @sgl.function
+    def ask(s):
+        s += prompt + sgl.gen("out", reasoning=True, max_reasoning_tokens=BUDGET, json_schema=SCHEMA, max_tokens=64, temperature=0)
+
+    state = ask.run(backend=sgl.RuntimeEndpoint(server.url))
+    jsonschema.validate(json.loads(state["out"]), SCHEMA)
+    assert state["out_reasoning"] and state.text().startswith(prompt) and state.text().endswith(state["out"])
+    assert "</think>" in state.text()
