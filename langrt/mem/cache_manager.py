@@ -21,6 +21,16 @@ Contract (tests/unit/test_cache_manager.py checks it against a plain list of slo
 - A failed `reserve` or `open` changes nothing.
 - A match holds until the next eviction (`is_current`): an eviction may free its slots and give
   them to another request, so `open` refuses a match made before one.
+
+Sliding-window layers (a `HybridKVPool`, mem/window_pool.py): every reserved slot also takes a
+window slot. After each pass (`trim`, `share`, `release`) the request gives back the window slots
+of all but its last `window` positions (the next token reads only the last window - 1; one more
+is kept so that a prefix ending one token short, as a repeated prompt matches, can continue):
+of its private tokens, and of the tokens it cached itself (earlier prompt chunks) that no other
+request locks, short of the last `window` of its cached prefix, which stay with the prefix cache
+(a cached prefix can only be continued where its last window tokens keep their window K/V:
+PrefixCache.match). So between passes a request holds at most 2 x window window slots of its
+own. `make_room` evicts until both pools have the room.
 """
 
 from __future__ import annotations
@@ -38,6 +48,9 @@ class CacheManager:
         self._rows = req_pool
         self._kv = kv_pool
         self._prefixes = create_prefix_cache(radix, req_pool, kv_pool)
+        # per row: positions below these are done with (window K/V dropped, or not ours to
+        # drop): [in the prefix cache, private]
+        self._window_floor: dict[int, list[int]] = {}
 
     @classmethod
     def for_runner(cls, runner, radix: bool) -> "CacheManager":
@@ -59,6 +72,12 @@ class CacheManager:
     def available(self) -> int:
         """Slots a request could get now: free ones and those eviction would free."""
         return self._kv.available_size + self._prefixes.evictable_size
+
+    @property
+    def window_room(self) -> int:
+        """Tokens one pass could add as far as the window pool goes: its free slots and those
+        eviction would free (without a window pool: `available`)."""
+        return self._kv.window_available + self._prefixes.window_evictable_size
 
     @property
     def free_rows(self) -> int:
@@ -94,14 +113,20 @@ class CacheManager:
         if row is None:
             return False
         req.kv_row = row
+        self._window_floor[row] = [match.length, 0]  # what it matched is others' prefix: kept
         self._prefixes.adopt(req, match)
         return True
 
     def make_room(self, n: int) -> bool:
-        """Evict unlocked cached prefixes until `n` slots are free; whether they are."""
+        """Evict unlocked cached prefixes until `n` slots (and, with a window pool, `n` window
+        slots) are free; whether they are."""
         if self._kv.available_size < n:
             self._prefixes.evict(n - self._kv.available_size)
-        return self._kv.available_size >= n
+        # An evicted token frees at most one window slot: asking for the shortfall never
+        # evicts more than one leaf too many.
+        while self._kv.window_available < n and self._prefixes.evict(n - self._kv.window_available):
+            pass
+        return self._kv.available_size >= n and self._kv.window_available >= n
 
     def reserve(self, req, start: int, n: int) -> bool:
         """Slots for positions [start, start + n) of `req`, evicting if needed; False (and
@@ -116,16 +141,41 @@ class CacheManager:
         after the first rejected one)."""
         if end > req.kv_len:
             self._kv.free(self._rows.slots(req.kv_row, end, req.kv_len))
+        self._slide(req)
 
     def share(self, req) -> None:
         """`req`'s computed tokens [0, kv_len) become cached prefixes (still locked by it)."""
+        self._slide(req)
         self._prefixes.cache_unfinished(req)
 
     def release(self, req) -> None:
         """`req` holds nothing any more: computed tokens to the cache, the rest freed, row too."""
+        self._slide(req)
         self._prefixes.cache_finished(req)
         self._rows.free(req.kv_row)
+        del self._window_floor[req.kv_row]
         req.kv_row = None
+
+    def _slide(self, req) -> None:
+        """Drop the window K/V of all but the last `window` positions of `req`'s cached prefix and
+        of its private tokens, where no one else may read it: see the module doc."""
+        window = self._kv.window
+        if window is None:
+            return
+        floor = self._window_floor[req.kv_row]
+        cached_cut = req.cached_len - window  # the cached prefix keeps its last window
+        if cached_cut > floor[0]:
+            self._drop(req, max(floor[0], self._prefixes.shared_len(req)), cached_cut)
+            floor[0] = cached_cut
+        start = max(floor[1], req.cached_len)
+        if self._drop(req, start, req.kv_len - window):
+            floor[1] = req.kv_len - window
+
+    def _drop(self, req, start: int, end: int) -> bool:
+        if end <= start:
+            return False
+        self._kv.drop_window(self._rows.slots(req.kv_row, end, start))
+        return True
 
     def flush(self) -> bool:
         """Drop every cached prefix; False (nothing changes) while any is locked."""
@@ -143,4 +193,10 @@ class CacheManager:
             "kv_cached_tokens": self._prefixes.cached_size,
             "cache_nodes": self._prefixes.num_nodes,
             "evicted_tokens": self._prefixes.evicted_tokens,
+            **self._window_stats(),
         }
+
+    def _window_stats(self) -> dict:
+        if self._kv.window is None:
+            return {}
+        return {"kv_window_total_tokens": self._kv.window_pool.size, "kv_window_free_tokens": self._kv.window_available}

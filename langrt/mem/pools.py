@@ -81,6 +81,24 @@ class TokenToKVPool:
         self.k_buffers[layer_id].index_copy_(0, slots, k.to(self.dtype))
         self.v_buffers[layer_id].index_copy_(0, slots, v.to(self.dtype))
 
+    # ---- sliding-window upkeep (mem/window_pool.py): nothing to do where every layer keeps
+    # every token's K/V, as here ----------------------------------------------------------
+
+    window: int | None = None  # the widest sliding window of a pool that drops old window K/V
+
+    @property
+    def window_available(self) -> int:
+        return self.available_size
+
+    def drop_window(self, slots: torch.Tensor) -> None:
+        pass
+
+    def keep_window(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        pass
+
+    def window_prefix_len(self, slots: torch.Tensor) -> int:
+        return int(slots.numel())
+
 
 class ReqToTokenPool:
     """Rows [max_requests, context_len] of int32 slot ids; one row per running request."""

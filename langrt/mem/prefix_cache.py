@@ -55,6 +55,10 @@ class PrefixCache(ABC):
     def evict(self, num_tokens: int) -> int: ...
 
     @abstractmethod
+    def shared_len(self, req) -> int:
+        """How many leading positions of `req`'s cached region other requests lock too."""
+
+    @abstractmethod
     def flush(self) -> bool:
         """Drop every cached prefix; False (and nothing changes) while any is locked."""
 
@@ -66,6 +70,12 @@ class PrefixCache(ABC):
     @abstractmethod
     def cached_size(self) -> int:
         """Slots the cache owns (locked or not)."""
+
+    @property
+    @abstractmethod
+    def window_evictable_size(self) -> int:
+        """Window slots (mem/window_pool.py) that evicting unlocked prefixes would free; with
+        no window pool, `evictable_size`."""
 
     @property
     @abstractmethod
@@ -90,7 +100,12 @@ class RadixPrefixCache(PrefixCache):
         self.tree = RadixCache(kv_pool.free)
 
     def match(self, ids: Sequence[int]) -> PrefixMatch:
-        return self.tree.match_prefix(ids)
+        """Cut back, under sliding-window layers, to where the window K/V the next token reads
+        is still kept: the part whose window K/V was dropped is computed again (its full-layer
+        K/V alone cannot give the window layers' inputs, which depend on every layer below)."""
+        match = self.tree.match_prefix(ids)
+        usable = self.kv_pool.window_prefix_len(match.slots)
+        return match if usable == match.length else self.tree.match_prefix(ids[:usable])
 
     def adopt(self, req, match: PrefixMatch) -> None:
         self.req_pool.write(req.kv_row, 0, match.slots)
@@ -120,7 +135,12 @@ class RadixPrefixCache(PrefixCache):
         slots = self.req_pool.slots(req.kv_row, req.kv_len)
         already = self.tree.insert(ids, slots)
         # Tokens another request cached meanwhile: the tree keeps its slots, ours are duplicates.
-        self.kv_pool.free(slots[req.cached_len : already])
+        # Where the tree's copy has dropped its window K/V and ours still has it (this request
+        # reads it next), ours moves over before our slots are freed.
+        duplicates = slots[req.cached_len : already]
+        if duplicates.numel() and self.kv_pool.window is not None:
+            self.kv_pool.keep_window(self.tree.match_prefix(ids[:already]).slots[req.cached_len :], duplicates)
+        self.kv_pool.free(duplicates)
 
     def _unlock(self, req) -> None:
         if req.cache_node is not None:
@@ -129,6 +149,14 @@ class RadixPrefixCache(PrefixCache):
 
     def evict(self, num_tokens: int) -> int:
         return self.tree.evict(num_tokens)
+
+    def shared_len(self, req) -> int:
+        # locks only grow towards the root: up to the first node someone else locks too
+        node, end = req.cache_node, req.cached_len
+        while node is not None and node is not self.tree.root and node.lock_ref <= 1:
+            end -= len(node.key)
+            node = node.parent
+        return end
 
     def flush(self) -> bool:
         if self.tree.protected_size:
@@ -144,6 +172,13 @@ class RadixPrefixCache(PrefixCache):
     @property
     def cached_size(self) -> int:
         return self.tree.total_size
+
+    @property
+    def window_evictable_size(self) -> int:
+        if self.kv_pool.window is None:
+            return self.evictable_size
+        slots = self.tree.unlocked_slots()
+        return int((self.kv_pool.full_to_window[slots.to(self.kv_pool.device)] >= 0).sum())
 
     @property
     def evicted_tokens(self) -> int:
@@ -185,10 +220,13 @@ class NoPrefixCache(PrefixCache):
     def evict(self, num_tokens: int) -> int:
         return 0
 
+    def shared_len(self, req) -> int:
+        return 0
+
     def flush(self) -> bool:
         return True
 
-    evictable_size = cached_size = evicted_tokens = num_nodes = property(lambda self: 0)
+    evictable_size = cached_size = evicted_tokens = num_nodes = window_evictable_size = property(lambda self: 0)
 
 
 def create_prefix_cache(enabled: bool, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool) -> PrefixCache:

@@ -211,6 +211,11 @@ class RadixCache:
         values = [n.value for n in self._nodes()]
         return torch.cat(values) if values else torch.empty(0, dtype=torch.int64)
 
+    def unlocked_slots(self) -> torch.Tensor:
+        """The slots of unlocked nodes (what eviction could free)."""
+        values = [n.value for n in self._nodes() if n.lock_ref == 0]
+        return torch.cat(values) if values else torch.empty(0, dtype=torch.int64)
+
     @property
     def num_nodes(self) -> int:
         return sum(1 for _ in self._nodes())

@@ -7,7 +7,9 @@ Limits, checked per request in policy order:
   time);
 - memory: its uncomputed tokens plus an estimate of its output (`max_new_tokens x ratio`) must fit
   in free + evictable slots, less what running requests are expected to need. Underestimates are
-  corrected at decode time by retraction.
+  corrected at decode time by retraction;
+- window pool (models with sliding-window layers, mem/window_pool.py): a pass's new tokens each
+  take a window slot, so a chunk is cut to the window pool's free + evictable slots.
 - sharing: a request whose prompt shares more than `IN_BATCH_SHARE_TOKENS` uncached tokens with a
   request already in this batch waits one step, so the shared part is computed once and reused.
 """
@@ -68,7 +70,7 @@ class PrefillAdder:
             return False
         if match is None or not self.cache.is_current(match):  # an earlier admission evicted
             match = self.cache.match(req.all_ids[: req.max_prefix_len])
-        if self._should_wait_for_batch_mate(req, match.length):
+        if self._should_wait_for_batch_mate(req, match.length) or self.cache.window_room <= 0:
             return False
         opened = self.cache.open(req, match)
         assert opened, "exhausted says whether a row is free"
@@ -82,8 +84,12 @@ class PrefillAdder:
         return True
 
     def _take(self, req: Req, uncomputed: int) -> None:
-        """Give `req` slots for as much of its uncomputed part as the budget allows."""
-        extend = int(min(uncomputed, self.budget))
+        """Give `req` slots for as much of its uncomputed part as the budget allows (and, under
+        sliding-window layers, the window pool: each token of a pass takes a window slot)."""
+        extend = int(min(uncomputed, self.budget, self.cache.window_room))
+        if extend <= 0:  # a continuing prompt the window pool has no room for now: next pass
+            self.chunked = req
+            return
         reserved = self.cache.reserve(req, req.kv_len, extend)
         assert reserved, "admission counted free + evictable slots"
         self.items.append(PrefillItem(req, req.kv_len, extend, completes_prompt=extend == uncomputed))

@@ -44,6 +44,11 @@ class AttentionBackend(ABC):
         # builds each window's masks or key ranges once and every layer picks its own.
         self.layer_windows = tuple(config.window_of(i) for i in range(config.num_layers))
         self.windows = tuple(dict.fromkeys(self.layer_windows))
+        # Under a HybridKVPool (mem/window_pool.py) the window layers' K/V sit in their own pool:
+        # those layers read keys through window slots (`kv_pool.window_slots` of the full ones).
+        self.window_kv = kv_pool.window is not None
+        self.reads_window = tuple(self.window_kv and w is not None for w in self.layer_windows)
+        assert not self.window_kv or self.reads_window == kv_pool.sliding, "the pool's window layers are the model's"
 
     def write_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         """The pass's new K/V ([T, Hkv*D] each) into the pool at the batch's `out_cache_loc`."""

@@ -77,7 +77,7 @@ class _KernelAttention(Attention):
     def __init__(self, backend: CpuAttentionBackend, batch: ForwardBatch):
         self.b = backend
         self.batch = batch
-        rows, reqs, ends = [], [], []
+        rows, reqs, ends, local = [], [], [], []
         self.extends = []
         limit = KERNEL_MAX_EXTEND[backend.kernel_isa]
         for i, n in enumerate(batch.extend_lens):
@@ -88,23 +88,44 @@ class _KernelAttention(Attention):
             row_ends = range(seq_len - n + 1, seq_len + 1)  # each token sees its request's keys up to itself
             rows += range(start, start + n)
             reqs += [batch.req_pool_indices[i]] * n
+            local += [i] * n
             ends += row_ends
         self.rows = torch.tensor(rows, dtype=torch.int64)
         self.reqs = torch.tensor(reqs, dtype=torch.int64)
         self.ends = torch.tensor(ends, dtype=torch.int32)
         # Each row's first visible key, per distinct window (full-attention layers: 0).
         self.starts = {w: self.ends.new_zeros(len(ends)) if w is None else (self.ends - w).clamp_(min=0) for w in backend.windows}
+        self.window_table, self.window_reqs = self._window_table(local) if backend.window_kv else (None, None)
+
+    def _window_table(self, local: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's rows of req_to_token in window slots, [B, longest], and each kernel row's
+        request in it: what window layers read (the kernel reads only in-window positions)."""
+        b, batch = self.b, self.batch
+        rows = torch.tensor(batch.req_pool_indices, dtype=torch.int64)
+        table = b.kv_pool.window_table(b.req_pool.req_to_token.index_select(0, rows)[:, : max(batch.seq_lens)])
+        return table, torch.tensor(local, dtype=torch.int64)
+
+    def _table(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(req_to_token-like table, each row's request in it) that layer `layer_id` reads."""
+        if self.b.reads_window[layer_id]:
+            return self.window_table, self.window_reqs
+        return self.b.req_pool.req_to_token, self.reqs
 
     def pool_args(self) -> tuple | None:
         """What a caller running the layers itself (langrt.model.fused_layers) needs to do what
         `attend` does, every row through the kernel: (k_buffers, v_buffers, slots, req_to_token,
         rows, reqs, starts, ends, heads, kv_heads, scale); None where some rows take SDPA, or the
-        layers' windows differ (the C++ op takes one `starts` for every layer)."""
+        layers' windows differ (the C++ op takes one `starts` for every layer). Where every layer
+        slides and keeps its K/V in a window pool, slots and table are window slots."""
         if self.extends or not self.rows.numel() or len(self.b.windows) > 1:
             return None
         b = self.b
-        return (b.kv_pool.k_buffers, b.kv_pool.v_buffers, self.batch.out_cache_loc, b.req_pool.req_to_token,
-                self.rows, self.reqs, self.starts[b.windows[0]], self.ends, b.num_heads, b.num_kv_heads, b.scale)  # fmt: skip
+        slots = self.batch.out_cache_loc
+        if b.window_kv:  # one window for all layers: every layer reads the window pool
+            slots = b.kv_pool.window_slots(slots)
+        table, reqs = self._table(0)
+        return (b.kv_pool.k_buffers, b.kv_pool.v_buffers, slots, table,
+                self.rows, reqs, self.starts[b.windows[0]], self.ends, b.num_heads, b.num_kv_heads, b.scale)  # fmt: skip
 
     def attend(self, layer_id, q, k, v):
         b = self.b
@@ -113,13 +134,14 @@ class _KernelAttention(Attention):
         b.write_kv(layer_id, self.batch, k, v)
         out = torch.empty((n, heads * dim), dtype=q.dtype, device=q.device)
         if self.rows.numel():
+            table, reqs = self._table(layer_id)
             b.kernel(
                 q.view(n, heads, dim),
                 b.kv_pool.k_buffers[layer_id],
                 b.kv_pool.v_buffers[layer_id],
-                b.req_pool.req_to_token,
+                table,
                 self.rows,
-                self.reqs,
+                reqs,
                 self.starts[b.layer_windows[layer_id]],
                 self.ends,
                 out.view(n, heads, dim),

@@ -114,6 +114,9 @@ class _PaddedShortExtends:
         index = backend.req_pool.req_to_token[torch.tensor(rows, device=device), : self.max_len]
         # Entries past a request's length are stale but valid slot ids; the mask hides them.
         self.kv_index = index.to(torch.int64).flatten()
+        # window layers' keys: the same positions in the window pool (those it no longer keeps
+        # are outside every query's window, hence masked)
+        self.window_index = backend.kv_pool.window_slots(self.kv_index) if backend.window_kv else None
         # Query rows of q [T, H*D] in padded [B, E] order (padding repeats a real row; its output
         # is dropped), and the positions of the real ones in that order.
         q_rows, real = [], []
@@ -150,8 +153,9 @@ class _PaddedShortExtends:
         bs, width, kv_heads, dim = self.batch_size, self.width, b.num_kv_heads, b.head_dim
         group = b.num_heads // kv_heads
         shape = (bs, self.max_len, kv_heads, dim)
-        keys = b.kv_pool.k_buffers[layer_id].index_select(0, self.kv_index).view(shape).transpose(1, 2)
-        values = b.kv_pool.v_buffers[layer_id].index_select(0, self.kv_index).view(shape).transpose(1, 2)
+        index = self.window_index if b.reads_window[layer_id] else self.kv_index
+        keys = b.kv_pool.k_buffers[layer_id].index_select(0, index).view(shape).transpose(1, 2)
+        values = b.kv_pool.v_buffers[layer_id].index_select(0, index).view(shape).transpose(1, 2)
         # [B, E, Hkv, group, D] -> [B, Hkv, group * E, D]
         q = q.reshape(bs, width, kv_heads, group, dim).permute(0, 2, 3, 1, 4).reshape(bs, kv_heads, group * width, dim)
         mask = self.masks[b.layer_windows[layer_id]]
@@ -175,6 +179,7 @@ class _SingleExtend:
         self.b = backend
         self.start, self.extend_len = start, extend_len
         self.kv_index = backend.req_pool.slots(row, seq_len)
+        self.window_index = backend.kv_pool.window_slots(self.kv_index) if backend.window_kv else None
         self.masks = {window: self._mask(seq_len - extend_len, extend_len, window, device) for window in backend.windows}
 
     def _mask(self, prefix_len: int, extend_len: int, window: int | None, device) -> torch.Tensor | None:
@@ -190,8 +195,9 @@ class _SingleExtend:
         b = self.b
         rows = slice(self.start, self.start + self.extend_len)
         qi = q[rows].reshape(self.extend_len, b.num_heads, b.head_dim).transpose(0, 1)  # [H, E, D]
-        ki = b.kv_pool.k_buffers[layer_id].index_select(0, self.kv_index).transpose(0, 1).to(q.dtype)  # [Hkv, S, D]
-        vi = b.kv_pool.v_buffers[layer_id].index_select(0, self.kv_index).transpose(0, 1).to(q.dtype)
+        index = self.window_index if b.reads_window[layer_id] else self.kv_index
+        ki = b.kv_pool.k_buffers[layer_id].index_select(0, index).transpose(0, 1).to(q.dtype)  # [Hkv, S, D]
+        vi = b.kv_pool.v_buffers[layer_id].index_select(0, index).transpose(0, 1).to(q.dtype)
         mask = self.masks[b.layer_windows[layer_id]]
         oi = b.sdpa(qi, ki, vi, mask, causal=mask is None)
         out[rows] = oi.transpose(0, 1).reshape(self.extend_len, -1)

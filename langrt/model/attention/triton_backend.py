@@ -46,14 +46,17 @@ class _TritonAttention(Attention):
     def __init__(self, backend: TritonAttentionBackend, batch: ForwardBatch, static=None):
         self.b = backend
         self.batch = batch
+        self._window = None  # (table, rows) of the window layers, built by the first one
         if static is not None:  # see prepare_graph_decode
             self.req_pool_indices, self.seq_lens, self.num_kv_splits = static
             self.is_decode = True
+            self.max_seq = None  # a replay's lengths are not known here: the whole row
             return
         device = batch.input_ids.device
         self.req_pool_indices = torch.tensor(batch.req_pool_indices, dtype=torch.int32, device=device)
         self.seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32, device=device)
         self.is_decode = all(n == 1 for n in batch.extend_lens)
+        self.max_seq = max(batch.seq_lens)
         if self.is_decode:
             self.num_kv_splits = backend.decode_kernels.default_num_kv_splits(
                 batch.batch_size, backend.num_kv_heads, max(batch.seq_lens), device
@@ -69,18 +72,34 @@ class _TritonAttention(Attention):
         heads, dim = b.num_heads, b.head_dim
         b.write_kv(layer_id, self.batch, k, v)
         out = torch.empty((n, heads * dim), dtype=q.dtype, device=q.device)
-        common = (q.view(n, heads, dim), b.kv_pool.k_buffers[layer_id], b.kv_pool.v_buffers[layer_id], b.req_pool.req_to_token)
+        table, rows = self._table(layer_id)
+        common = (q.view(n, heads, dim), b.kv_pool.k_buffers[layer_id], b.kv_pool.v_buffers[layer_id], table)
         if self.is_decode:
             b.decode_kernels.decode_attention_triton(
-                *common, self.req_pool_indices, self.seq_lens, scale=b.scale, sliding_window=b.layer_windows[layer_id],
+                *common, rows, self.seq_lens, scale=b.scale, sliding_window=b.layer_windows[layer_id],
                 num_kv_splits=self.num_kv_splits, out=out.view(n, heads, dim),
             )  # fmt: skip
         else:
             b.extend_kernels.extend_attention_triton(
-                *common, self.req_pool_indices, self.seq_lens, self.qo_indptr, self.max_extend_len,
+                *common, rows, self.seq_lens, self.qo_indptr, self.max_extend_len,
                 scale=b.scale, sliding_window=b.layer_windows[layer_id], out=out.view(n, heads, dim),
             )  # fmt: skip
         return out
+
+
+    def _table(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(req_to_token-like table, each request's row in it) that layer `layer_id` reads: for a
+        window layer under a window pool, the batch's rows in window slots (device ops only, so
+        a captured decode graph rebuilds it on each replay)."""
+        b = self.b
+        if not b.reads_window[layer_id]:
+            return b.req_pool.req_to_token, self.req_pool_indices
+        if self._window is None:
+            full = b.req_pool.req_to_token.index_select(0, self.req_pool_indices.to(torch.int64))
+            table = b.kv_pool.window_table(full if self.max_seq is None else full[:, : self.max_seq])
+            rows = torch.arange(table.shape[0], dtype=torch.int32, device=table.device)
+            self._window = (table.contiguous(), rows)
+        return self._window
 
 
 def _kernel_module(name: str):
