@@ -35,11 +35,11 @@ Tensor dense_linear(const Tensor& x, const Tensor& blocks, int64_t qtype) {
   return op.call(x, blocks, qtype);
 }
 
-Tensor dequantize(const Tensor& blocks, int64_t qtype, int64_t k) {
+Tensor tile_linear(const Tensor& x, const Tensor& blocks, int64_t qtype, int64_t isa) {
   static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("langrt_quant::dequantize", "")
-                             .typed<Tensor(const Tensor&, int64_t, int64_t, at::ScalarType)>();
-  return op.call(blocks, qtype, k, at::kFloat);
+                             .findSchemaOrThrow("langrt_quant::tile_linear", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, int64_t, int64_t)>();
+  return op.call(x, blocks, qtype, isa >= 1 ? 1 : 0);
 }
 
 // oneDNN's GEMM on a packed weight (torch.ops.mkldnn._linear_pointwise), called boxed: its C++
@@ -67,7 +67,7 @@ struct LinearRules {
   int64_t fly_max_rows;     // quant.fly_max_rows(): bf16 passes of 2 to this many rows dequantize tiles
   int64_t fly_max_rows_q8;  // quant.fly_max_rows(Q8_0): the same for Q8_0 blocks
   int64_t vnni_max_rows;    // quant.vnni_max_rows(): bf16 passes of 2 to this many rows, 4- and 5-bit blocks' VNNI kernel
-  int64_t f32_min_rows;     // quant.f32_prompt_min_rows(): float32 passes of this many rows (> 0) dequantize W
+  int64_t tile_min_rows;    // quant.prompt_tile_min_rows(): prompt passes of this many rows (> 0) on dequantized panels
 };
 
 // A matrix: a plain weight (one part, type 0) or GGUF blocks, in one part or in row ranges of
@@ -91,8 +91,9 @@ Tensor by_parts(const Matrix& m, const Product& product, int64_t dim = -1) {
 
 // x W^T (+ b). GGUF blocks: a decode pass's single row by the quantized kernels, a decoding pass's
 // 2 to vnni_max_rows bf16 rows by their AVX512-VNNI kernel (4- and 5-bit blocks), else 2 to fly_max_rows
-// by dense_linear, a float32 prompt pass of f32_min_rows or more by at::linear on the dequantized
-// values, other passes in bfloat16 by the packed copy where there is one. Plain: a single row by
+// by dense_linear, a prompt pass of tile_min_rows or more by tile_linear's dequantized panels
+// (bfloat16 ones only without a packed copy), other passes in bfloat16 by the packed copy where
+// there is one. Plain: a single row by
 // a matrix-vector product, up to packed_max_rows by the packed copy, else at::linear.
 Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& bias, const LinearRules& r) {
   const int64_t rows = x_in.size(0);
@@ -110,9 +111,8 @@ Tensor linear(const Tensor& x_in, const Matrix& m, const c10::optional<Tensor>& 
       y = by_parts(m, [&](const Tensor& w, int64_t t) { return quant_linear(x, w, t, r.isa); });
     } else if (bf16 && rows >= 2 && rows <= fly_rows) {
       y = by_parts(m, [&](const Tensor& w, int64_t t) { return dense_linear(x, w, t); });
-    } else if (!bf16 && r.f32_min_rows > 0 && rows >= r.f32_min_rows) {
-      const int64_t k = x.size(1);
-      y = at::linear(x, by_parts(m, [&](const Tensor& w, int64_t t) { return dequantize(w, t, k); }, 0));
+    } else if (r.tile_min_rows > 0 && rows >= r.tile_min_rows && (!bf16 || !m.packed.has_value())) {
+      y = by_parts(m, [&](const Tensor& w, int64_t t) { return tile_linear(x, w, t, r.isa); });
     } else if (m.packed.has_value() && !(r.decode_pass && rows == 1) && bf16) {
       y = packed_linear(x_in, *m.packed, c10::nullopt);
     } else {
@@ -157,7 +157,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
                                   const Tensor& slots, const Tensor& req_to_token, const Tensor& rows, const Tensor& reqs,
                                   const Tensor& starts, const Tensor& ends, double scale, bool decode_pass,
                                   int64_t packed_max_rows, int64_t isa, int64_t fly_max_rows, int64_t fly_max_rows_q8,
-                                  int64_t vnni_max_rows, int64_t f32_min_rows) {
+                                  int64_t vnni_max_rows, int64_t tile_min_rows) {
   const int64_t layers = static_cast<int64_t>(norms.size()) / 2;
   TORCH_CHECK(x_in.dim() == 2, "fused_layers: x must be [tokens, hidden]");
   TORCH_CHECK(sizes.size() == 5, "fused_layers: sizes are q_size, kv_size, head_dim, heads, kv_heads");
@@ -173,7 +173,7 @@ std::vector<Tensor> fused_layers(const Tensor& x_in, at::TensorList weights, at:
   const Attention a{k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, sizes[3], sizes[4], head_dim, scale};
   const int64_t n = x_in.size(0);
   const Tensor cos2 = cos.view({n, -1}), sin2 = sin.view({n, -1});
-  const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows, fly_max_rows_q8, vnni_max_rows, f32_min_rows};
+  const LinearRules rules{decode_pass, packed_max_rows, isa, fly_max_rows, fly_max_rows_q8, vnni_max_rows, tile_min_rows};
   const c10::optional<Tensor> none;
   std::vector<int64_t> first_part(4 * layers + 1, 0);
   for (int64_t i = 0; i < 4 * layers; ++i) first_part[i + 1] = first_part[i] + parts[i];
@@ -216,6 +216,6 @@ LANGRT_TORCH_LIBRARY_FRAGMENT(LANGRT_CPU_NS, m) {
       "fused_layers(Tensor x, Tensor[] weights, int[] qtypes, int[] parts, Tensor?[] packed, Tensor?[] qkv_biases, Tensor[] norms, "
       "float eps, Tensor cos, Tensor sin, int[] sizes, Tensor[] k_buffers, Tensor[] v_buffers, Tensor slots, "
       "Tensor req_to_token, Tensor rows, Tensor reqs, Tensor starts, Tensor ends, float scale, bool decode_pass, "
-      "int packed_max_rows, int isa, int fly_max_rows, int fly_max_rows_q8, int vnni_max_rows, int f32_min_rows) -> Tensor[]",
+      "int packed_max_rows, int isa, int fly_max_rows, int fly_max_rows_q8, int vnni_max_rows, int tile_min_rows) -> Tensor[]",
       &fused_layers);
 }

@@ -66,7 +66,9 @@ def quant_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch
 
 def tile_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:
     """x [M, K] float32 or bfloat16 -> [M, N] in x's dtype, for passes of many rows: W's exact
-    values dequantized a few MB at a time and multiplied by torch's float32 GEMM, no copy of W kept."""
+    values dequantized 16 rows at a time into float32 panels and multiplied there with FMAs
+    (quant_gemm.cpp), no copy of W kept; products within float32 rounding of the dequantized
+    reference's, each row's independent of the other rows."""
     return _ops().tile_linear(x, weight, ggml_type, 1 if isa() == "avx2" else 0)
 
 

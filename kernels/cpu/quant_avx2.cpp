@@ -286,6 +286,42 @@ LANGRT_AVX2 void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64
   for (; n < n1; ++n) dot_tile<QT, 1, 1>(w, row_bytes, n, x, m, out, s);
 }
 
+// One weight row's values, as dequantize_rows_scalar gives them bit for bit: each 16 weights'
+// quants (less Q4_0's and Q5_0's zero point) times their scale, then plus their offset, in two
+// roundings as the scalar loop (built with -ffp-contract=off) takes them.
+template <int QT>
+LANGRT_AVX2 void dequantize_row(const uint8_t* w, int64_t blocks, float* out) {
+  constexpr int S = scales_per_block(QT);
+  const RowLayout row = row_layout(QT, w, blocks);
+  const __m256i zero = _mm256_set1_epi16(QT == kQ4_0 ? 8 : QT == kQ5_0 ? 16 : 0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const Quants q = decode<QT>(row.quants + b * quant_bytes(QT));
+    const __m256i halves[2] = {_mm256_sub_epi16(q.w0, zero), _mm256_sub_epi16(q.w1, zero)};
+    for (int h = 0; h < 2; ++h) {
+      float d, m;
+      if constexpr (k_quant(QT)) {
+        d = row.df[S * b + (S == 2 ? h : 0)];
+        m = row.mf ? row.mf[S * b + (S == 2 ? h : 0)] : 0.0f;
+      } else {
+        d = _cvtsh_ss(row.d[b]);
+        m = row.m ? _cvtsh_ss(row.m[b]) : 0.0f;
+      }
+      const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
+      const __m256i lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(halves[h]));
+      const __m256i hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(halves[h], 1));
+      float* dst = out + b * kBlock + 16 * h;
+      _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), dv), mv));
+      _mm256_storeu_ps(dst + 8, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), dv), mv));
+    }
+  }
+}
+
+template <int QT>
+LANGRT_AVX2 void dequantize_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t k, float* out,
+                                 int64_t out_stride) {
+  for (int64_t n = n0; n < n1; ++n) dequantize_row<QT>(w + n * row_bytes, k / kBlock, out + (n - n0) * out_stride);
+}
+
 }  // namespace
 
 LANGRT_AVX2 void quantize_rows_avx2(const void* x, bool x_bf16, int64_t x_stride, int64_t rows, int64_t k, int16_t* q,
@@ -334,6 +370,23 @@ LANGRT_AVX2 void dot_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, i
     case kQ5_K: return dot_rows<kQ5_K>(w, row_bytes, n0, n1, x, m0, m1, out);
     case kQ3_K: return dot_rows<kQ3_K>(w, row_bytes, n0, n1, x, m0, m1, out);
     case kQ2_K: return dot_rows<kQ2_K>(w, row_bytes, n0, n1, x, m0, m1, out);
+    default: return;
+  }
+}
+
+LANGRT_AVX2 void dequantize_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t k,
+                                     float* out, int64_t out_stride) {
+  switch (qtype) {
+    case kQ4_0: return dequantize_rows<kQ4_0>(w, row_bytes, n0, n1, k, out, out_stride);
+    case kQ4_1: return dequantize_rows<kQ4_1>(w, row_bytes, n0, n1, k, out, out_stride);
+    case kQ8_0: return dequantize_rows<kQ8_0>(w, row_bytes, n0, n1, k, out, out_stride);
+    case kQ4_K: return dequantize_rows<kQ4_K>(w, row_bytes, n0, n1, k, out, out_stride);
+    case kQ6_K: return dequantize_rows<kQ6_K>(w, row_bytes, n0, n1, k, out, out_stride);
+    case kQ5_0: return dequantize_rows<kQ5_0>(w, row_bytes, n0, n1, k, out, out_stride);
+    case kQ5_1: return dequantize_rows<kQ5_1>(w, row_bytes, n0, n1, k, out, out_stride);
+    case kQ5_K: return dequantize_rows<kQ5_K>(w, row_bytes, n0, n1, k, out, out_stride);
+    case kQ3_K: return dequantize_rows<kQ3_K>(w, row_bytes, n0, n1, k, out, out_stride);
+    case kQ2_K: return dequantize_rows<kQ2_K>(w, row_bytes, n0, n1, k, out, out_stride);
     default: return;
   }
 }

@@ -155,6 +155,21 @@ void dense_rows_bf16(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0,
 void dequantize_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t k,
                             const OutRows& out);
 
+// W's rows [n0, n1) as float32 values, row n at out + (n - n0) * out_stride: the scalar loop's
+// values bit for bit, with AVX2 (the tiles of quant_linear.cpp's tile_linear).
+void dequantize_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t k, float* out,
+                          int64_t out_stride);
+
+// Activation rows for panel_gemm: x [rows, k] float32 contiguous -> groups g0 .. g1 of 6 rows,
+// k-major (packed[g * 6k + 6i + j] = x[6g + j, i], zero past the last row).
+constexpr int64_t kGemmRows = 6;
+void pack_rows(const float* x, int64_t rows, int64_t k, int64_t g0, int64_t g1, float* packed);
+
+// out[m, n] = sum over k of W[n, k] x[m, k], float32, for n in [n0, n1) and every m < rows
+// (`packed`: pack_rows' groups; out: ldo apart), W dequantized 16 rows at a time (quant_gemm.cpp).
+void panel_gemm(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const float* packed,
+                int64_t rows, int64_t k, float* out, int64_t ldo, bool avx2);
+
 // Shared by both paths: exact conversions.
 inline float half_bits_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

@@ -122,6 +122,27 @@ at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype)
   return out;
 }
 
+// x W^T for passes of many rows (prompts): W's rows dequantized 16 at a time into float32 panels
+// and multiplied there (quant_gemm.cpp), the panels split over torch's threads; no float copy of
+// W is made, and the values are the blocks' exact values (those `dequantize` gives).
+at::Tensor tile_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype, int64_t isa) {
+  check(x, w, qtype);
+  const int64_t rows = x.size(0), k = x.size(1), n = w.size(0), row_bytes = w.size(1);
+  const at::Tensor xf = (x.scalar_type() == at::kFloat ? x : x.to(at::kFloat)).contiguous();
+  at::Tensor out = at::empty({rows, n}, xf.options());
+  const int64_t groups = (rows + langrt_quant::kGemmRows - 1) / langrt_quant::kGemmRows;
+  at::Tensor packed = at::empty({groups * langrt_quant::kGemmRows, k}, xf.options());
+  const float* xp = xf.data_ptr<float>();
+  float *pp = packed.data_ptr<float>(), *op = out.data_ptr<float>();
+  at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) { langrt_quant::pack_rows(xp, rows, k, g0, g1, pp); });
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t t0, int64_t t1) {
+    langrt_quant::panel_gemm(static_cast<int>(qtype), wp, row_bytes, 16 * t0, std::min(n, 16 * t1), pp, rows, k, op, n,
+                             isa >= 1);
+  });
+  return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
+}
+
 at::Tensor dequantize(const at::Tensor& w, int64_t qtype, int64_t k, at::ScalarType dtype) {
   TORCH_CHECK(langrt_quant::block_bytes(qtype) > 0, "dequantize: unsupported GGML type ", qtype);
   TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous(), "dequantize: w must be contiguous uint8");
@@ -152,6 +173,7 @@ at::Tensor repack(const at::Tensor& w, int64_t qtype) {
 TORCH_LIBRARY(langrt_quant, m) {
   m.def("quant_linear(Tensor x, Tensor w, int qtype, int isa) -> Tensor");
   m.def("dense_linear(Tensor x, Tensor w, int qtype) -> Tensor");
+  m.def("tile_linear(Tensor x, Tensor w, int qtype, int isa) -> Tensor");
   m.def("dequantize(Tensor w, int qtype, int k, ScalarType dtype) -> Tensor");
   m.def("repack(Tensor w, int qtype) -> Tensor");
 }
@@ -159,6 +181,7 @@ TORCH_LIBRARY(langrt_quant, m) {
 TORCH_LIBRARY_IMPL(langrt_quant, CPU, m) {
   m.impl("quant_linear", quant_linear);
   m.impl("dense_linear", dense_linear);
+  m.impl("tile_linear", tile_linear);
   m.impl("dequantize", dequantize);
   m.impl("repack", repack);
 }

@@ -107,6 +107,6 @@ def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torc
         tensors.eps, cos, sin,
         tensors.sizes + [heads, kv_heads], k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, scale,
         quant.is_decode_pass(), PACKED_MAX_ROWS, isa, quant.fly_max_rows(), quant.fly_max_rows(quant.Q8_0),
-        quant.vnni_max_rows(), quant.f32_prompt_min_rows(),
+        quant.vnni_max_rows(), quant.prompt_tile_min_rows(),
     )  # fmt: skip
     return x, residual

@@ -30,12 +30,14 @@ def load_model(
     quantize: str | None = None,
     shard: Callable[[Iterable], Iterable] | None = None,
     tp=None,
+    dense_copy: bool = False,
 ) -> torch.nn.Module:
     """Build the model on `device` in `dtype` with real (or dummy) weights, in eval mode; with
     `gguf_blocks` a GGUF file's quantized matrices keep their blocks, with `quantize` ('int8',
     'int4') plain weights are quantized into blocks (see langrt.model.quant). Under tensor
     parallelism `config` is this rank's part, `shard` takes its slices of the checkpoint's
-    tensors and `tp` (langrt.parallel.group) sums and gathers the ranks' partial results."""
+    tensors and `tp` (langrt.parallel.group) sums and gathers the ranks' partial results. With
+    `dense_copy` (--cpu-dense-copy) quantized matrices also keep a bfloat16 copy where it fits."""
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"unknown load format {load_format!r}; choose from {LOAD_FORMATS}")
     if load_format == "gguf" and not source.is_gguf or load_format == "safetensors" and source.is_gguf:
@@ -56,7 +58,7 @@ def load_model(
     if quantize is not None:
         model.quantize_weights(*PLAIN_QUANTIZATIONS[quantize])
     if not compiled:  # compiled graphs take plain weights (the compiler packs its own)
-        model.pack_for_cpu(dense_budget=dense_copy_budget())
+        model.pack_for_cpu(dense_budget=dense_copy_budget() if dense_copy else 0)
     return model
 
 

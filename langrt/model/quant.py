@@ -28,19 +28,17 @@ Q4_1, Q8_0 = 3, 8
 # 8 bits as in llama.cpp's Q4 files, where 4-bit logits would cost the most accuracy.
 PLAIN_QUANTIZATIONS = {"int8": (Q8_0, Q8_0), "int4": (Q4_1, Q8_0)}
 # What the pass running now is, set by ModelRunner before each pass (`set_pass`): a decoding pass
-# (running requests' tokens and drafts, no prompt rows) sends a single row to the blocks, exact,
-# where a bf16 copy exists for other passes (a decode pass's one row, or the one row whose whole
-# logits a pass with drafts wants); a decoding pass of 2 to FLY_MAX_ROWS bf16 rows dequantizes the
-# blocks tile by tile on AVX512-BF16 CPUs (the copy's values, read at the blocks' size). A prompt's
-# rows, however few, go to the copy, so a prompt computed whole and the same prompt's last token
-# computed again over its cached prefix take the same weights in the same GEMM. In float32, a prompt pass of F32_PROMPT_MIN_ROWS rows or more
-# multiplies the dequantized weights with torch's GEMM (MKL's sgemm: about twice the int16 block
-# kernel's products per instruction), exact values, where the blocks' int16 activations are
-# within ~2e-5; the weights are dequantized per matrix as it is needed and not kept.
+# (running requests' tokens and drafts, no prompt rows) sends a single row to the blocks; a
+# decoding pass of 2 to FLY_MAX_ROWS bf16 rows dequantizes the blocks tile by tile on AVX512-BF16
+# CPUs. A prompt pass of PROMPT_TILE_MIN_ROWS rows or more multiplies the blocks' exact values,
+# dequantized 16 weight rows at a time into float32 panels (kernels/cpu/quant_gemm.cpp: no float
+# copy of the weights is kept or made whole), where the int16 block kernel's products per
+# instruction are fewer than a float GEMM's; fewer rows take the block kernel. Only where a bf16
+# copy was asked for (--cpu-dense-copy, `add_dense_copy`) do bf16 prompt passes take the copy.
 _decode_pass = False
 _fly_max_rows = 0
-_f32_prompt_min_rows = 0
-F32_PROMPT_MIN_ROWS = 128
+_prompt_tile_min_rows = 0
+PROMPT_TILE_MIN_ROWS = 128
 # Measured on SmolLM2's layers (2-core Zen 4, 30 layers' weights streamed from memory, Q4_1): the
 # tile dequantization beats the bf16 copy 2.1x at 2 rows, 1.5x at 4, 1.3x at 6, 1.1-1.25x at 9 (a
 # token and 8 drafts), and from 10 to 17 rows the two are even (0.98-1.01x).
@@ -67,13 +65,13 @@ _vnni_max_rows = 0
 
 
 def set_pass(decode: bool, decoding: bool = False) -> None:
-    global _decode_pass, _fly_max_rows, _vnni_max_rows, _f32_prompt_min_rows
+    global _decode_pass, _fly_max_rows, _vnni_max_rows, _prompt_tile_min_rows
     from langrt_kernels.cpu import quant
 
     _decode_pass = decode or decoding  # no prompt rows: a single row of it takes the blocks
     _fly_max_rows = FLY_MAX_ROWS if (decode or decoding) and quant.bf16_rows() else 0
     _vnni_max_rows = VNNI_MAX_ROWS if (decode or decoding) and quant.vnni_rows() else 0
-    _f32_prompt_min_rows = 0 if decode or decoding else F32_PROMPT_MIN_ROWS
+    _prompt_tile_min_rows = 0 if decode or decoding else PROMPT_TILE_MIN_ROWS
 
 
 def is_decode_pass() -> bool:
@@ -94,9 +92,9 @@ def vnni_max_rows(ggml_type: int | None = None) -> int:
     return _vnni_max_rows if ggml_type is None or ggml_type in VNNI_TYPES else 0
 
 
-def f32_prompt_min_rows() -> int:
-    """The fewest float32 rows of this pass that `matmul` sends to the dequantized weights (0: none)."""
-    return _f32_prompt_min_rows
+def prompt_tile_min_rows() -> int:
+    """The fewest rows of this pass that `matmul` multiplies on dequantized panels (0: none)."""
+    return _prompt_tile_min_rows
 
 
 @dataclass(eq=False)  # compared by identity (the tensors are not comparable as values)
@@ -164,8 +162,8 @@ class QuantizedWeight:
             return self._blocks_matmul(x.contiguous() if x.stride(-1) != 1 else x)
         if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._fly_rows():
             return self._fly_matmul(x.contiguous() if x.stride(-1) != 1 else x)
-        if x.dtype == torch.float32 and 0 < _f32_prompt_min_rows <= x.shape[0]:
-            return torch.nn.functional.linear(x, self.dequantize(torch.float32))
+        if 0 < _prompt_tile_min_rows <= x.shape[0] and (x.dtype == torch.float32 or self.dense is None):
+            return self._tile_matmul(x.contiguous() if x.stride(-1) != 1 else x)
         if self.dense is not None and not single_decode_row and x.dtype == torch.bfloat16:
             return torch.ops.mkldnn._linear_pointwise(x, self.dense, None, "none", [], "")
         return self._blocks_matmul(x.contiguous() if x.stride(-1) != 1 else x)
@@ -185,6 +183,11 @@ class QuantizedWeight:
         from langrt_kernels.cpu.quant import dense_linear
 
         return dense_linear(x, self.data, self.ggml_type)
+
+    def _tile_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        from langrt_kernels.cpu.quant import tile_linear
+
+        return tile_linear(x, self.data, self.ggml_type)
 
     @property
     def nbytes(self) -> int:
@@ -242,6 +245,9 @@ class StackedQuantizedWeight(QuantizedWeight):
     def _fly_matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([p._fly_matmul(x) for p in self.parts], dim=-1)
 
+    def _tile_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([p._tile_matmul(x) for p in self.parts], dim=-1)
+
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
         return torch.cat([p.dequantize(dtype) for p in self.parts])
 
@@ -280,7 +286,9 @@ def describe_blocks(model) -> str:
     line = f"{len(weights)} matrices served as {'/'.join(types)} blocks ({sum(w.nbytes for w in weights) / 1e6:.0f} MB)"
     if copies:
         copy_mb = 2 * sum(w.out_features * w.in_features for w in weights) / 1e6
-        line += f"; bfloat16 copies ({copy_mb:.0f} MB) for prompts and passes of many rows, where oneDNN's GEMM is faster"
+        line += f"; bfloat16 copies ({copy_mb:.0f} MB, --cpu-dense-copy) for prompts and passes of many rows"
+    else:
+        line += f"; prompts of {PROMPT_TILE_MIN_ROWS}+ rows multiply them on dequantized float32 panels (no copy kept)"
     from langrt_kernels.cpu import quant
 
     vnni = copies and quant.vnni_rows() and any(w.ggml_type in VNNI_TYPES for w in weights)  # copies: bfloat16 activations

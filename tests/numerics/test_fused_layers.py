@@ -103,27 +103,27 @@ def test_builtin_model_on_its_blocks_gives_the_per_layer_loops_bits(smollm_path,
 
 @pytest.mark.usefixtures("cpu_isa")
 def test_a_long_float32_prompt_on_blocks_gives_the_loops_bits(tiny_paths, monkeypatch, whole_passes):
-    """A float32 prompt of F32_PROMPT_MIN_ROWS rows or more multiplies the dequantized weights (and
-    fewer rows, decodes and drafts the blocks): the fused pass does as the loop does."""
+    """A float32 prompt of PROMPT_TILE_MIN_ROWS rows or more multiplies dequantized panels of the
+    weights (and fewer rows, decodes and drafts the blocks): the fused pass does as the loop does."""
     from langrt_kernels.cpu import quant as quant_kernels
     from langrt.model import quant
 
     calls = []
-    real = quant_kernels.dequantize
-    monkeypatch.setattr(quant_kernels, "dequantize", lambda *a: calls.append(a[1]) or real(*a))
+    real = quant_kernels.tile_linear
+    monkeypatch.setattr(quant_kernels, "tile_linear", lambda *a: calls.append(a[2]) or real(*a))
 
     def run(fused: bool) -> list[torch.Tensor]:
         if not fused:
             monkeypatch.setenv(fused_layers.ENV, "0")
         driver = RunnerDriver(make_runner(tiny_paths["llama"], max_total_tokens=2048, max_running_requests=4, quantization="int4"))
-        out = driver.prefill([[(7 * i) % 100 + 3 for i in range(quant.F32_PROMPT_MIN_ROWS + 6)], [5, 9, 17]])
+        out = driver.prefill([[(7 * i) % 100 + 3 for i in range(quant.PROMPT_TILE_MIN_ROWS + 6)], [5, 9, 17]])
         out.append(driver.decode([0, 1], [4, 8]))
         out += driver.extend([0], [[6, 11, 12]])
         monkeypatch.delenv(fused_layers.ENV, raising=False)
         return out
 
     loop = run(fused=False)
-    assert calls  # the loop's long prompt took the dequantized weights
+    assert calls  # the loop's long prompt took the dequantized panels
     fused = run(fused=True)
     assert whole_passes[-3:] == [True] * 3
     assert all(torch.equal(a, b) for a, b in zip(fused, loop))

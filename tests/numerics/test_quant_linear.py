@@ -333,7 +333,7 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     from runner_driver import RunnerDriver, make_runner
 
     path = _tiny_gguf(tmp_path, "llama", "Q4_1")
-    blocks = make_runner(path, "bfloat16", quantization="auto", max_total_tokens=512)
+    blocks = make_runner(path, "bfloat16", quantization="auto", max_total_tokens=512, cpu_dense_copy=True)
     dense = make_runner(path, "bfloat16", quantization="none", max_total_tokens=512)
     weight = blocks.model.layers[1].mlp.gate_up_proj.packed
     assert weight.dense is not None and blocks.model.lm_head_packed.dense is not None
@@ -378,33 +378,65 @@ def test_tiles_are_only_for_the_types_dequantized_by_vector_code(monkeypatch):
     assert model_quant.fly_max_rows(quant.GGML_TYPES["Q8_0"]) == model_quant.FLY_MAX_ROWS_Q8_0
 
 
-def test_float32_prompts_of_many_rows_multiply_the_dequantized_weights():
-    """A float32 prompt pass of F32_PROMPT_MIN_ROWS rows or more: torch's GEMM on the exact values;
-    fewer rows, and decoding passes of any size, the blocks."""
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("rows", [1, 7, 40])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tile_linear_matches_the_dequantized_product(qtype, rows, dtype, isa):
+    """The prompt GEMM on dequantized panels: the blocks' exact values, so a float32 product is
+    within float32 rounding of the reference (tighter than the block kernel's REL), a bfloat16 one
+    within its output's rounding; 40 weight rows: two whole panels of 16 and a part."""
+    blocks, values = _weights(qtype, 40, 96, seed=11)
+    x = torch.randn(rows, values.shape[1]).to(dtype)
+    want = torch.nn.functional.linear(x.float(), values)
+    got = quant.tile_linear(x, blocks, quant.GGML_TYPES[qtype])
+    assert got.dtype == dtype and got.shape == want.shape
+    assert _rel(got, want) < (1e-6 if dtype == torch.float32 else REL[dtype])
+
+
+def test_tile_linear_rows_do_not_depend_on_the_other_rows(isa):
+    """Each output is one sum in order over k: a prompt's rows give the same bits whole, in chunks,
+    or one at a time (a cached prefix's last token computed again matches)."""
+    blocks, values = _weights("Q4_K", 33, 512, seed=2)
+    x = torch.randn(13, 512)
+    whole = quant.tile_linear(x, blocks, quant.GGML_TYPES["Q4_K"])
+    for part in (x[:1], x[5:12], x[12:]):
+        start = int((x == part[0]).all(dim=1).nonzero()[0])
+        assert torch.equal(quant.tile_linear(part, blocks, quant.GGML_TYPES["Q4_K"]), whole[start : start + part.shape[0]])
+
+
+def test_prompts_of_many_rows_multiply_dequantized_panels():
+    """A prompt pass of PROMPT_TILE_MIN_ROWS rows or more (float32, or bfloat16 without a copy):
+    the panels' GEMM on the exact values; fewer rows, and decoding passes of any size, the blocks."""
     from langrt.model import quant as model_quant
 
     blocks, values = _weights("Q4_1", 40, 96, seed=5)
     weight = QuantizedWeight(blocks, quant.GGML_TYPES["Q4_1"], 96)
-    x = torch.randn(model_quant.F32_PROMPT_MIN_ROWS, 96)
-    on_values = torch.nn.functional.linear(x, values)
-    on_blocks = quant.quant_linear(x, blocks, weight.ggml_type)
+    x = torch.randn(model_quant.PROMPT_TILE_MIN_ROWS, 96)
     try:
-        model_quant.set_pass(False)
-        assert torch.equal(weight.matmul(x), on_values)
-        assert torch.equal(weight.matmul(x[:-1]), on_blocks[:-1])
-        model_quant.set_pass(False, decoding=True)
-        assert torch.equal(weight.matmul(x), on_blocks)
+        for dtype in (torch.float32, torch.bfloat16):
+            xd = x.to(dtype)
+            on_panels = quant.tile_linear(xd, blocks, weight.ggml_type)
+            on_blocks = quant.quant_linear(xd, blocks, weight.ggml_type)
+            model_quant.set_pass(False)
+            assert torch.equal(weight.matmul(xd), on_panels)
+            assert torch.equal(weight.matmul(xd[:-1]), on_blocks[:-1])
+            model_quant.set_pass(False, decoding=True)
+            assert torch.equal(weight.matmul(xd), on_blocks)
     finally:
         model_quant.set_pass(False)
 
 
-def test_no_dense_copy_beyond_the_budget(tmp_path, monkeypatch):
+@pytest.mark.parametrize("dense_copy, budget", [(True, 0), (False, 1 << 40)])
+def test_no_dense_copy_unless_asked_for_and_within_the_budget(tmp_path, monkeypatch, dense_copy, budget):
     from langrt.model import loader
     from langrt.model.source import ModelSource
 
-    monkeypatch.setattr(loader, "dense_copy_budget", lambda: 0)
+    monkeypatch.setattr(loader, "dense_copy_budget", lambda: budget)
     source = ModelSource.resolve(_tiny_gguf(tmp_path, "qwen2", "Q8_0"))
-    model = loader.load_model(source, source.model_config(), "gguf", torch.bfloat16, torch.device("cpu"), progress=False, gguf_blocks=True)
+    model = loader.load_model(
+        source, source.model_config(), "gguf", torch.bfloat16, torch.device("cpu"), progress=False, gguf_blocks=True,
+        dense_copy=dense_copy,
+    )  # fmt: skip
     assert model.layers[0].self_attn.qkv_proj.quantized
     assert model.layers[0].self_attn.qkv_proj.packed.dense is None and model.lm_head_packed.dense is None
 
