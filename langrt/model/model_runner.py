@@ -15,6 +15,7 @@ import torch
 from langrt.cpu_features import describe_path
 from langrt.errors import ModelLoadError
 from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
+from langrt.mem.window_pool import HybridKVPool, KVSplit, uses_window_pool
 from langrt.model.attention import create_attention_backend
 from langrt.model.config import ModelConfig
 from langrt.model.cuda_graph import create_decode_graphs
@@ -36,6 +37,9 @@ class MemoryPlan:
     context_len: int
     max_total_tokens: int
     max_running_requests: int
+    # slots of the sliding-window layers' own pool (mem/window_pool.py); 0: no such pool, every
+    # layer keeps every token's K/V in the one pool
+    window_tokens: int = 0
 
 
 class ModelRunner:
@@ -67,16 +71,13 @@ class ModelRunner:
             logger.info("weights: %s", describe_blocks(self.model))
         self.plan = plan_memory(args, config, self.dtype, self.tp)
         self.req_pool = ReqToTokenPool(self.plan.max_running_requests, self.plan.context_len, self.device)
-        self.kv_pool = TokenToKVPool(
-            self.plan.max_total_tokens, config.num_layers, model_config.num_kv_heads, config.head_dim, self.dtype,
-            self.device,
-        )  # fmt: skip
+        self.kv_pool = _kv_pool(self.plan, model_config, self.dtype, self.device)
         self.attn_backend = create_attention_backend(args.attention_backend, model_config, self.kv_pool, self.req_pool)
         self.graphs = create_decode_graphs(self)  # NoDecodeGraphs off CUDA or with --disable-cuda-graph
         logger.info(
-            "model ready: %s (%s) %s on %s, KV pool %d tokens, context %d",
+            "model ready: %s (%s) %s on %s, KV pool %d tokens%s, context %d",
             config.model_type, _IMPL_NAMES[config.impl], args.dtype, self.device, self.plan.max_total_tokens,
-            self.plan.context_len,
+            _window_note(self.plan, config), self.plan.context_len,
         )  # fmt: skip
 
     @property
@@ -128,6 +129,26 @@ def _tensor_parallel(tp, config: ModelConfig, dtype: torch.dtype):
     return tp, RankZero(tp) if tp.rank == 0 else None, tp.layout.local_config(config), shard
 
 
+def _layer_windows(config: ModelConfig) -> tuple[int | None, ...]:
+    return tuple(config.window_of(i) for i in range(config.num_layers))
+
+
+def _kv_pool(plan: MemoryPlan, config: ModelConfig, dtype: torch.dtype, device: torch.device):
+    """One pool for every layer, or (plan.window_tokens) full layers' and window layers' apart."""
+    if plan.window_tokens:
+        return HybridKVPool(plan.max_total_tokens, plan.window_tokens, _layer_windows(config), config.num_kv_heads,
+                            config.head_dim, dtype, device)  # fmt: skip
+    return TokenToKVPool(plan.max_total_tokens, config.num_layers, config.num_kv_heads, config.head_dim, dtype, device)
+
+
+def _window_note(plan: MemoryPlan, config: ModelConfig) -> str:
+    if not plan.window_tokens:
+        return ""
+    sliding = sum(w is not None for w in _layer_windows(config))
+    return (f" (the {config.num_layers - sliding} full-attention layers' K/V), sliding-window pool {plan.window_tokens} "
+            f"tokens (the {sliding} window layers' K/V, only each request's last window)")  # fmt: skip
+
+
 def _span(heads: tuple[int, ...]) -> str:
     return f"{heads[0]}..{heads[-1]}"
 
@@ -142,13 +163,24 @@ def plan_memory(args: ServerArgs, config: ModelConfig, dtype: torch.dtype, tp=No
             f"({config.max_position_embeddings})"
         )
     kv_heads = config.num_kv_heads if tp is None else tp.layout.kv_heads_in_memory(config, args.device == "cpu")
+    # Under tensor parallelism each rank's pool follows rank 0's slots without its window map:
+    # there every layer keeps every token's K/V.
+    if tp is None and uses_window_pool(_layer_windows(config), context_len):
+        split = KVSplit.of(_layer_windows(config), kv_heads, config.head_dim, dtype)
+        total = args.max_total_tokens or split.full_slots(_free_memory(args.device) * args.mem_fraction_static)
+        _check_fits(total)
+        return MemoryPlan(context_len, total, args.max_running_requests, split.window_slots(total))
     per_token = TokenToKVPool.bytes_per_token(config.num_layers, kv_heads, config.head_dim, dtype)
     total = args.max_total_tokens or int(_free_memory(args.device) * args.mem_fraction_static // per_token)
     if tp is not None:
         total = tp.min_int(total)
+    _check_fits(total)
+    return MemoryPlan(context_len, total, args.max_running_requests)
+
+
+def _check_fits(total: int) -> None:
     if total < 16:
         raise ModelLoadError(f"only {total} KV slots fit in memory; lower the model size or raise --max-total-tokens")
-    return MemoryPlan(context_len, total, args.max_running_requests)
 
 
 def _free_memory(device: str) -> int:
