@@ -33,7 +33,8 @@ SETTINGS = {
     ("docs/serving.md", "30 s"): "--body-read-timeout's default",
 }
 
-_FIGURE = re.compile(r"(?<![\w.,/-])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s?(x|%|tok/s|ms|µs|us|s)(?![\w/])")
+# A ratio is written `1.63x` (`6 x 16` is a shape); other units may follow a space.
+_FIGURE = re.compile(r"(?<![\w.,/-])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?:(x)|\s?(%|tok/s|ms|µs|us|s))(?![\w/])")
 _FENCED = re.compile(r"^```.*?^```", flags=re.S | re.M)
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
@@ -51,7 +52,7 @@ def figures(text: str) -> list[tuple[str, float, int, str]]:
     """(as written, value, decimals, unit) for each measured-looking figure of the prose."""
     found = []
     for match in _FIGURE.finditer(prose(text)):
-        whole, decimals, unit = match.group(1), match.group(2) or "", match.group(3)
+        whole, decimals, unit = match.group(1), match.group(2) or "", match.group(3) or match.group(4)
         value = float(whole.replace(",", "") + ("." + decimals if decimals else ""))
         found.append((match.group(0), value, len(decimals), unit))
     return found
@@ -121,7 +122,7 @@ def dangling_links(text: str, folder: Path) -> list[str]:
 
 
 def test_the_figure_finder_reads_units_and_precision():
-    text = "1.63x faster, 89% pass, 261.2 tok/s, 1,340 tok/s, 7 ms, 0.39 s; not x86, Q4_1 or `--port 30000`.\n```\n9 s\n```"
+    text = "1.63x faster, 89% pass, 261.2 tok/s, 1,340 tok/s, 7 ms, 0.39 s; not x86, 6 x 16, Q4_1 or `--port 30000`.\n```\n9 s\n```"
     assert [(w, v, d) for w, v, d, _ in figures(text)] == [
         ("1.63x", 1.63, 2), ("89%", 89.0, 0), ("261.2 tok/s", 261.2, 1), ("1,340 tok/s", 1340.0, 0),
         ("7 ms", 7.0, 0), ("0.39 s", 0.39, 2),
