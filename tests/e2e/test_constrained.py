@@ -64,22 +64,51 @@ JSON_SCHEMAS = [
 
 
 def ends_valid(text: str, meta: dict, schema: dict) -> bool:
-    """A JSON-schema output validates, or stopped at max_new_tokens on the way."""
-    if meta["finish_reason"]["type"] == "length":
-        return True  # a prefix; test_json_schema.py checks the grammar admits only valid texts
+    """A JSON-schema output finished (not cut by max_new_tokens) and validates."""
+    if meta["finish_reason"]["type"] != "stop":
+        return False
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     return validator.is_valid(json.loads(text))
 
 
-def test_random_model_follows_every_json_schema(tiny):
-    finished = 0
+def replays_as_prefix(output_ids: list[int], grammar) -> bool:
+    """Every token of an output cut by the length limit is one a fresh matcher of the same
+    grammar allows there (the grammar admitting only valid texts is test_json_schema.py's)."""
+    matcher = grammar.matcher()
+    return all(matcher.accept_token(t) for t in output_ids)
+
+
+@pytest.fixture(scope="module")
+def compiler(smollm_path):
+    from langrt.constrained.grammar import GrammarCompiler
+    from langrt.constrained.vocab import vocabulary_from_decoder
+    from langrt.tokenizer.text_decoder import load_text_decoder
+
+    decoder = load_text_decoder(smollm_path)
+    return GrammarCompiler(vocabulary_from_decoder(decoder, 49152, {decoder.eos_token_id}))
+
+
+def test_random_model_follows_every_json_schema(tiny, compiler):
+    finished = cut = 0
     for schema in JSON_SCHEMAS:
+        grammar = compiler.compile_json_schema(schema)
         for seed in range(3):
             params = {"json_schema": json.dumps(schema), "max_new_tokens": 60, "temperature": 1.0, "seed": seed}
             for out in tiny.generate(["Hello", "JSON:"], params):
-                assert ends_valid(out["text"], out["meta_info"], schema), (schema, out["text"], out["meta_info"])
-                finished += out["meta_info"]["finish_reason"]["type"] == "stop"
-    assert finished >= 6, "most random generations should complete within 60 tokens"
+                meta = out["meta_info"]
+                if meta["finish_reason"]["type"] == "length":
+                    assert meta["completion_tokens"] == 60 and replays_as_prefix(out["output_ids"], grammar), (schema, out)
+                    cut += 1
+                    continue
+                assert ends_valid(out["text"], meta, schema), (schema, out["text"], meta)
+                finished += 1
+    assert finished >= 6, f"most random generations should complete within 60 tokens ({finished} did, {cut} were cut)"
+
+
+def test_an_output_cut_by_the_length_limit_is_never_valid():
+    cut = {"finish_reason": {"type": "length", "length": 60}}
+    assert not ends_valid('{"name": "x", "n": 1}', cut, JSON_SCHEMAS[0]), "complete text, but cut: not a finished output"
+    assert ends_valid('{"name": "x", "n": 1}', {"finish_reason": {"type": "stop"}}, JSON_SCHEMAS[0])
 
 
 def test_unsupported_schema_keyword_is_named(tiny):
