@@ -29,18 +29,25 @@ INTERSECTION_PREFIX = "\U0010fffd"  # never the start of a regex the compiler wr
 INTERSECTION_MAX_STATES = 50_000
 
 
-def intersection_body(regexes: list[str], min_chars: int = 0, max_chars: int | None = None) -> str:
+def intersection_body(regexes: list[str], min_chars: int = 0, max_chars: int | None = None, why: str = "") -> str:
     """The rule body whose language is the JSON string texts (between the quotes) matching every
-    regex in `regexes` and decoding to min_chars..max_chars characters."""
-    return INTERSECTION_PREFIX + json.dumps({"all": sorted(regexes), "min": min_chars, "max": max_chars})
+    regex in `regexes` and decoding to min_chars..max_chars characters. `why`: the schema
+    keywords that asked for it, named if its automaton is refused."""
+    spec = {"all": sorted(regexes), "min": min_chars, "max": max_chars} | ({"why": why} if why else {})
+    return INTERSECTION_PREFIX + json.dumps(spec)
 
 
 def build_intersection(body: str, max_states: int) -> ByteDFA:
     """The automaton of an intersection_body (ValueError past `max_states` states)."""
     spec = json.loads(body[len(INTERSECTION_PREFIX) :])
     max_states = min(max_states, INTERSECTION_MAX_STATES)
-    parts = [build_byte_dfa(regex, max_states) for regex in spec["all"]]
-    return intersect(parts, _char_counter(), spec["min"], spec["max"], max_states)
+    try:
+        parts = [build_byte_dfa(regex, max_states) for regex in spec["all"]]
+        return intersect(parts, _char_counter(), spec["min"], spec["max"], max_states)
+    except ValueError as e:
+        if not spec.get("why"):
+            raise
+        raise ValueError(f"{spec['why']}: {e}; a simpler pattern or fewer of these keywords on one string compiles") from None
 
 
 # The character counter: where, in JSON string text, a decoded character starts. A raw ASCII

@@ -390,3 +390,15 @@ def test_pinned_values_respect_the_negations_of_if_and_not():
                "not": {"properties": {"s": {"const": "a"}}}}  # fmt: skip
     with pytest.raises(UnsupportedSchema, match="admits no value"):
         matcher(nothing)
+
+
+def test_a_string_automaton_past_its_limit_names_its_keywords(vocab):
+    from langrt.constrained import GrammarCompiler
+    from langrt.errors import InvalidRequest
+
+    small = GrammarCompiler(vocab, max_states=2_000)
+    schema = {"type": "string", "pattern": "^(ab|cd|ef)[a-z]{3}x+$", "format": "email", "maxLength": 900}
+    with pytest.raises(InvalidRequest) as refused:
+        small.compile_json_schema(schema)
+    message = str(refused.value)
+    assert "'pattern' with 'format' with 'maxLength' 900" in message and "over 2000 states" in message

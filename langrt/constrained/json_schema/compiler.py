@@ -226,7 +226,7 @@ class _Compiler(ObjectMixin, StringMixin):
             return None
         if self.book is None or calls_any(string):
             raise UnsupportedSchema(f"'{f.excluded_by}' excludes strings of a string with pattern, format or lengths", param=f.excluded_by)
-        return self.book.rule_for(intersection_body([string, others]))
+        return self.book.rule_for(intersection_body([string, others], why=f"'{f.excluded_by}' excluding strings of a string with pattern, format or lengths"))
 
     # -- literals (const, enum) -------------------------------------------------------------
 

@@ -166,7 +166,7 @@ class ObjectMixin:
             return None
         if self.book is None or calls_any(named) or calls_any(key):
             raise UnsupportedSchema("'propertyNames' beside patternProperties or additionalProperties", param="propertyNames")
-        return self.book.rule_for(intersection_body([key, named]))
+        return self.book.rule_for(intersection_body([key, named], why="'propertyNames' cutting the keys"))
 
     def _named_kv(self, f: Flat, names: list[str]) -> str | None:
         """With propertyNames: other keys only where nothing else names keys (no properties,

@@ -52,7 +52,8 @@ class StringMixin:
         regexes = [rx.alt(emit(a) for a in t.alts) for t in translated]
         if None in regexes:
             return None
-        return rx.seq('"', self.book.rule_for(intersection_body(regexes, f.min_length, f.max_length)), '"')
+        why = _keywords([kind for kind, _ in specs], f.min_length, f.max_length)
+        return rx.seq('"', self.book.rule_for(intersection_body(regexes, f.min_length, f.max_length, why)), '"')
 
     def _any_string(self, lo: int, hi: int | None) -> str:
         if self.book is None or hi is None or hi <= COUNTED_RULE_MIN:
@@ -63,7 +64,7 @@ class StringMixin:
 
     def _counted(self, lo: int, hi: int) -> str:
         """A call to the rule of JSON string text of lo..hi characters."""
-        return self.book.rule_for(intersection_body([rx.repeat(rx.JSON_CHAR, 0, None)], lo, hi))
+        return self.book.rule_for(intersection_body([rx.repeat(rx.JSON_CHAR, 0, None)], lo, hi, _keywords([], lo, hi)))
 
     def _chunked(self, lo: int, hi: int) -> str:
         """JSON string text of lo..hi characters as `a` chunks of CHUNK characters and a tail
@@ -83,3 +84,11 @@ class StringMixin:
             rx.seq(rx.repeat(chunk, a, b), self._counted(t_lo, t_hi) if t_hi > 0 else "")
             for a, b, t_lo, t_hi in groups
         )
+
+
+def _keywords(kinds: list[str], lo: int, hi: int | None) -> str:
+    """The keywords of a string whose automaton is built by intersection, as its refusal names
+    them: "'pattern' with 'format' and 'maxLength' 300"."""
+    named = [f"'{k}'" for k in dict.fromkeys(kinds)] + ([f"'minLength' {lo}"] if lo else []) + ([f"'maxLength' {hi}"] if hi is not None else [])
+    return "the string's " + " with ".join(named) if named else "the string"
+
