@@ -55,6 +55,11 @@ class Runner:
         outs = self.engine.generate(texts, {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True})
         return sum(o["meta_info"]["completion_tokens"] for o in outs)
 
+    def flush(self) -> None:
+        """Called by bench_offline.timed before every timed run: no prompt served from the cache."""
+        if not self.engine.flush_cache():
+            raise RuntimeError("flush_cache refused: requests still running")
+
     def greedy_ids(self, texts: list[str], new_tokens: int) -> list[list[int]]:
         outs = self.engine.generate(texts, {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True})
         return [o["output_ids"] for o in outs]
