@@ -22,6 +22,7 @@ Results: results/bench_long_context[_quick].json.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,14 +30,33 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_cpu_decode import LlamaCppRunner, engine_with_env, long_prompt_ids  # noqa: E402
 from bench_offline import cpu_flags_summary  # noqa: E402
+
+import langrt  # noqa: E402
+from langrt.builtin import builtin_model_path  # noqa: E402
 
 from langrt_kernels.cpu import SEGMENTS_ENV  # noqa: E402
 from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 NEW_TOKENS = 128
+
+
+def engine_with_env(env: dict[str, str], **kwargs) -> langrt.Engine:
+    """A langrt.Engine (log level warning) whose processes start with `env` added to this one's
+    environment (they inherit it); this process's environment is left as it was."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        return langrt.Engine(log_level="warning", **kwargs)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def long_prompt_ids(tokenizer, n: int) -> list[int]:
+    text = " ".join(f"Paragraph {i}: the committee met on a rainy Tuesday to discuss the budget." for i in range(n))
+    return tokenizer.encode(text, add_special_tokens=False)[:n]
 
 
 class Langrt:
@@ -62,10 +82,15 @@ class LlamaCpp:
     name = "llama_cpp"
 
     def __init__(self, threads: int):
-        self.runner = LlamaCppRunner(threads, n_ctx=8192)
+        import llama_cpp
+
+        # e.g. "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 0 | ...": the instructions this build uses
+        self.system_info = llama_cpp.llama_print_system_info().decode()
+        self.llm = llama_cpp.Llama(str(builtin_model_path()), n_threads=threads, n_threads_batch=threads, n_ctx=8192, verbose=False)
 
     def measure(self, ids: list[int]) -> tuple[float, float]:
-        llm = self.runner.llm
+        """As langrt's: from an empty cache (reset: `generate` would reuse the last prompt's KV)."""
+        llm = self.llm
         llm.reset()
         start = time.perf_counter()
         for made, _ in enumerate(llm.generate(ids, temp=0.0, reset=True), start=1):
