@@ -100,6 +100,7 @@ def measure(spec: EngineSpec, prompts: dict, args) -> dict:
         if spec.engine == "langrt" and prompts["batch"]:
             row["batch"] = worker.call(op="batch", ids_list=prompts["batch"], new_tokens=args.new_tokens)
         row["memory_after_runs"] = worker.memory()
+        row["log_tail"] = worker.log_tail(1000)
     finally:
         worker.close()
     return row
@@ -193,6 +194,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.new_tokens, args.prompt_tokens, args.batch = 1, 16, 200, min(args.batch, 8)
+    if args.new_tokens < 2:
+        parser.error("--new-tokens must be at least 2: decode speed is timed over the tokens after the first")
     args.variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
@@ -228,6 +231,8 @@ def main() -> None:
           f"read {results['limits']['read_bandwidth_gbs']:.1f} GB/s, GEMM {results['limits']['gemm_peak_gflops']:.0f} GFLOP/s", flush=True)  # fmt: skip
     results["rounds"] = run_rounds(engine_specs(args), load_tokenizer(model_path), args)
     results["engines_info"] = {n: {"system_info": r["system_info"], "version": r["version"]} for n, r in results["rounds"][0]["engines"].items()}
+    if "llama_cpp" in results["engines_info"]:  # the version the worker imported (--llama-cpp DIR, say)
+        results["llama_cpp_python"] = results["engines_info"]["llama_cpp"]["version"]
     results["load_average_after"] = list(os.getloadavg())
     results["summary"] = summarize(results, cost)
     print(json.dumps(results["summary"], indent=2))

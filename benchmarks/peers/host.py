@@ -50,10 +50,13 @@ class Worker:
         answer = json.loads(line) if line else {"error": f"worker exited (code {self.proc.poll()})"}
         if "error" in answer:
             self.close()
-            self.log.seek(0)
-            tail = self.log.read()[-3000:]
-            raise RuntimeError(f"{self.spec.name} worker failed: {answer['error']}\n--- its log ({self.log.name}) ---\n{tail}")
+            raise RuntimeError(f"{self.spec.name} worker failed: {answer['error']}\n--- its log ({self.log.name}) ---\n{self.log_tail()}")
         return answer
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of what the engine printed (a wait for a kernel build, say, shows there)."""
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")[-chars:]
 
     def call(self, **cmd) -> dict:
         self.proc.stdin.write(json.dumps(cmd) + "\n")

@@ -11,12 +11,12 @@ class LangrtSide:
     def __init__(self, model: str | None, threads: int, ctx: int, dtype: str, quantization: str):
         import langrt
         from langrt.cpu_features import describe_path
-        from langrt_kernels.cpu import unavailable_reason
+        from langrt_kernels.cpu import isa, unavailable_reason
 
         self.engine = langrt.Engine(
             model, dtype=dtype, quantization=quantization, max_total_tokens=ctx, num_threads=threads, log_level="warning",
         )  # fmt: skip
-        self.system_info = describe_path(self.engine.args.dtype, unavailable_reason())
+        self.system_info = describe_path(self.engine.args.dtype, unavailable_reason(), isa())
         self.version = langrt.__version__
 
     def flush(self) -> None:
