@@ -59,6 +59,7 @@ def group(r: str) -> str:
     return f"(?:{r})"
 
 
+@functools.lru_cache(maxsize=8192)  # schemas wrap the same pieces (a value, a key) again and again
 def _is_group(r: str) -> bool:
     if not (r.startswith("(?:") and r.endswith(")")) and not (r.startswith("[") and r.endswith("]")):
         return False
