@@ -13,11 +13,15 @@ end to end: greedy outputs equal transformers' generate, with chunked prefill an
 
 from __future__ import annotations
 
+import logging
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # run as the Triton worker script, too
 from langrt.mem.cache_manager import CacheManager
 from langrt.mem.window_pool import HybridKVPool
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
@@ -113,10 +117,13 @@ def _check_window_held(driver: CachedDriver, seqs: list[Seq]) -> None:
 
 
 @pytest.mark.parametrize("backend", ["torch", "cpu"])
-def test_window_pool_logits_equal_transformers(gemma3, backend):
+def test_window_pool_logits_equal_transformers(gemma3, backend, caplog):
     path, hf = gemma3
-    runner = make_runner(path, max_total_tokens=512, max_running_requests=4, attention_backend=backend)
+    with caplog.at_level(logging.INFO, logger="langrt.model.model_runner"):
+        runner = make_runner(path, max_total_tokens=512, max_running_requests=4, attention_backend=backend)
     assert isinstance(runner.kv_pool, HybridKVPool) and runner.plan.window_tokens == 128
+    # a quarter of 512, but at least four windows of 8; the log names both pools
+    assert "KV pool 512 tokens (the 1 full-attention layers' K/V), sliding-window pool 128 tokens" in caplog.text
     driver = CachedDriver(runner)
     a, b = random_prompts(7, (30, 19))
     pieces = _prefill_and_decode(driver, [a, b], chunk=12, steps=12)
@@ -153,3 +160,36 @@ def test_scheduler_output_equals_transformers_generate(gemma3):
         stats = scheduler.cache_stats()
         assert stats["kv_window_total_tokens"] == 128
     assert all(r.cached_tokens > 0 for r in reqs)
+
+
+def test_triton_backend_reads_the_window_pool(gemma3):
+    """The Triton kernels (in Triton's interpreter, in a subprocess: TRITON_INTERPRET=1 must not
+    leak into this process) read the window layers through window slots: the logits of a
+    chunked prefill and decode steps with window K/V dropped equal the torch backend's."""
+    import json
+    import os
+    import subprocess
+
+    path, _ = gemma3
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    command = [sys.executable, __file__, "--triton-worker", str(path)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=Path(__file__).parents[2], timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["backends"] == ["torch", "triton"] and result["pieces"] == 10  # 4 prompt chunks, 6 decodes
+    assert result["max_logit_diff"] < 1e-3, result
+
+
+def _backend_logits(path: str, backend: str) -> list[torch.Tensor]:
+    runner = make_runner(path, max_total_tokens=256, max_running_requests=2, attention_backend=backend)
+    driver = CachedDriver(runner)
+    pieces = _prefill_and_decode(driver, random_prompts(7, (22, 13)), chunk=12, steps=3)
+    return [p.logits for p in pieces]
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--triton-worker"]:
+    import json
+
+    torch_logits, triton_logits = (_backend_logits(sys.argv[2], b) for b in ("torch", "triton"))
+    diff = max((a - b).abs().max().item() for a, b in zip(torch_logits, triton_logits, strict=True))
+    print(json.dumps({"backends": ["torch", "triton"], "pieces": len(torch_logits), "max_logit_diff": diff}))
