@@ -59,8 +59,11 @@ class HybridKVPool:
         return self.window_pool.available_size
 
     @property
-    def prefault(self):
-        return self.full.prefault
+    def prefault(self) -> "_BothPrefaulters | None":
+        """Both pools' page prefaulters (mem/prefault.py), one after the other; None where
+        neither needs one."""
+        parts = [p for p in (self.full.prefault, self.window_pool.prefault) if p is not None]
+        return _BothPrefaulters(parts) if parts else None
 
     def alloc(self, n: int) -> torch.Tensor | None:
         """`n` full slots, each with a window slot; None (nothing taken) when either pool is short."""
@@ -122,6 +125,18 @@ class HybridKVPool:
 
     def window_slots_in_use(self) -> int:
         return self.window_pool.size - self.window_pool.available_size
+
+
+class _BothPrefaulters:
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    @property
+    def done(self) -> bool:
+        return all(p.done for p in self.parts)
+
+    def step(self) -> None:
+        next(p for p in self.parts if not p.done).step()
 
 
 # Window slots per full slot where memory sizes the pools. A request holds at most window + one

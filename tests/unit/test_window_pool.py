@@ -180,3 +180,26 @@ def test_kv_split_counts_both_pools():
     full = split.full_slots(10**9)
     assert full * split.full_bytes + 0.25 * full * split.window_bytes <= 10**9
     assert split.window_slots(full) == -(-full // 4) and split.window_slots(100) == 100
+
+
+def test_both_pools_are_prefaulted_in_turn():
+    from langrt.mem.window_pool import _BothPrefaulters
+
+    class Part:
+        def __init__(self, chunks):
+            self.left = chunks
+
+        @property
+        def done(self):
+            return self.left == 0
+
+        def step(self):
+            self.left -= 1
+
+    full, window = Part(2), Part(1)
+    both = _BothPrefaulters([full, window])
+    both.step()
+    assert (full.left, window.left, both.done) == (1, 1, False)
+    both.step(), both.step()
+    assert both.done
+    assert hybrid_pool().prefault is None  # small CPU pools are zeroed instead
