@@ -106,3 +106,49 @@ def test_chat_workload_shares_system_prompts_and_mixes_user_lengths():
     user_words = {len(c[1]["content"].split()) - 3 for c in conversations}  # less "Request i. Summarize:"
     assert len(user_words) > 1 and user_words <= set(CHAT_USER_WORDS)
     assert make_prompts(24, 0, seed=3, workload="chat") == conversations  # seeded
+
+
+FAKE_SERVER = """#!{python}
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+assert sys.argv[sys.argv.index("--parallel") + 1] == "4" and "--cont-batching" in sys.argv
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def test_server_process_waits_for_health_and_stops_the_server(tmp_path):
+    import socket
+
+    from peers.servers import ServerProcess, ServerSpec
+
+    fake = tmp_path / "llama-server"
+    fake.write_text(FAKE_SERVER.format(python=sys.executable))
+    fake.chmod(0o755)
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = ServerSpec("llama-server", "model.gguf", port, threads=2, ctx=4096, parallel=4, llama_server_bin=str(fake))
+    server = ServerProcess(spec, timeout_s=60)
+    try:
+        assert server.start_to_health_s > 0 and server.memory()["processes"] >= 1
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
+    assert server.proc.poll() is not None  # stopped, its whole process group signalled
+
+
+def test_a_server_that_exits_at_start_is_reported_with_its_log(tmp_path):
+    from peers.servers import ServerProcess, ServerSpec
+
+    fake = tmp_path / "llama-server"
+    fake.write_text(f"#!{sys.executable}\nimport sys\nprint('error: unknown model file', flush=True)\nsys.exit(3)\n")
+    fake.chmod(0o755)
+    spec = ServerSpec("llama-server", "model.gguf", 1, threads=2, ctx=4096, parallel=4, llama_server_bin=str(fake))
+    with pytest.raises(RuntimeError, match=r"(?s)exited with code 3.*unknown model file"):
+        ServerProcess(spec, timeout_s=60)
