@@ -57,8 +57,8 @@ constexpr int64_t kQ8_0 = 8;  // GGML's type number
 
 // Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K: quant.VNNI_TYPES
 bool vnni_block(int64_t qtype) { return qtype == 2 || qtype == 3 || qtype == 6 || qtype == 7 || qtype == 12 || qtype == 13; }
-// Q4_0, Q4_1, Q8_0, Q4_K, Q6_K: quant.FLY_TYPES (dense_linear's vector dequantization)
-bool fly_block(int64_t qtype) { return qtype == 2 || qtype == 3 || qtype == 8 || qtype == 12 || qtype == 14; }
+// Q4_0, Q4_1, Q8_0, Q4_K: quant.FLY_TYPES (dense_linear's vector dequantization)
+bool fly_block(int64_t qtype) { return qtype == 2 || qtype == 3 || qtype == 8 || qtype == 12; }
 
 struct LinearRules {
   bool decode_pass;         // the runner's pass is a decoding pass, no prompt rows (quant.set_pass)

@@ -84,9 +84,12 @@ LANGRT_AVX2 inline Quants widen(__m256i bytes, bool is_signed) {
 template <int QT>
 LANGRT_AVX2 inline Quants decode(const uint8_t* quants) {
   Quants q;
-  if constexpr (QT == kQ8_0 || QT == kQ6_K) {
+  if constexpr (QT == kQ8_0) {
     q.w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants)));
     q.w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 16)));
+  } else if constexpr (QT == kQ6_K) {  // nibble + 16 * high pair - 32, in [-32, 31]
+    const __m256i high = _mm256_slli_epi16(crumb_bytes(quants + 16), 4);  // pairs <= 3: no carry past a byte
+    q = widen(_mm256_sub_epi8(_mm256_or_si256(nibble_bytes(quants), high), _mm256_set1_epi8(32)), true);
   } else if constexpr (QT == kQ5_0 || QT == kQ5_1 || QT == kQ5_K) {  // nibble + 16 * high bit, in [0, 31]
     const __m256i high = _mm256_and_si256(bit_bytes(quants), _mm256_set1_epi8(16));
     q = widen(_mm256_or_si256(nibble_bytes(quants + 4), high), false);
@@ -117,6 +120,31 @@ LANGRT_AVX2 inline void dot16x2(const Quants& w, const int16_t* x, __m256i* low,
   *high = _mm256_madd_epi16(w.w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
 }
 
+// Scales i .. i + 7 of a K-quant row (k_scale / k_offset, the same float32 products): Q4_K's and
+// Q6_K's integer scales times their super-block's d (i + 7 within one super-block: i is a multiple
+// of 8 for Q4_K, of 8 scales = 4 blocks for Q6_K, whose super-blocks hold 16).
+template <int QT>
+LANGRT_AVX2 inline __m256 scales8(const RowLayout& row, int64_t i) {
+  if constexpr (QT == kQ4_K || QT == kQ6_K) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub + i));
+    const __m256i ints = QT == kQ4_K ? _mm256_cvtepu8_epi32(bytes) : _mm256_cvtepi8_epi32(bytes);
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(row.d[i / (QT == kQ4_K ? 8 : 16)])), _mm256_cvtepi32_ps(ints));
+  } else {
+    return _mm256_loadu_ps(row.df + i);
+  }
+}
+
+template <int QT>
+LANGRT_AVX2 inline __m256 offsets8(const RowLayout& row, int64_t i) {
+  if constexpr (QT == kQ4_K) {
+    const __m256i ints = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub_m + i)));
+    const __m256 product = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(row.m[i / 8])), _mm256_cvtepi32_ps(ints));
+    return _mm256_xor_ps(product, _mm256_set1_ps(-0.0f));  // -(dmin * min), as kquants negated it
+  } else {
+    return _mm256_loadu_ps(row.mf + i);
+  }
+}
+
 // prepare_rows (below) for the K-quants' float32 scales, one activation row: Q4_K and Q5_K as
 // Q4_1; Q6_K's, Q3_K's and Q2_K's two scales per block, scales[2b + h] = d_w[2b + h] * d_x[b],
 // and Q2_K's minimums times the activations' sums over 16 (xs: QuantizedRows::h), summed.
@@ -128,26 +156,26 @@ LANGRT_AVX2 float prepare_k(const RowLayout& row, const float* xd, const float* 
     __m256 extra = _mm256_setzero_ps();
     for (; b + 4 <= blocks; b += 4) {
       const __m256 x = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(xd + b)), pairs);
-      _mm256_storeu_ps(scales + 2 * b, _mm256_mul_ps(_mm256_loadu_ps(row.df + 2 * b), x));
-      if constexpr (QT == kQ2_K) extra = _mm256_fmadd_ps(_mm256_loadu_ps(row.mf + 2 * b), _mm256_loadu_ps(xs + 2 * b), extra);
+      _mm256_storeu_ps(scales + 2 * b, _mm256_mul_ps(scales8<QT>(row, 2 * b), x));
+      if constexpr (QT == kQ2_K) extra = _mm256_fmadd_ps(offsets8<QT>(row, 2 * b), _mm256_loadu_ps(xs + 2 * b), extra);
     }
     float tail = 0.0f;
     for (; b < blocks; ++b) {
-      scales[2 * b] = row.df[2 * b] * xd[b];
-      scales[2 * b + 1] = row.df[2 * b + 1] * xd[b];
+      scales[2 * b] = k_scale(QT, row, 2 * b) * xd[b];
+      scales[2 * b + 1] = k_scale(QT, row, 2 * b + 1) * xd[b];
       if constexpr (QT == kQ2_K) tail += row.mf[2 * b] * xs[2 * b] + row.mf[2 * b + 1] * xs[2 * b + 1];
     }
     return hsum(extra) + tail;
   } else {
     __m256 extra = _mm256_setzero_ps();
     for (; b + 8 <= blocks; b += 8) {
-      _mm256_storeu_ps(scales + b, _mm256_mul_ps(_mm256_loadu_ps(row.df + b), _mm256_loadu_ps(xd + b)));
-      extra = _mm256_fmadd_ps(_mm256_loadu_ps(row.mf + b), _mm256_loadu_ps(xs + b), extra);
+      _mm256_storeu_ps(scales + b, _mm256_mul_ps(scales8<QT>(row, b), _mm256_loadu_ps(xd + b)));
+      extra = _mm256_fmadd_ps(offsets8<QT>(row, b), _mm256_loadu_ps(xs + b), extra);
     }
     float tail = 0.0f;
     for (; b < blocks; ++b) {
-      scales[b] = row.df[b] * xd[b];
-      tail += row.mf[b] * xs[b];
+      scales[b] = k_scale(QT, row, b) * xd[b];
+      tail += k_offset(QT, row, b) * xs[b];
     }
     return hsum(extra) + tail;
   }
@@ -300,8 +328,8 @@ LANGRT_AVX2 void dequantize_row(const uint8_t* w, int64_t blocks, float* out) {
     for (int h = 0; h < 2; ++h) {
       float d, m;
       if constexpr (k_quant(QT)) {
-        d = row.df[S * b + (S == 2 ? h : 0)];
-        m = row.mf ? row.mf[S * b + (S == 2 ? h : 0)] : 0.0f;
+        d = k_scale(QT, row, S * b + (S == 2 ? h : 0));
+        m = k_offset(QT, row, S * b + (S == 2 ? h : 0));
       } else {
         d = _cvtsh_ss(row.d[b]);
         m = row.m ? _cvtsh_ss(row.m[b]) : 0.0f;

@@ -37,10 +37,8 @@ static_assert(kTileRows * kTileCols == 16, "dot_tile sums its 16 accumulators at
 template <int QT>
 LANGRT_BF16 inline __m512i dequantize_block(const RowLayout& row, int64_t b) {
   const uint8_t* quants = row.quants + b * quant_bytes(QT);
-  if constexpr (QT == kQ8_0 || QT == kQ6_K) {
-    const int64_t s = scales_per_block(QT);
-    const __m512 d0 = _mm512_set1_ps(QT == kQ6_K ? row.df[s * b] : _cvtsh_ss(row.d[b]));
-    const __m512 d1 = QT == kQ6_K ? _mm512_set1_ps(row.df[s * b + 1]) : d0;
+  if constexpr (QT == kQ8_0) {
+    const __m512 d0 = _mm512_set1_ps(_cvtsh_ss(row.d[b])), d1 = d0;
     const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants))));
     const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 16))));
     const __m512 zero = _mm512_setzero_ps();  // + 0, as the scalar path adds m = 0
@@ -50,8 +48,8 @@ LANGRT_BF16 inline __m512i dequantize_block(const RowLayout& row, int64_t b) {
     const __m512 levels = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 d, m, q = levels;
     if constexpr (QT == kQ4_K) {
-      d = _mm512_set1_ps(row.df[b]);
-      m = _mm512_set1_ps(row.mf[b]);
+      d = _mm512_set1_ps(k_scale(QT, row, b));
+      m = _mm512_set1_ps(k_offset(QT, row, b));
     } else {
       d = _mm512_set1_ps(_cvtsh_ss(row.d[b]));
       m = QT == kQ4_1 ? _mm512_set1_ps(_cvtsh_ss(row.m[b])) : _mm512_setzero_ps();
@@ -130,10 +128,10 @@ LANGRT_BF16 void dot_tile(const uint16_t* tile, int rows, int64_t k, const uint1
 }
 
 // The types dequantize_block (or dequantize_row_4bit) takes; the others (Q5_0, Q5_1, Q2_K, Q3_K,
-// Q5_K) are dequantized by the plain C++ loop, the same values more slowly than reading the
+// Q5_K, Q6_K) are dequantized by the plain C++ loop, the same values more slowly than reading the
 // bfloat16 copy, so langrt.model.quant.FLY_TYPES sends their passes elsewhere.
 constexpr bool vector_dequantized(int qtype) {
-  return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0 || qtype == kQ4_K || qtype == kQ6_K;
+  return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0 || qtype == kQ4_K;
 }
 
 template <int QT>

@@ -1,11 +1,14 @@
 // x W^T for passes of many rows (prompts) on the blocks, without a float copy of W: each task
-// dequantizes 16 weight rows at a time into a small float32 panel (k x 16, written transposed, at
-// most 16 * k * 4 bytes: 96 KB at k = 1,536, in L2), then runs every activation row over it with
-// a 6 x 16 register tile of FMAs (12 accumulators, two loads and six broadcasts a step), the
-// classic float GEMM micro-kernel. The weights' values are exactly the blocks' (dequantize_rows_*
-// give them), so the products differ from the dequantized reference only in the order of the sums;
-// each output is one accumulator over k in order, so a row's result does not depend on which other
-// rows share its pass (a prompt computed whole and in chunks gives the same bits).
+// dequantizes up to 8 panels of 16 weight rows (float32, k-major: a panel holds k x 16 values),
+// then runs the activation rows, packed 6 at a time k-major, over them with a 6 x 16 register
+// tile of FMAs (12 accumulators, two loads and six broadcasts a step: the classic float GEMM
+// micro-kernel), kDepth values of k at a time so that the panels' slices (8 x 32 KB) stay in L2
+// while every group of 6 rows passes, and each row's slice (12 KB) stays in L1 across the 8
+// panels. The weights' values are exactly the blocks' (dequantize_rows_* give them), so products
+// differ from the dequantized reference only in the order of the sums; each output is one FMA
+// chain over k in order (a slice's partial sums are stored and taken up again, exactly), so a
+// row's result does not depend on the other rows of its pass (a prompt whole or in chunks gives
+// the same bits).
 #include "quant_kernels.h"
 
 #include <algorithm>
@@ -21,6 +24,8 @@ namespace langrt_quant {
 namespace {
 
 constexpr int kPanel = 16;  // weight rows per panel: two 8-float vectors
+constexpr int64_t kGroupPanels = 8;  // panels dequantized together (128 weight rows)
+constexpr int64_t kDepth = 512;      // values of k per pass over a group (a panel's slice: 32 KB)
 constexpr int kRowTile = kGemmRows;  // activation rows per register tile (6 x 2 accumulators of the 16)
 
 // rows [n0, n1) of W (at most kPanel) -> panel[k][kPanel] float32, zero past n1 - n0.
@@ -44,14 +49,20 @@ void fill_panel(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int6
 }
 
 #if defined(__x86_64__)
-// Six activation rows, packed k-major (xp[i * 6 + j]: row j's value i), times the panel:
-// out[j][0 .. width) for the first `valid` rows. Both operands are read in order, x's six values
-// of a step from one cache line.
-LANGRT_AVX2 void panel_tile(const float* xp, const float* panel, int64_t k, float* out, int64_t ldo, int64_t width,
-                            int64_t valid) {
+// Six activation rows, packed k-major (xp[i * 6 + j]: row j's value i), times `depth` values of a
+// panel: out[j][0 .. width) for the first `valid` rows, added to what out holds when `resume`
+// (the FMA chain taken up where the previous slice of k left it). Both operands are read in order,
+// x's six values of a step from one cache line.
+LANGRT_AVX2 void panel_tile(const float* xp, const float* panel, int64_t depth, float* out, int64_t ldo, int64_t width,
+                            int64_t valid, bool resume) {
   __m256 acc[kRowTile][2];
-  for (int j = 0; j < kRowTile; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < k; ++i) {
+  for (int j = 0; j < kRowTile; ++j) {
+    float row[kPanel] = {};
+    if (resume && j < valid) std::memcpy(row, out + j * ldo, width * sizeof(float));
+    acc[j][0] = _mm256_loadu_ps(row);
+    acc[j][1] = _mm256_loadu_ps(row + 8);
+  }
+  for (int64_t i = 0; i < depth; ++i) {
     const __m256 w0 = _mm256_loadu_ps(panel + i * kPanel), w1 = _mm256_loadu_ps(panel + i * kPanel + 8);
     for (int j = 0; j < kRowTile; ++j) {
       const __m256 xb = _mm256_broadcast_ss(xp + i * kRowTile + j);
@@ -69,13 +80,37 @@ LANGRT_AVX2 void panel_tile(const float* xp, const float* panel, int64_t k, floa
 #endif
 
 // The plain C++ loop: the same sums, one per output, in order over k.
-void panel_tile_scalar(const float* xp, const float* panel, int64_t k, float* out, int64_t ldo, int64_t width,
-                       int64_t valid) {
+void panel_tile_scalar(const float* xp, const float* panel, int64_t depth, float* out, int64_t ldo, int64_t width,
+                       int64_t valid, bool resume) {
   for (int64_t j = 0; j < valid; ++j) {
     for (int64_t c = 0; c < width; ++c) {
-      float acc = 0.0f;
-      for (int64_t i = 0; i < k; ++i) acc += xp[i * kRowTile + j] * panel[i * kPanel + c];
+      float acc = resume ? out[j * ldo + c] : 0.0f;
+      for (int64_t i = 0; i < depth; ++i) acc += xp[i * kRowTile + j] * panel[i * kPanel + c];
       out[j * ldo + c] = acc;
+    }
+  }
+}
+
+// Every activation row times a group of `count` panels (weight rows n .. n + width_total).
+void group_rows(const float* packed, int64_t rows, int64_t k, const float* panels, int64_t count, int64_t width_total,
+                float* out, int64_t ldo, bool avx2) {
+  for (int64_t c = 0; c < k; c += kDepth) {
+    const int64_t depth = std::min(kDepth, k - c);
+    for (int64_t m = 0; m < rows; m += kRowTile) {
+      const float* xp = packed + m * k + c * kRowTile;  // group m / 6, from value c
+      const int64_t valid = std::min<int64_t>(kRowTile, rows - m);
+      for (int64_t p = 0; p < count; ++p) {
+        const float* panel = panels + p * kPanel * k + c * kPanel;
+        float* o = out + m * ldo + p * kPanel;
+        const int64_t width = std::min<int64_t>(kPanel, width_total - p * kPanel);
+#if defined(__x86_64__)
+        if (avx2) {
+          panel_tile(xp, panel, depth, o, ldo, width, valid, c > 0);
+          continue;
+        }
+#endif
+        panel_tile_scalar(xp, panel, depth, o, ldo, width, valid, c > 0);
+      }
     }
   }
 }
@@ -96,22 +131,15 @@ void pack_rows(const float* x, int64_t rows, int64_t k, int64_t g0, int64_t g1, 
 
 void panel_gemm(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const float* packed,
                 int64_t rows, int64_t k, float* out, int64_t ldo, bool avx2) {
-  std::vector<float> scratch(static_cast<size_t>(2 * kPanel * k));
-  float *dequantized = scratch.data(), *panel = scratch.data() + kPanel * k;
-  for (int64_t n = n0; n < n1; n += kPanel) {
-    const int64_t width = std::min<int64_t>(kPanel, n1 - n);
-    fill_panel(qtype, w, row_bytes, n, n + width, k, avx2, dequantized, panel);
-    for (int64_t m = 0; m < rows; m += kRowTile) {
-      const float* xp = packed + m * k;  // group m / 6
-      const int64_t valid = std::min<int64_t>(kRowTile, rows - m);
-#if defined(__x86_64__)
-      if (avx2) {
-        panel_tile(xp, panel, k, out + m * ldo + n, ldo, width, valid);
-        continue;
-      }
-#endif
-      panel_tile_scalar(xp, panel, k, out + m * ldo + n, ldo, width, valid);
+  std::vector<float> scratch(static_cast<size_t>((kGroupPanels + 1) * kPanel * k));
+  float *dequantized = scratch.data(), *panels = scratch.data() + kPanel * k;
+  for (int64_t g = n0; g < n1; g += kGroupPanels * kPanel) {
+    const int64_t g1 = std::min(n1, g + kGroupPanels * kPanel), count = (g1 - g + kPanel - 1) / kPanel;
+    for (int64_t p = 0; p < count; ++p) {
+      const int64_t first = g + p * kPanel;
+      fill_panel(qtype, w, row_bytes, first, std::min(g1, first + kPanel), k, avx2, dequantized, panels + p * kPanel * k);
     }
+    group_rows(packed, rows, k, panels, count, g1 - g, out + g, ldo, avx2);
   }
 }
 

@@ -26,10 +26,14 @@ enum QType : int {
 constexpr int64_t kBlock = 32;  // weights per block, all types (K-quants: their 32-weight sub-blocks)
 
 // Bytes per block of 32 weights in langrt's row layout (below). Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
-// take as many as GGUF; the K-quants' super-blocks of 256 are unpacked at load (langrt.model.kquants)
-// into blocks of 32 with float32 scales, so their products need no scale arithmetic beyond Q4_1's
-// and Q8_0's and their values are exactly GGUF's. Bytes per weight, GGUF -> here: Q5_K 0.69 ->
-// 0.88, Q3_K 0.43 -> 0.63, Q2_K 0.33 -> 0.75 (its scale and minimum per 16 weights as floats).
+// take as many as GGUF. Q4_K and Q6_K (the bulk of Q4_K_M files) are repacked by repack_rows into
+// rows near GGUF's size (super_bytes: Q4_K 148 bytes per 256 weights where GGUF takes 144, Q6_K
+// 210 as GGUF), their sub-block scales kept as integers beside each super-block's fp16 d (and
+// dmin) and multiplied out 8 at a time ahead of the dot products (packed_d / packed_m), so a decode
+// step reads about the file's bytes. Q2_K, Q3_K and Q5_K are unpacked at load
+// (langrt.model.kquants) into blocks of 32 with float32 scales; bytes per weight, GGUF -> here:
+// Q5_K 0.69 -> 0.88, Q3_K 0.43 -> 0.63, Q2_K 0.33 -> 0.75 (its scale and minimum per 16 weights).
+// All values are exactly GGUF's.
 //
 // 5-bit quants (Q5_0, Q5_1, Q5_K): 4 bytes of high bits (bit i: weight i's fifth bit), then 16
 // bytes of nibbles as Q4's. Q3_K: 4 bytes of high bits, then 8 bytes of 2-bit lows (byte i holds
@@ -44,16 +48,27 @@ constexpr int64_t block_bytes(int qtype) {
     case kQ8_0: return 34;  // fp16 d, 32 int8: w = d * q
     case kQ2_K: return 24;  // 2-bit quants, two float d, two float m (weights 0-15, 16-31): w = d * q + m
     case kQ3_K: return 20;  // 3-bit quants, two float d (weights 0-15, 16-31): w = d * q
-    case kQ4_K: return 24;  // float d, float m, 16 bytes of nibbles: w = d * q + m (d = d * scale, m = -dmin * min)
     case kQ5_K: return 28;  // float d, float m, 5-bit quants: w = d * q + m
-    case kQ6_K: return 40;  // two float d (weights 0-15, 16-31), 32 int8 (q - 32): w = d * q
-    default: return 0;
+    default: return 0;  // Q4_K, Q6_K: whole super-blocks (super_bytes)
   }
 }
 
 // Types stored as in GGUF, repacked by repack_rows (the K-quants are unpacked in Python).
 constexpr bool gguf_sized(int qtype) {
   return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ5_0 || qtype == kQ5_1 || qtype == kQ8_0;
+}
+
+// Q4_K and Q6_K: kept in super-blocks of 256 (langrt's layout of them, below), repacked by repack_rows.
+constexpr bool packed_k(int qtype) { return qtype == kQ4_K || qtype == kQ6_K; }
+constexpr int64_t kSuper = 256;
+// Bytes per super-block of 256 weights in langrt's layout of Q4_K (8 blocks of 16 bytes of nibbles,
+// fp16 d and dmin, 8 scales and 8 minimums of 6 bits in a byte each) and Q6_K (8 blocks of 24 bytes:
+// 16 of low nibbles, 8 of high 2-bit pairs; fp16 d; 16 int8 scales).
+constexpr int64_t super_bytes(int qtype) { return qtype == kQ4_K ? 148 : qtype == kQ6_K ? 210 : 0; }
+
+// Bytes of a row of `blocks` blocks of 32 (a whole number of super-blocks for Q4_K and Q6_K); 0: unknown type.
+constexpr int64_t row_bytes_of(int qtype, int64_t blocks) {
+  return packed_k(qtype) ? (blocks % 8 == 0 ? blocks / 8 * super_bytes(qtype) : 0) : blocks * block_bytes(qtype);
 }
 
 constexpr bool k_quant(int qtype) { return qtype >= kQ2_K && qtype <= kQ6_K; }
@@ -70,7 +85,8 @@ constexpr bool has_min(int qtype) {
 // multiply them 8 at a time ahead of the dot products.
 constexpr int64_t quant_bytes(int qtype) {
   switch (qtype) {
-    case kQ8_0: case kQ6_K: return 32;
+    case kQ8_0: return 32;
+    case kQ6_K: return 24;
     case kQ5_0: case kQ5_1: case kQ5_K: return 20;
     case kQ3_K: return 12;
     case kQ2_K: return 8;
@@ -83,14 +99,30 @@ constexpr int64_t scales_per_block(int qtype) { return qtype == kQ6_K || qtype =
 
 struct RowLayout {
   const uint8_t* quants;
-  const uint16_t* d;  // fp16 types
-  const uint16_t* m;  // Q4_1, Q5_1
-  const float* df;    // K-quants
-  const float* mf;    // Q4_K, Q5_K, Q2_K
+  const uint16_t* d;  // fp16 types; Q4_K, Q6_K: fp16 d per super-block
+  const uint16_t* m;  // Q4_1, Q5_1; Q4_K: fp16 dmin per super-block
+  const float* df;    // K-quants unpacked (Q2_K, Q3_K, Q5_K)
+  const float* mf;    // Q5_K, Q2_K
+  const uint8_t* sub = nullptr;    // Q4_K: 6-bit scale per block; Q6_K: int8 scale per 16 weights
+  const uint8_t* sub_m = nullptr;  // Q4_K: 6-bit minimum per block
 };
 
+// langrt's rows of Q4_K: quants (16 bytes a block), d [supers], dmin [supers] (fp16), scales
+// [blocks], minimums [blocks]; of Q6_K: quants (24 bytes a block), d [supers] (fp16), scales [2 blocks].
+inline RowLayout packed_layout(int qtype, const uint8_t* row, int64_t blocks) {
+  RowLayout r{};
+  const int64_t supers = blocks / 8;
+  r.quants = row;
+  r.d = reinterpret_cast<const uint16_t*>(row + blocks * quant_bytes(qtype));
+  r.m = qtype == kQ4_K ? r.d + supers : nullptr;
+  r.sub = reinterpret_cast<const uint8_t*>(r.d + (qtype == kQ4_K ? 2 : 1) * supers);
+  r.sub_m = qtype == kQ4_K ? r.sub + blocks : nullptr;
+  return r;
+}
+
 inline RowLayout row_layout(int qtype, const uint8_t* row, int64_t blocks) {
-  RowLayout r;
+  if (packed_k(qtype)) return packed_layout(qtype, row, blocks);
+  RowLayout r{};
   const uint8_t* scales = row + blocks * quant_bytes(qtype);
   r.quants = row;
   r.d = reinterpret_cast<const uint16_t*>(scales);
@@ -205,6 +237,23 @@ inline float bf16_bits_to_float(uint16_t h) {
   __builtin_memcpy(&f, &bits, 4);
   return f;
 }
+
+// Scale i of a K-quant row (i: the block, or for Q6_K, Q3_K and Q2_K the 16 weights) and its
+// offset: Q4_K's d * scale and -(dmin * min), Q6_K's d * scale, as float32 products, the values
+// langrt.model.kquants gave when it unpacked them (exact GGUF values).
+inline float k_scale(int qtype, const RowLayout& r, int64_t i) {
+  if (qtype == kQ4_K) return half_bits_to_float(r.d[i / 8]) * static_cast<float>(r.sub[i]);
+  if (qtype == kQ6_K) return half_bits_to_float(r.d[i / 16]) * static_cast<float>(static_cast<int8_t>(r.sub[i]));
+  return r.df[i];
+}
+
+inline float k_offset(int qtype, const RowLayout& r, int64_t i) {
+  if (qtype == kQ4_K) return -(half_bits_to_float(r.m[i / 8]) * static_cast<float>(r.sub_m[i]));
+  return r.mf ? r.mf[i] : 0.0f;
+}
+
+// GGUF's Q4_K / Q6_K rows [rows, supers * GGUF's super-block bytes] -> langrt's (super_bytes each).
+void repack_k_rows(int qtype, const uint8_t* gguf, uint8_t* out, int64_t rows, int64_t supers);
 
 inline void store_out(const OutRows& out, int64_t m, int64_t n, float v) {
   if (out.bf16) {

@@ -27,12 +27,12 @@ constexpr int64_t kRowChunk = 64;
 constexpr int64_t kWeightChunkBytes = 64 * 1024;
 
 void check(const at::Tensor& x, const at::Tensor& w, int64_t qtype) {
-  TORCH_CHECK(langrt_quant::block_bytes(qtype) > 0, "quant_linear: unsupported GGML type ", qtype);
+  TORCH_CHECK(langrt_quant::row_bytes_of(qtype, 8) > 0, "quant_linear: unsupported GGML type ", qtype);
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "quant_linear: x must be 2-D with contiguous rows");
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "quant_linear: x must be float32 or bfloat16");
   TORCH_CHECK(x.size(1) % kBlock == 0, "quant_linear: the input width must be a multiple of 32");
   TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous(), "quant_linear: w must be contiguous uint8 [N, row bytes]");
-  TORCH_CHECK(w.size(1) == x.size(1) / kBlock * langrt_quant::block_bytes(qtype), "quant_linear: w's rows do not hold ",
+  TORCH_CHECK(w.size(1) == langrt_quant::row_bytes_of(qtype, x.size(1) / kBlock), "quant_linear: w's rows do not hold ",
               x.size(1), " weights of type ", qtype);
 }
 
@@ -144,9 +144,9 @@ at::Tensor tile_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype, 
 }
 
 at::Tensor dequantize(const at::Tensor& w, int64_t qtype, int64_t k, at::ScalarType dtype) {
-  TORCH_CHECK(langrt_quant::block_bytes(qtype) > 0, "dequantize: unsupported GGML type ", qtype);
+  TORCH_CHECK(langrt_quant::row_bytes_of(qtype, 8) > 0, "dequantize: unsupported GGML type ", qtype);
   TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous(), "dequantize: w must be contiguous uint8");
-  TORCH_CHECK(k % kBlock == 0 && w.size(1) == k / kBlock * langrt_quant::block_bytes(qtype), "dequantize: bad row width");
+  TORCH_CHECK(k % kBlock == 0 && w.size(1) == langrt_quant::row_bytes_of(qtype, k / kBlock), "dequantize: bad row width");
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "dequantize: float32 or bfloat16 out");
   at::Tensor out = at::empty({w.size(0), k}, w.options().dtype(dtype));
   const langrt_quant::OutRows o{out.data_ptr(), k, dtype == at::kBFloat16};
@@ -157,10 +157,26 @@ at::Tensor dequantize(const at::Tensor& w, int64_t qtype, int64_t k, at::ScalarT
   return out;
 }
 
+// GGUF's Q4_K / Q6_K rows -> langrt's layout of their super-blocks, rows split over the threads.
+at::Tensor repack_k(const at::Tensor& w, int64_t qtype) {
+  const int64_t in_bytes = qtype == langrt_quant::kQ4_K ? 144 : 210;
+  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() && w.size(1) % in_bytes == 0,
+              "repack: w must be contiguous uint8 [N, whole super-blocks of ", in_bytes, " bytes]");
+  const int64_t supers = w.size(1) / in_bytes, out_row = supers * langrt_quant::super_bytes(static_cast<int>(qtype));
+  at::Tensor out = at::empty({w.size(0), out_row}, w.options());
+  const uint8_t* src = w.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  at::parallel_for(0, w.size(0), 64, [&](int64_t r0, int64_t r1) {
+    langrt_quant::repack_k_rows(static_cast<int>(qtype), src + r0 * w.size(1), dst + r0 * out_row, r1 - r0, supers);
+  });
+  return out;
+}
+
 at::Tensor repack(const at::Tensor& w, int64_t qtype) {
+  if (langrt_quant::packed_k(static_cast<int>(qtype))) return repack_k(w, qtype);
   const int64_t bytes = langrt_quant::block_bytes(qtype);
   TORCH_CHECK(bytes > 0 && langrt_quant::gguf_sized(static_cast<int>(qtype)), "repack: GGML type ", qtype,
-              " is not one repacked here (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; the K-quants are unpacked in langrt.model.kquants)");
+              " is not one repacked here (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; Q2_K, Q3_K and Q5_K are unpacked in langrt.model.kquants)");
   TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() && w.size(1) % bytes == 0,
               "repack: w must be contiguous uint8 [N, whole blocks]");
   at::Tensor out = at::empty_like(w);

@@ -19,16 +19,23 @@ float load_x(const void* x, bool bf16, int64_t i) {
 void unpack_block(int qtype, const RowLayout& row, int64_t b, int32_t* q, float* d, float* m) {
   const int64_t s = scales_per_block(qtype);
   if (k_quant(qtype)) {
-    d[0] = row.df[s * b];
-    d[1] = row.df[s * b + s - 1];
-    m[0] = row.mf ? row.mf[s * b] : 0.0f;
-    m[1] = row.mf ? row.mf[s * b + s - 1] : 0.0f;
+    d[0] = k_scale(qtype, row, s * b);
+    d[1] = k_scale(qtype, row, s * b + s - 1);
+    m[0] = k_offset(qtype, row, s * b);
+    m[1] = k_offset(qtype, row, s * b + s - 1);
   } else {
     d[0] = d[1] = half_bits_to_float(row.d[b]);
     m[0] = m[1] = row.m ? half_bits_to_float(row.m[b]) : 0.0f;
   }
   const uint8_t* quants = row.quants + b * quant_bytes(qtype);
-  if (qtype == kQ8_0 || qtype == kQ6_K) {
+  if (qtype == kQ6_K) {  // low nibbles as Q4's, then 2-bit highs as Q2_K's crumbs; q - 32
+    for (int i = 0; i < kBlock; ++i) {
+      const int32_t low = i < 16 ? quants[i] & 0x0F : quants[i - 16] >> 4;
+      q[i] = (low | (((quants[16 + i % 8] >> (2 * (i / 8))) & 3) << 4)) - 32;
+    }
+    return;
+  }
+  if (qtype == kQ8_0) {
     for (int i = 0; i < kBlock; ++i) q[i] = static_cast<int8_t>(quants[i]);
     return;
   }
@@ -138,6 +145,75 @@ void repack_rows(int qtype, const uint8_t* gguf, uint8_t* out, int64_t rows, int
       std::memcpy(dst + b * quants, block + header, quants);
       std::memcpy(d + 2 * b, block, 2);
       if (has_min(qtype)) std::memcpy(d + 2 * blocks + 2 * b, block + 2, 2);  // Q4_1, Q5_1
+    }
+  }
+}
+
+namespace {
+
+// Q4_K's 12 bytes of scales -> 8 scales and 8 minimums of 6 bits (as langrt.model.kquants reads them).
+void q4_k_scales(const uint8_t* p, uint8_t* scale, uint8_t* minimum) {
+  for (int j = 0; j < 4; ++j) {
+    scale[j] = p[j] & 0x3F;
+    minimum[j] = p[4 + j] & 0x3F;
+    scale[4 + j] = (p[8 + j] & 0x0F) | ((p[j] >> 2) & 0x30);
+    minimum[4 + j] = (p[8 + j] >> 4) | ((p[4 + j] >> 2) & 0x30);
+  }
+}
+
+// One GGUF Q4_K super-block (fp16 d, dmin, 12 bytes of scales, 128 of nibbles: 4 x 64 weights,
+// low nibbles the first 32) -> its 8 blocks of nibbles in Q4_1's order (byte i: weights i, i + 16).
+void repack_q4_k(const uint8_t* src, int64_t s, int64_t supers, uint8_t* row) {
+  const int64_t blocks = 8 * supers;
+  const uint8_t* qs = src + 16;
+  for (int c = 0; c < 4; ++c) {
+    uint8_t* lo = row + (8 * s + 2 * c) * 16;
+    for (int i = 0; i < 16; ++i) {
+      lo[i] = (qs[32 * c + i] & 0x0F) | ((qs[32 * c + 16 + i] & 0x0F) << 4);
+      lo[16 + i] = (qs[32 * c + i] >> 4) | (qs[32 * c + 16 + i] & 0xF0);
+    }
+  }
+  uint8_t* d = row + blocks * 16;
+  std::memcpy(d + 2 * s, src, 2);
+  std::memcpy(d + 2 * supers + 2 * s, src + 2, 2);
+  uint8_t* sub = d + 4 * supers;
+  q4_k_scales(src + 4, sub + 8 * s, sub + blocks + 8 * s);
+}
+
+// One GGUF Q6_K super-block (128 bytes of low nibbles, 64 of high pairs, 16 int8 scales, fp16 d;
+// weight 128h + r: low nibble of byte 64h + r % 64 (high nibble past 64), high pair at bits
+// 2 (r / 32) of byte 128 + 32h + r % 32) -> 8 blocks of 16 nibble bytes and 8 crumb bytes.
+void repack_q6_k(const uint8_t* src, int64_t s, int64_t supers, uint8_t* row) {
+  const int64_t blocks = 8 * supers;
+  uint8_t low[kSuper], high[kSuper];
+  for (int w = 0; w < kSuper; ++w) {
+    const int h = w / 128, r = w % 128;
+    low[w] = (src[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+    high[w] = (src[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
+  }
+  for (int b = 0; b < 8; ++b) {
+    uint8_t* q = row + (8 * s + b) * 24;
+    const uint8_t *l = low + 32 * b, *hi = high + 32 * b;
+    for (int i = 0; i < 16; ++i) q[i] = l[i] | (l[16 + i] << 4);
+    for (int i = 0; i < 8; ++i) q[16 + i] = hi[i] | (hi[8 + i] << 2) | (hi[16 + i] << 4) | (hi[24 + i] << 6);
+  }
+  uint8_t* d = row + blocks * 24;
+  std::memcpy(d + 2 * s, src + 208, 2);
+  std::memcpy(d + 2 * supers + 16 * s, src + 192, 16);
+}
+
+}  // namespace
+
+void repack_k_rows(int qtype, const uint8_t* gguf, uint8_t* out, int64_t rows, int64_t supers) {
+  const int64_t in_bytes = qtype == kQ4_K ? 144 : 210, out_bytes = super_bytes(qtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t s = 0; s < supers; ++s) {
+      const uint8_t* src = gguf + (r * supers + s) * in_bytes;
+      if (qtype == kQ4_K) {
+        repack_q4_k(src, s, supers, out + r * supers * out_bytes);
+      } else {
+        repack_q6_k(src, s, supers, out + r * supers * out_bytes);
+      }
     }
   }
 }

@@ -124,8 +124,8 @@ LANGRT_VNNI void tile_scales(const uint8_t* const* rows, int64_t blocks, float* 
   if constexpr (k_quant(QT)) {
     for (int j = 0; j < kLanes; ++j) {
       for (int64_t b = 0; b < blocks; ++b) {
-        d[b * kLanes + j] = layout[j].df[b];
-        m[b * kLanes + j] = layout[j].mf[b];
+        d[b * kLanes + j] = k_scale(QT, layout[j], b);
+        m[b * kLanes + j] = k_offset(QT, layout[j], b);
       }
     }
   } else {

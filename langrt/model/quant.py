@@ -15,13 +15,21 @@ from dataclasses import dataclass, field
 
 import torch
 
-# GGML type -> (name, bytes per block of 32 weights)
-# (the K-quants in langrt's layout: unpacked into blocks of 32 with float32 scales, see kquants)
+# GGML type -> (name, bytes per block of 32 weights in langrt's layout: Q4_K and Q6_K kept in
+# super-blocks near GGUF's size, quant_kernels.h; Q2_K, Q3_K, Q5_K unpacked with float32 scales, kquants)
 BLOCK_TYPES = {
     2: ("Q4_0", 18), 3: ("Q4_1", 20), 6: ("Q5_0", 22), 7: ("Q5_1", 24), 8: ("Q8_0", 34),
-    10: ("Q2_K", 24), 11: ("Q3_K", 20), 12: ("Q4_K", 24), 13: ("Q5_K", 28), 14: ("Q6_K", 40),
+    10: ("Q2_K", 24), 11: ("Q3_K", 20), 12: ("Q4_K", 18.5), 13: ("Q5_K", 28), 14: ("Q6_K", 26.25),
 }  # fmt: skip
 BLOCK = 32
+# GGML type -> (bytes, weights) of a block in a GGUF file: what a matrix takes there.
+FILE_BLOCKS = {
+    2: (18, 32), 3: (20, 32), 6: (22, 32), 7: (24, 32), 8: (34, 32),
+    10: (84, 256), 11: (110, 256), 12: (144, 256), 13: (176, 256), 14: (210, 256),
+}  # fmt: skip
+# Q4_K and Q6_K (Q4_K_M files' bulk) are repacked by the C++ kernels into super-blocks of about
+# GGUF's size (a decode step reads ~the file's bytes); the other K-quants are unpacked by kquants.
+REPACKED_K_QUANTS = (12, 14)
 Q4_1, Q8_0 = 3, 8
 # --quantization for plain weights -> the GGML types of (the layers, the LM head). Groups of 32
 # with their own scale (and minimum, Q4_1): finer than per-channel int8, and the LM head stays at
@@ -47,10 +55,11 @@ FLY_MAX_ROWS = 9
 # same layers the tiles win 1.55x at 2 rows and 1.09x at 4, and lose from 6 (0.86x); the LM head
 # (49,152 x 576) at 9 rows takes 3.9 ms on tiles, 2.4 on the copy.
 FLY_MAX_ROWS_Q8_0 = 4
-# The types whose tiles quant_bf16.cpp dequantizes with vector code. The others (Q2_K, Q3_K; the
-# 5-bit types take the VNNI kernel first) would be dequantized by the plain C++ loop, a few
-# cycles a weight, slower than reading the copy: their passes of several rows take the copy.
-FLY_TYPES = (2, 3, 8, 12, 14)
+# The types whose tiles quant_bf16.cpp dequantizes with vector code. The others (Q2_K, Q3_K, Q6_K
+# in its GGUF-sized layout; the 5-bit types take the VNNI kernel first) would be dequantized by the
+# plain C++ loop, a few cycles a weight, slower than reading the copy: their passes of several
+# rows take the copy.
+FLY_TYPES = (2, 3, 8, 12)
 # On AVX512-VNNI CPUs the 4- and 5-bit blocks (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K: VNNI_TYPES) multiply 16 weight rows at a
 # time in integers (quant_vnni.cpp), a single decode row as a decoding pass of up to VNNI_MAX_ROWS
 # bf16 rows, which the tiles and the copy took before: so those passes take the blocks' exact
@@ -115,7 +124,7 @@ class QuantizedWeight:
         from langrt_kernels.cpu.quant import repack
         from langrt.model import kquants
 
-        if ggml_type in kquants.SUPER_BYTES:
+        if ggml_type in kquants.SUPER_BYTES and ggml_type not in REPACKED_K_QUANTS:
             return cls(torch.from_numpy(kquants.unpack(rows.numpy(), ggml_type, in_features)), ggml_type, in_features)
         return cls(repack(rows, ggml_type), ggml_type, in_features)
 
@@ -283,7 +292,7 @@ def describe_blocks(model) -> str:
     weights += [head] if isinstance(head, QuantizedWeight) and head not in weights else []
     copies = sum(w.dense is not None for w in weights)
     types = sorted({w.type_name for w in weights})
-    line = f"{len(weights)} matrices served as {'/'.join(types)} blocks ({sum(w.nbytes for w in weights) / 1e6:.0f} MB)"
+    line = f"{len(weights)} matrices served as {'/'.join(types)} blocks ({_sizes(weights)})"
     if copies:
         copy_mb = 2 * sum(w.out_features * w.in_features for w in weights) / 1e6
         line += f"; bfloat16 copies ({copy_mb:.0f} MB, --cpu-dense-copy) for prompts and passes of many rows"
@@ -298,6 +307,18 @@ def describe_blocks(model) -> str:
         other = " other" if vnni else ""
         line += f";{other} decoding passes of 2-{FLY_MAX_ROWS} bfloat16 rows dequantize the blocks tile by tile (AVX512-BF16)"
     return line
+
+
+def _sizes(weights: list[QuantizedWeight]) -> str:
+    """Their bytes as kept, against the file's: Q4_K / Q6_K repacked in super-blocks near the
+    file's size, Q2_K / Q3_K / Q5_K unpacked into blocks of 32 with float32 scales."""
+    parts = [p for w in weights for p in (w.parts if isinstance(w, StackedQuantizedWeight) else [w])]
+    kept = sum(p.nbytes for p in parts)
+    in_file = sum(p.out_features * p.in_features * FILE_BLOCKS[p.ggml_type][0] // FILE_BLOCKS[p.ggml_type][1] for p in parts)
+    repacked = sorted({p.type_name for p in parts if p.ggml_type in REPACKED_K_QUANTS})
+    unpacked = sorted({p.type_name for p in parts if p.ggml_type in FILE_BLOCKS and FILE_BLOCKS[p.ggml_type][1] == 256} - set(repacked))
+    how = [f"{'/'.join(repacked)} repacked in super-blocks"] * bool(repacked) + [f"{'/'.join(unpacked)} unpacked"] * bool(unpacked)
+    return f"{kept / 1e6:.0f} MB, {kept / max(in_file, 1):.2f}x the file's {in_file / 1e6:.0f} MB" + "".join(f"; {h}" for h in how)
 
 
 def plain_quantization(args, source) -> tuple[str | None, str]:

@@ -16,7 +16,8 @@ from typing import Iterable, Iterator
 import torch
 
 from langrt.model.config import ModelConfig
-from langrt.model.quant import BLOCK, QuantizedWeight
+from langrt.model.kquants import SUPER_BLOCK
+from langrt.model.quant import BLOCK, REPACKED_K_QUANTS, QuantizedWeight
 from langrt.parallel.layout import ShardLayout
 
 logger = logging.getLogger(__name__)
@@ -69,8 +70,9 @@ def take_columns(tensor, start: int, end: int, dtype: torch.dtype, name: str = "
     """Input columns [start, end) of a [out, in] matrix, plain or in blocks."""
     if not isinstance(tensor, QuantizedWeight):
         return tensor[:, start:end].contiguous()
-    if start % BLOCK or end % BLOCK and end != tensor.in_features:
-        logger.info("%s: columns %d..%d cut through a block of %d; dequantized to %s", name, start, end, BLOCK, dtype)
+    unit = SUPER_BLOCK if tensor.ggml_type in REPACKED_K_QUANTS else BLOCK  # Q4_K, Q6_K: kept in super-blocks
+    if start % unit or end % unit and end != tensor.in_features:
+        logger.info("%s: columns %d..%d cut through a block of %d; dequantized to %s", name, start, end, unit, dtype)
         return tensor.dequantize(dtype)[:, start:end].contiguous()
     return QuantizedWeight(slice_block_columns(tensor, start // BLOCK, -(-end // BLOCK)), tensor.ggml_type, end - start)
 
@@ -80,18 +82,20 @@ def slice_block_columns(weight: QuantizedWeight, first: int, last: int) -> torch
     blocks' quants, then their scales, then (Q4_1, Q4_K) their minimums (quant_kernels.h)."""
     blocks = -(-weight.in_features // BLOCK)
     pieces, offset = [], 0
-    for per_block in SECTION_BYTES[weight.ggml_type]:
-        pieces.append(weight.data[:, offset + first * per_block : offset + last * per_block])
-        offset += blocks * per_block
+    for per_8 in SECTION_BYTES[weight.ggml_type]:  # first, last: multiples of 8 where a section has fewer
+        pieces.append(weight.data[:, offset + first * per_8 // 8 : offset + last * per_8 // 8])
+        offset += blocks * per_8 // 8
     assert offset == weight.data.shape[1], f"rows of GGML type {weight.ggml_type} are not {SECTION_BYTES[weight.ggml_type]}"
     return torch.cat(pieces, dim=1).contiguous()
 
 
-# Bytes per 32-weight block in each section of a row (quants, scales, minimums), by GGML type:
-# Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (fp16 scales; the 5-bit types' fifth bits ride with their nibbles),
-# and the K-quants as unpacked at load (langrt.model.kquants): Q2_K (quants, 8-byte scales and
-# minimums), Q3_K, Q4_K (float32 scales and minimums), Q5_K, Q6_K (two float32 scales).
+# Bytes per 8 blocks of 32 weights in each section of a row (quants, scales, minimums), by GGML
+# type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (fp16 scales; the 5-bit types' fifth bits ride with their
+# nibbles); Q2_K (quants, float32 scales and minimums per 16 weights), Q3_K, Q5_K as unpacked at
+# load (langrt.model.kquants); Q4_K and Q6_K in super-blocks of 8 blocks (quant_kernels.h: quants,
+# fp16 d per super-block, Q4_K's fp16 dmin, then a byte per block (Q6_K: per 16 weights) of
+# scales and Q4_K's of minimums).
 SECTION_BYTES = {
-    2: (16, 2), 3: (16, 2, 2), 6: (20, 2), 7: (20, 2, 2), 8: (32, 2),
-    10: (8, 8, 8), 11: (12, 8), 12: (16, 4, 4), 13: (20, 4, 4), 14: (32, 8),
+    2: (128, 16), 3: (128, 16, 16), 6: (160, 16), 7: (160, 16, 16), 8: (256, 16),
+    10: (64, 64, 64), 11: (96, 64), 12: (128, 2, 2, 8, 8), 13: (160, 32, 32), 14: (192, 2, 16),
 }  # fmt: skip

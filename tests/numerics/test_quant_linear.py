@@ -167,7 +167,11 @@ def test_bad_inputs_are_refused():
     with pytest.raises(RuntimeError, match="unsupported GGML type"):
         quant.quant_linear(torch.randn(1, 64), blocks, 9)  # Q8_1: not served as blocks
     with pytest.raises(RuntimeError, match="not one repacked here"):
-        quant.repack(torch.zeros(2, 144, dtype=torch.uint8), 12)  # the K-quants are unpacked in Python
+        quant.repack(torch.zeros(2, 176, dtype=torch.uint8), 13)  # Q5_K: unpacked in Python
+    with pytest.raises(RuntimeError, match="whole super-blocks of 144 bytes"):
+        quant.repack(torch.zeros(2, 150, dtype=torch.uint8), 12)
+    with pytest.raises(RuntimeError, match="do not hold"):
+        quant.quant_linear(torch.randn(1, 96), torch.zeros(4, 111, dtype=torch.uint8), 12)  # not whole super-blocks
 
 
 def test_logits_of_equals_matmul_at_those_places():
@@ -374,8 +378,19 @@ def test_tiles_are_only_for_the_types_dequantized_by_vector_code(monkeypatch):
     monkeypatch.setattr(model_quant, "_fly_max_rows", model_quant.FLY_MAX_ROWS)
     for qtype in ("Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K"):
         assert model_quant.fly_max_rows(quant.GGML_TYPES[qtype]) == 0
+    assert model_quant.fly_max_rows(quant.GGML_TYPES["Q6_K"]) == 0  # its GGUF-sized layout: no vector dequantization
     assert model_quant.fly_max_rows(quant.GGML_TYPES["Q4_K"]) == model_quant.FLY_MAX_ROWS
     assert model_quant.fly_max_rows(quant.GGML_TYPES["Q8_0"]) == model_quant.FLY_MAX_ROWS_Q8_0
+
+
+@pytest.mark.parametrize("qtype, kept", [("Q4_K", 148), ("Q6_K", 210)])
+def test_q4_k_and_q6_k_rows_keep_about_the_files_bytes(qtype, kept):
+    """Q4_K_M's two types are repacked into super-blocks near GGUF's size (Q4_K 148 bytes per 256
+    weights where the file has 144, Q6_K 210 as the file), not unpacked into 32-weight blocks
+    with float32 scales (192 and 320), so a decode step reads about the file's bytes."""
+    raw = random_k_quant_rows(Q[qtype], 3, 512, seed=4)
+    weight = QuantizedWeight.from_gguf(torch.from_numpy(raw), int(Q[qtype]), 512)
+    assert weight.data.shape == (3, 2 * kept) and raw.shape[1] == 2 * {"Q4_K": 144, "Q6_K": 210}[qtype]
 
 
 @pytest.mark.parametrize("qtype", TYPES)

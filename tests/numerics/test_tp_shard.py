@@ -29,7 +29,7 @@ def _weight(qtype: str) -> QuantizedWeight:
 def test_block_slices_hold_the_whole_matrix_values(qtype):
     weight = _weight(qtype)
     whole = weight.dequantize(torch.float32)
-    for start, end in [(0, 256), (256, 512), (64, 160)]:
+    for start, end in [(0, 256), (256, 512), (64, 160)][: 2 if qtype in ("Q4_K", "Q6_K") else 3]:  # their super-blocks: 256
         part = take_columns(weight, start, end, torch.float32)
         assert isinstance(part, QuantizedWeight) and part.in_features == end - start
         assert torch.equal(part.dequantize(torch.float32), whole[:, start:end])
@@ -37,6 +37,13 @@ def test_block_slices_hold_the_whole_matrix_values(qtype):
         assert torch.allclose(part.matmul(x), x @ whole[:, start:end].T, rtol=1e-3, atol=1e-3)
     rows = take_rows(weight, torch.tensor([4, 1]))
     assert torch.equal(rows.dequantize(torch.float32), whole[[4, 1]])
+
+
+def test_a_cut_through_a_q4_k_super_block_dequantizes():
+    weight = _weight("Q4_K")
+    part = take_columns(weight, 64, 160, torch.float32, "o_proj")
+    assert not isinstance(part, QuantizedWeight)
+    assert torch.equal(part, weight.dequantize(torch.float32)[:, 64:160])
 
 
 def test_a_cut_through_a_block_dequantizes():
