@@ -178,6 +178,9 @@ def test_triton_backend_reads_the_window_pool(gemma3):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["backends"] == ["torch", "triton"] and result["pieces"] == 10  # 4 prompt chunks, 6 decodes
     assert result["max_logit_diff"] < 1e-3, result
+    # decode graphs (RerunGraph standing in for CUDA's): each replay maps the rows to window
+    # slots again, as the window drops move on
+    assert result["graph_steps"] == 12 and result["graph_max_diff"] < 1e-4, result
 
 
 def _backend_logits(path: str, backend: str) -> list[torch.Tensor]:
@@ -187,9 +190,38 @@ def _backend_logits(path: str, backend: str) -> list[torch.Tensor]:
     return [p.logits for p in pieces]
 
 
+def _graph_replay_diffs(path: str) -> list[float]:
+    """Decode steps eager and replayed from a graph captured before any request ran."""
+    from langrt.model.cuda_graph import DecodeGraphs, RerunGraph, graph_max_bs
+
+    runner = make_runner(path, max_total_tokens=256, max_running_requests=4, attention_backend="triton",
+                         cuda_graph_max_bs=2, context_length=64)  # fmt: skip
+    graphs = DecodeGraphs(runner, graph_max_bs(runner.args), RerunGraph)
+    graphs.capture_all()
+    driver = CachedDriver(runner)
+    seqs = [driver.admit(p) for p in random_prompts(7, (22, 13))]
+    driver.run([(s, len(s.all_ids)) for s in seqs], "prefill")
+    diffs = []
+    for step in range(12):
+        for seq in seqs:
+            seq.all_ids.append(20 + step)
+            assert driver.cm.reserve(seq, seq.kv_len, 1)
+        slots = torch.cat([driver.cm.slots(s, s.kv_len, s.kv_len + 1) for s in seqs])
+        batch = ForwardBatch.build(ForwardMode.DECODE, [s.all_ids[-1] for s in seqs], slots, [s.kv_row for s in seqs],
+                                   [s.kv_len + 1 for s in seqs], [1, 1], runner.device)  # fmt: skip
+        diffs.append((runner.forward(batch) - graphs.replay(batch)).abs().max().item())
+        for seq in seqs:
+            seq.kv_len += 1
+            driver.cm.trim(seq, seq.kv_len)
+    assert graphs.replays == 12
+    return diffs
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["--triton-worker"]:
     import json
 
     torch_logits, triton_logits = (_backend_logits(sys.argv[2], b) for b in ("torch", "triton"))
     diff = max((a - b).abs().max().item() for a, b in zip(torch_logits, triton_logits, strict=True))
-    print(json.dumps({"backends": ["torch", "triton"], "pieces": len(torch_logits), "max_logit_diff": diff}))
+    graph_diffs = _graph_replay_diffs(sys.argv[2])
+    print(json.dumps({"backends": ["torch", "triton"], "pieces": len(torch_logits), "max_logit_diff": diff,
+                      "graph_steps": len(graph_diffs), "graph_max_diff": max(graph_diffs)}))  # fmt: skip

@@ -46,7 +46,7 @@ class _TritonAttention(Attention):
     def __init__(self, backend: TritonAttentionBackend, batch: ForwardBatch, static=None):
         self.b = backend
         self.batch = batch
-        self._window = None  # (table, rows) of the window layers, built by the first one
+        self._window = None  # (table, rows) of the window layers
         if static is not None:  # see prepare_graph_decode
             self.req_pool_indices, self.seq_lens, self.num_kv_splits = static
             self.is_decode = True
@@ -94,7 +94,9 @@ class _TritonAttention(Attention):
         b = self.b
         if not b.reads_window[layer_id]:
             return b.req_pool.req_to_token, self.req_pool_indices
-        if self._window is None:
+        # Built again by each pass's first window layer: a graph runs one pass eagerly before
+        # capturing the next with this same object, and the capture must record the build.
+        if self._window is None or layer_id == b.reads_window.index(True):
             full = b.req_pool.req_to_token.index_select(0, self.req_pool_indices.to(torch.int64))
             table = b.kv_pool.window_table(full if self.max_seq is None else full[:, : self.max_seq])
             rows = torch.arange(table.shape[0], dtype=torch.int32, device=table.device)
