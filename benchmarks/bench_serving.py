@@ -254,7 +254,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--output-len", type=int, default=64, help="max_tokens per request")
     parser.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (langrt, llama-server, vLLM, SGLang) for exact lengths")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--launch", nargs="?", const="langrt", default="", help="servers to start for the run, comma-separated: langrt, llama-server, llama-cpp-python (bare --launch: langrt)")
+    parser.add_argument("--launch", nargs="?", const="langrt", default="",
+                        help="servers to start for the run, comma-separated: langrt, llama-server, llama-cpp-python (bare --launch: langrt)")
     parser.add_argument("--model", default=None, help="model file or directory for launched servers (default: the built-in model)")
     parser.add_argument("--threads", type=int, default=2, help="launched servers' threads")
     parser.add_argument("--ctx", type=int, default=8192, help="launched servers' KV capacity in tokens, all requests together")
@@ -265,6 +266,11 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.launch = [s for s in args.launch.split(",") if s]
+    from peers.servers import SERVERS
+
+    unknown = [s for s in args.launch if s not in SERVERS]
+    if unknown:
+        parser.error(f"--launch {','.join(unknown)}: not one of {', '.join(SERVERS)}")
     return args
 
 
