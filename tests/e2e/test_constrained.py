@@ -43,6 +43,9 @@ def tiny(tiny_llama_dir):
         yield engine
 
 
+# The three sweeps (every regex / schema / grammar, several seeds each) are most of this file's
+# time: slow, so CI runs them and the default run stays short.
+@pytest.mark.slow
 def test_random_model_follows_every_regex(tiny):
     prompts = ["Hello", "Once upon a time", "1 2 3", "The answer is"]
     for regex in REGEXES:
@@ -88,6 +91,7 @@ def compiler(smollm_path):
     return GrammarCompiler(vocabulary_from_decoder(decoder, 49152, {decoder.eos_token_id}))
 
 
+@pytest.mark.slow
 def test_random_model_follows_every_json_schema(tiny, compiler):
     finished = cut = 0
     for schema in JSON_SCHEMAS:
@@ -141,6 +145,7 @@ def balanced_arithmetic(text: str) -> bool:
     return depth == 0 and re.fullmatch(r"[0-9(]([0-9()+-]*[0-9)])?", text) is not None
 
 
+@pytest.mark.slow
 def test_random_model_follows_an_ebnf_grammar(tiny):
     """A recursive grammar (parentheses nest without bound) and a JSON grammar, sampled."""
     finished = 0
