@@ -23,6 +23,8 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
         kind = _flag_type(f)
         if kind is bool:
             parser.add_argument(flag, action="store_true", help=f.metadata.get("help"))
+        elif str(f.type).startswith("tuple"):  # a list of values: --lora-paths a=DIR b=DIR
+            parser.add_argument(flag, nargs="*", default=list(f.default), help=f.metadata.get("help"))
         else:
             parser.add_argument(
                 flag, type=kind, default=f.default, choices=f.metadata.get("choices"), help=f.metadata.get("help")
@@ -30,7 +32,8 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
 
 
 def server_args_from(ns: argparse.Namespace) -> ServerArgs:
-    return ServerArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerArgs)})
+    values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ServerArgs)}
+    return ServerArgs(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
 def _flag_type(f: dataclasses.Field) -> type:

@@ -28,6 +28,7 @@ class RequestOptions:
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
     stream: bool = False
+    lora_path: str | None = None  # the name of the LoRA adapter to run under (None: the base model)
 
 
 @dataclass(frozen=True)

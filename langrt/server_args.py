@@ -52,6 +52,8 @@ class ServerArgs:
     grammar_compile_timeout: float = _flag("seconds a grammar may take to compile before its request fails (a regex whose automaton explodes)", default=10.0)
     grammar_backend: str = _flag("engine for regex / json_schema / ebnf / choices / structural_tag constraints: langrt's own (the only one with jump-forward), or the xgrammar or llguidance package (docs/grammar_backends.md)", GRAMMAR_BACKENDS, default="langrt")
     reasoning_parser: str | None = _flag("reasoning models: split the output's thinking (<think>...</think>) into reasoning_content on /v1/chat/completions, and hold response_format / regex / tool-call grammars to the answer after it (qwen3, deepseek-r1; docs/reasoning.md)", default=None)
+    lora_paths: tuple[str, ...] = _flag("LoRA adapters to serve beside the base model, each NAME=DIR (a PEFT adapter directory: adapter_config.json + adapter_model.safetensors) or DIR (named DIR); a request picks one with lora_path (native) or model='BASE:NAME' (OpenAI); docs/lora.md", default=())
+    max_loras_per_batch: int = _flag("different LoRA adapters one forward pass holds at most (requests for others wait for a later pass)", default=8)
     disable_jump_forward: bool = _flag("decode grammar-forced text token by token instead of appending it in one step", default=False)
     speculative_algorithm: str | None = _flag("speculative decoding: NGRAM = drafts copied from where the request's last tokens occurred before (its prompt and output, recent outputs); DRAFT = drafts a smaller model with the same tokenizer generates (--speculative-draft-model-path); verified in the next pass, outputs are what they would be without it (docs/architecture.md)", default=None)
     speculative_draft_model_path: str | None = _flag("the draft model of --speculative-algorithm DRAFT: an HF directory or .gguf file of a model with the target's tokenizer", default=None)
@@ -110,8 +112,22 @@ class ServerArgs:
         _check_speculative(self)
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             raise ValueError(f"--reasoning-parser must be one of {', '.join(REASONING_PARSERS)}; got {self.reasoning_parser!r}")
+        _check_positive(self, "max_loras_per_batch")
+        self.lora_adapters  # a malformed --lora-paths entry fails here, before the model loads
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
             raise ValueError(f"--mem-fraction-static must be in (0, 1); got {self.mem_fraction_static}")
+
+    @property
+    def lora_adapters(self) -> list[tuple[str, str]]:
+        """--lora-paths as (name, directory) pairs; a bare DIR is named DIR."""
+        pairs = [tuple(p.split("=", 1)) if "=" in p else (p, p) for p in self.lora_paths]
+        for name, path in pairs:
+            if not name or not path:
+                raise ValueError(f"--lora-paths entries are NAME=DIR or DIR; got {name}={path!r}")
+        names = [n for n, _ in pairs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"--lora-paths names an adapter twice: {', '.join(sorted(names))}")
+        return pairs
 
     def resolve(self) -> "ServerArgs":
         """A copy with device, dtype, attention backend, threads and memory fraction made concrete."""

@@ -116,7 +116,7 @@ class RadixPrefixCache(PrefixCache):
         req.kv_len = req.cached_len = match.length
 
     def cache_unfinished(self, req) -> None:
-        ids = req.all_ids[: req.kv_len]
+        ids = req.cache_ids[: req.kv_len]
         self._insert(req, ids)
         match = self.tree.match_prefix(ids)
         assert match.length == req.kv_len, "what was just inserted must match"
@@ -127,7 +127,7 @@ class RadixPrefixCache(PrefixCache):
         req.cached_len = req.kv_len
 
     def cache_finished(self, req) -> None:
-        self._insert(req, req.all_ids[: req.kv_len])
+        self._insert(req, req.cache_ids[: req.kv_len])
         self._unlock(req)
         req.cached_len = 0
 

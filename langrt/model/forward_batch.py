@@ -35,12 +35,16 @@ class ForwardBatch:
     # Every row is a running request's next token or one of its drafts (no prompt rows), though
     # with drafts the mode is EXTEND: such passes may take other kernels than prompts (see quant).
     decoding: bool = False
+    # [B] each request's LoRA adapter (langrt.lora.LoraAdapter, None: the base model); None when
+    # no request in the pass has one (the plain model runs)
+    adapters: list | None = None
 
     def __post_init__(self):
         n = len(self.req_pool_indices)
         assert len(self.seq_lens) == n and len(self.extend_lens) == n, "ragged batch description"
         assert all(0 < e <= s for e, s in zip(self.extend_lens, self.seq_lens)), "each request extends by >= 1"
         assert self.input_ids.numel() == sum(self.extend_lens) == self.out_cache_loc.numel()
+        assert self.adapters is None or len(self.adapters) == n, "one adapter entry per request"
         if self.mode is ForwardMode.DECODE:
             assert all(e == 1 for e in self.extend_lens), "decode adds one token per request"
         self.extend_starts = list(itertools.accumulate(self.extend_lens, initial=0))[:-1]
@@ -73,6 +77,7 @@ class ForwardBatch:
         extend_lens: list[int],
         device: torch.device,
         decoding: bool = False,
+        adapters: list | None = None,
     ) -> "ForwardBatch":
         """Positions follow from the lengths: request i's new tokens are at prefix..seq_len-1."""
         positions = [p for s, e in zip(seq_lens, extend_lens) for p in range(s - e, s)]
@@ -85,4 +90,5 @@ class ForwardBatch:
             seq_lens=seq_lens,
             extend_lens=extend_lens,
             decoding=decoding or mode is ForwardMode.DECODE,
+            adapters=adapters,
         )

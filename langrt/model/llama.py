@@ -204,15 +204,18 @@ class LlamaForCausalLM(nn.Module):
     def lm_head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Attention) -> torch.Tensor:
-        """[T] token ids -> [T, hidden] final hidden states (after the last norm)."""
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Attention, lora=None) -> torch.Tensor:
+        """[T] token ids -> [T, hidden] final hidden states (after the last norm). `lora` (a
+        langrt.lora.LoraPass) adds the requests' adapters to the layers (langrt/lora/layer.py)."""
         x = self.embed_tokens(input_ids) if self.tp is None else self._embed_vocab_part(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
         if self._layer_tensors is False:  # the weights are final by the first pass
             self._layer_tensors = None if self.compiled or self.tp else fused_layers.layer_tensors(self)
-        whole = fused_layers.run(self._layer_tensors, x, rope, attn)
+        whole = fused_layers.run(self._layer_tensors, x, rope, attn) if lora is None else None
         if whole is not None:
             x, residual = whole
+        elif lora is not None:
+            x, residual = _lora_layers(self.layers, lora, rope, x, attn)
         else:
             residual = None
             for layer in self.layers:
@@ -303,6 +306,15 @@ class LlamaForCausalLM(nn.Module):
             else:
                 names.append(f"{name}@None")
         return names
+
+
+def _lora_layers(layers, lora, rope: Rope, x: torch.Tensor, attn: Attention) -> tuple[torch.Tensor, torch.Tensor]:
+    from langrt.lora.layer import forward_layer  # only passes with adapters need it
+
+    residual = None
+    for layer in layers:
+        x, residual = forward_layer(layer, lora, rope, x, residual, attn)
+    return x, residual
 
 
 ENTRY_CLASS = LlamaForCausalLM

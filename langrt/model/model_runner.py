@@ -16,6 +16,7 @@ from langrt.cpu_features import describe_path
 from langrt.errors import ModelLoadError
 from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.mem.window_pool import HybridKVPool, KVSplit, uses_window_pool
+from langrt.lora.batch import LoraPass
 from langrt.model.attention import create_attention_backend
 from langrt.model.config import ModelConfig
 from langrt.model.cuda_graph import create_decode_graphs
@@ -89,11 +90,14 @@ class ModelRunner:
         """Run the layers over the batch's new tokens, writing their K/V; -> [T, hidden]."""
         if self.peers is not None:
             self.peers.forward(batch, self.req_pool.req_to_token)
-        if self.graphs.can_replay(batch):
+        if batch.adapters is None and self.graphs.can_replay(batch):
             return self.graphs.replay(batch)
         attn = self.attn_backend.prepare(batch)
         set_quantized_pass(decode=batch.mode is ForwardMode.DECODE, decoding=batch.decoding)
-        return self.model(batch.input_ids, batch.positions, attn)
+        if batch.adapters is None:
+            return self.model(batch.input_ids, batch.positions, attn)
+        lora = LoraPass.build(batch.adapters, batch.extend_lens, self.device)
+        return self.model(batch.input_ids, batch.positions, attn, lora=lora)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

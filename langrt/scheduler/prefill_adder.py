@@ -69,7 +69,7 @@ class PrefillAdder:
         if self.exhausted:
             return False
         if match is None or not self.cache.is_current(match):  # an earlier admission evicted
-            match = self.cache.match(req.all_ids[: req.max_prefix_len])
+            match = self.cache.match(req.cache_ids[: req.max_prefix_len])
         if self._should_wait_for_batch_mate(req, match.length) or self.cache.window_room <= 0:
             return False
         opened = self.cache.open(req, match)
@@ -101,8 +101,8 @@ class PrefillAdder:
     def _should_wait_for_batch_mate(self, req: Req, matched: int) -> bool:
         if not self.cache.reuses_prefixes or not self.items:
             return False
-        ids = req.all_ids
-        shared = max(_common_prefix(ids, item.req.all_ids) for item in self.items)
+        ids = req.cache_ids
+        shared = max(_common_prefix(ids, item.req.cache_ids) for item in self.items)
         return shared - matched > IN_BATCH_SHARE_TOKENS
 
 

@@ -114,6 +114,7 @@ class Req:
     input_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     output_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     sent: "SentMarks" = field(default_factory=lambda: SentMarks())
+    lora: Any = None  # its LoRA adapter (langrt.lora.LoraAdapter), resolved on arrival; None: the base model
 
     def __post_init__(self):
         assert self.input_ids, "a request needs at least one prompt token"
@@ -145,6 +146,12 @@ class Req:
     @property
     def all_ids(self) -> list[int]:
         return self.input_ids + self.output_ids
+
+    @property
+    def cache_ids(self) -> list[int]:
+        """all_ids as the prefix cache keys them: under an adapter, in that adapter's own key
+        space, so K/V computed with one adapter (or none) is never reused under another."""
+        return self.all_ids if self.lora is None else self.lora.cache_key(self.all_ids)
 
     @property
     def pending_ids(self) -> list[int]:

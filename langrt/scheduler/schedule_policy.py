@@ -40,7 +40,7 @@ class SchedulePolicy:
             shuffled = list(waiting)
             self.rng.shuffle(shuffled)
             return shuffled, {}
-        matches = {id(r): self.cache.match(r.all_ids[: r.max_prefix_len]) for r in waiting}
+        matches = {id(r): self.cache.match(r.cache_ids[: r.max_prefix_len]) for r in waiting}
         if self.name == "lpm":
             # Stable sort: equal matches keep arrival order.
             return sorted(waiting, key=lambda r: -matches[id(r)].length), matches

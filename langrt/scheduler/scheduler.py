@@ -32,6 +32,7 @@ from langrt.scheduler.prefill_adder import PrefillAdder, PrefillItem, reserved_t
 from langrt.scheduler.req import FinishReason, Req, ReqStatus, StopChecker
 from langrt.scheduler.schedule_policy import SchedulePolicy
 from langrt.validation import Limits, validate_request
+from langrt.lora.registry import LoraRegistry
 from langrt.mem.cache_manager import CacheManager
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.model_runner import ModelRunner
@@ -99,6 +100,7 @@ class Scheduler:
         self.grammar_backend = args.grammar_backend
         self.think_tokens = think_tokens_for(args.reasoning_parser, tokenizer.encode, runner.vocab_size, self.stop_checker.eos_token_ids)
         self.failed: list[tuple[Req, InvalidRequest]] = []  # refused after arrival (grammar errors)
+        self.loras = LoraRegistry.for_runner(runner, args)
         self.stats = SchedulerStats()
         self.emitter = TokenEmitter(
             self.stop_checker, tokenizer, not args.disable_jump_forward, self.stats,
@@ -117,6 +119,7 @@ class Scheduler:
 
     def add_request(self, req: Req) -> None:
         self.validate(req)
+        req.lora = self.loras.resolve(req.options.lora_path)
         if self.emitter.drafter.speculative:
             req.spec_accepted_tokens = 0
         p = req.params
@@ -267,6 +270,7 @@ class Scheduler:
             self.chunked = None
         if self.waiting and not adder.exhausted:
             ordered, matches = self.policy.order(list(self.waiting))
+            ordered = self.loras.within_cap(ordered, self.running + [item.req for item in adder.items])
             admitted = set()
             for req in ordered:
                 if adder.exhausted:
@@ -304,7 +308,8 @@ class Scheduler:
         slots = torch.cat([self.cache.slots(r, end - n, end) for r, end, n in zip(reqs, seq_lens, extend_lens)])
         rows = [r.kv_row for r in reqs]
         mode = ForwardMode.EXTEND if prefill or len(ids) > len(rows) else ForwardMode.DECODE
-        return ForwardBatch.build(mode, ids, slots, rows, seq_lens, extend_lens, self.runner.device, decoding=not prefill)
+        adapters = [r.lora for r in reqs] if any(r.lora is not None for r in reqs) else None
+        return ForwardBatch.build(mode, ids, slots, rows, seq_lens, extend_lens, self.runner.device, not prefill, adapters)
 
     # ---- after the forward pass --------------------------------------------------------
 

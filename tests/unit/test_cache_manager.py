@@ -35,6 +35,11 @@ class FakeReq:
     reserved_end: int = 0  # positions [kv_len, reserved_end) have slots, not yet computed
     seen: list = field(default_factory=list)
 
+    @property
+    def cache_ids(self) -> list[int]:
+        """What the prefix cache keys it by: its ids (no LoRA adapter)."""
+        return self.all_ids
+
 
 class CacheManagerMachine(RuleBasedStateMachine):
     radix = True

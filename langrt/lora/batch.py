@@ -1,0 +1,70 @@
+"""One forward pass's LoRA work: its rows grouped by adapter (Punica / S-LoRA's segments).
+
+The base projection runs once over every row of the batch; then, for each adapter present, its
+rows' low-rank product is added to theirs: out[rows] += x[rows] @ A^T @ B^T (scaling folded
+into B). Rows of requests without an adapter get nothing added. Rows of one request are
+contiguous in the pass's [T] layout (ForwardBatch), so one adapter's rows are usually one
+slice; otherwise an index gathers and scatters them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from langrt.lora.adapter import LoraAdapter
+
+
+@dataclass(frozen=True)
+class LoraGroup:
+    adapter: LoraAdapter
+    rows: slice | torch.Tensor  # a slice when its rows are contiguous, else [n] int64 row ids
+
+
+@dataclass(frozen=True)
+class LoraPass:
+    groups: tuple[LoraGroup, ...]
+
+    def __post_init__(self):
+        names = [g.adapter.name for g in self.groups]
+        assert len(set(names)) == len(names), "one group per adapter"
+
+    @classmethod
+    def build(
+        cls, adapters: Sequence[LoraAdapter | None], extend_lens: Sequence[int], device: torch.device
+    ) -> "LoraPass | None":
+        """Request i (with `adapters[i]`, None: the base model) owns the next extend_lens[i]
+        rows. None when no request has an adapter: the pass runs the plain model."""
+        rows: dict[int, list[int]] = {}
+        by_id: dict[int, LoraAdapter] = {}
+        start = 0
+        for adapter, n in zip(adapters, extend_lens):
+            if adapter is not None:
+                rows.setdefault(id(adapter), []).extend(range(start, start + n))
+                by_id[id(adapter)] = adapter
+            start += n
+        if not rows:
+            return None
+        return cls(tuple(LoraGroup(by_id[k], _as_rows(r, device)) for k, r in rows.items()))
+
+    def add(self, out: torch.Tensor, x: torch.Tensor, layer: int, projection: str) -> torch.Tensor:
+        """out [T, out_features] (the base projection of x [T, in]) plus each adapter's low-rank
+        product on its rows; in place, returned."""
+        for group in self.groups:
+            factors = group.adapter.factors.get((layer, projection))
+            if factors is None:  # the adapter does not target this projection
+                continue
+            if isinstance(group.rows, slice):
+                out[group.rows] += (x[group.rows] @ factors.a.T) @ factors.b.T
+            else:
+                delta = (x.index_select(0, group.rows) @ factors.a.T) @ factors.b.T
+                out.index_add_(0, group.rows, delta)
+        return out
+
+
+def _as_rows(rows: list[int], device: torch.device) -> slice | torch.Tensor:
+    if rows[-1] - rows[0] + 1 == len(rows):
+        return slice(rows[0], rows[-1] + 1)
+    return torch.tensor(rows, dtype=torch.int64, device=device)
