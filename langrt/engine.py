@@ -79,6 +79,7 @@ class Engine:
         return_text_in_logprobs: bool = False,
         rid: str | list[str] | None = None,
         stream: bool = False,
+        lora_path: str | list[str | None] | None = None,
     ) -> dict | list[dict] | Iterator[dict]:
         """One prompt (text or token ids) -> one result; a list of prompts, or n > 1 -> a list.
 
@@ -88,9 +89,10 @@ class Engine:
         stream=True returns an iterator of results as they grow, as the native API streams
         them: `text` is cumulative, the last result of each request has its final meta_info,
         and results of a batch carry their "index". Closing the iterator early aborts the
-        requests."""
+        requests. `lora_path` names a loaded LoRA adapter (per prompt or for all; None: the base
+        model)."""
         call = _call_of(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                        return_text_in_logprobs, rid, stream)  # fmt: skip
+                        return_text_in_logprobs, rid, stream, lora_path)  # fmt: skip
         if stream:
             return self._stream_sync(call)
         return self._call(self._generate(call))
@@ -105,10 +107,11 @@ class Engine:
         top_logprobs_num=None,
         return_text_in_logprobs=False,
         rid=None,
+        lora_path=None,
     ) -> dict | list[dict]:
         """`generate` for callers on an event loop (runs on the engine's own loop)."""
         call = _call_of(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                        return_text_in_logprobs, rid)  # fmt: skip
+                        return_text_in_logprobs, rid, lora_path=lora_path)  # fmt: skip
         if asyncio.get_running_loop() is not self._loop:
             return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._generate(call), self._loop))
         return await self._generate(call)
@@ -190,6 +193,23 @@ class Engine:
         """Empty the prefix cache; False (nothing changes) while requests are in flight."""
         return self._call(self.manager.control("flush_cache"))
 
+    def load_lora_adapter(self, lora_name: str, lora_path: str) -> dict:
+        """Serve the PEFT adapter directory `lora_path` as `lora_name` -> {name: path} of every
+        adapter now loaded; raises LoraError naming what does not fit."""
+        return self._lora_reply(self._call(self.manager.lora(lora_name, lora_path)))
+
+    def unload_lora_adapter(self, lora_name: str) -> dict:
+        """Stop serving `lora_name` (running requests finish with it) -> the adapters left."""
+        return self._lora_reply(self._call(self.manager.lora(lora_name)))
+
+    @staticmethod
+    def _lora_reply(reply: dict) -> dict:
+        if "error" in reply:
+            from langrt.lora.adapter import LoraError
+
+            raise LoraError(reply["error"])
+        return reply["adapters"]
+
     def get_server_info(self) -> dict:
         """Settings and live state: KV pool, prefix cache, queues."""
         stats = self._call(self.manager.server_stats())
@@ -226,12 +246,12 @@ def _listify(input_ids):
 
 def _call_of(
     prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid,
-    stream=False,
+    stream=False, lora_path=None,
 ) -> GenerateCall:  # fmt: skip
     """generate's arguments as one GenerateCall (a tuple of prompts becomes a list)."""
     return GenerateCall(
         text=prompt if isinstance(prompt, (str, list)) or prompt is None else list(prompt),
         input_ids=_listify(input_ids), sampling_params=sampling_params, rid=rid, return_logprob=return_logprob,
         logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
-        return_text_in_logprobs=return_text_in_logprobs, stream=stream,
+        return_text_in_logprobs=return_text_in_logprobs, stream=stream, lora_path=lora_path,
     )  # fmt: skip

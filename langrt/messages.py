@@ -54,6 +54,16 @@ class ControlRequest:
 
 
 @dataclass(frozen=True)
+class LoraRequest:
+    """Load (`path` given) or unload a LoRA adapter; answered by a ControlReply of kind "lora"
+    whose payload is {"adapters": {name: path}} or {"error": message}."""
+
+    request_id: int
+    name: str
+    path: str | None = None
+
+
+@dataclass(frozen=True)
 class SnapshotRequest:
     """Asks the scheduler for the dashboard's state (scheduler/snapshot.py), answered by a
     SnapshotReply with the same `request_id`. The bounds keep it cheap to compute and send."""

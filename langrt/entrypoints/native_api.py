@@ -19,7 +19,7 @@ from langrt.entrypoints.errors import error_body, error_response, status_of
 
 GENERATE_FIELDS = {
     "text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len", "top_logprobs_num",
-    "return_text_in_logprobs", "stream", "image_data",
+    "return_text_in_logprobs", "stream", "image_data", "lora_path",
 }  # fmt: skip
 # Why 64: the deepest legitimate field is a JSON schema, and real ones nest a few levels; much
 # deeper structures only exhaust the recursion of schema compilation and of json itself.

@@ -17,6 +17,7 @@ from langrt.entrypoints.tool_calls import parse_tools, syntax_for
 from langrt.entrypoints.tool_parser import ToolCallParser
 from langrt.errors import InvalidRequest
 from langrt.server.req_state import ReqState
+from langrt.entrypoints.lora_api import adapter_of_model
 from langrt.messages import RequestOptions
 from langrt.server.generate_input import MAX_TOP_LOGPROBS, GenerateInput, check_batch_size
 from langrt.server.tokenizer_manager import TokenizerManager
@@ -61,6 +62,11 @@ def refuse_unsupported(body: dict) -> None:
 
 def model_name(request: web.Request) -> str:
     return request.app["served_model_name"]
+
+
+def _adapter(request: web.Request, body: dict) -> str | None:
+    """The LoRA adapter `model` names ("BASE:NAME" or NAME; docs/lora.md), None: the base model."""
+    return adapter_of_model(body.get("model"), model_name(request), request.app["manager"].lora_names)
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -127,7 +133,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     params = SamplingParams.from_dict(sampling_dict(body, max_tokens))
     options = RequestOptions(
         return_logprob=want_logprobs, logprob_start_len=0 if echo and want_logprobs else -1,
-        top_logprobs_num=logprobs, stream=bool(body.get("stream")),
+        top_logprobs_num=logprobs, stream=bool(body.get("stream")), lora_path=_adapter(request, body),
     )  # fmt: skip
     inp = GenerateInput(prompts, [params] * len(prompts), [None] * len(prompts), [options] * len(prompts))
     states = await manager.submit(inp)
@@ -225,8 +231,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         _constrain_calls(sampling, tool_constraint(tools, syntax))
     params = SamplingParams.from_dict(sampling)
     options = RequestOptions(
-        return_logprob=want_logprobs, top_logprobs_num=top if want_logprobs else 0, stream=bool(body.get("stream"))
-    )
+        return_logprob=want_logprobs, top_logprobs_num=top if want_logprobs else 0, stream=bool(body.get("stream")),
+        lora_path=_adapter(request, body),
+    )  # fmt: skip
     inp = GenerateInput([prompt], [params], [None], [options])
     states = await manager.submit(inp)
     rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())

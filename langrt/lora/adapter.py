@@ -103,12 +103,16 @@ def _read_config(name: str, path: str) -> dict:
 
 
 def _read_tensors(name: str, path: str) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     file = os.path.join(path, "adapter_model.safetensors")
     if not os.path.exists(file):
         raise LoraError(f"LoRA adapter {name!r}: {file} is missing; save the adapter with safe_serialization=True")
-    return load_file(file)
+    try:
+        return load_file(file)
+    except (OSError, SafetensorError) as e:
+        raise LoraError(f"LoRA adapter {name!r}: cannot read {file} ({e})") from e
 
 
 def _pairs(name: str, tensors: dict[str, torch.Tensor], num_layers: int) -> dict:

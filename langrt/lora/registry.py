@@ -95,8 +95,21 @@ class LoraRegistry:
         return [_info(a) for a in self._adapters.values()]
 
 
+def lora_control(registry: LoraRegistry, name: str, path: str | None) -> dict:
+    """A LoraRequest's answer: load (path given) or unload `name` -> {"adapters": {name: path}}
+    after it, or {"error": why} (nothing changed)."""
+    try:
+        if path is None:
+            registry.unload(name)
+        else:
+            registry.load(name, path)
+    except (LoraError, InvalidRequest) as e:
+        return {"error": str(e) if isinstance(e, LoraError) else e.message}
+    return {"adapters": {a.name: a.path for a in registry.list()}}
+
+
 def _info(adapter: LoraAdapter) -> AdapterInfo:
     return AdapterInfo(adapter.name, adapter.path, adapter.rank, adapter.targets)
 
 
-__all__ = ["LoraRegistry", "AdapterInfo", "LoraError"]
+__all__ = ["LoraRegistry", "AdapterInfo", "LoraError", "lora_control"]

@@ -17,12 +17,14 @@ from langrt.ipc import Endpoints, PullQueue, PushQueue
 from langrt.processes.child import configure_logging, exit_with_parent
 from langrt.tokenizer.incremental_decoder import CONTEXT_TOKENS
 from langrt.scheduler.req import Req
+from langrt.lora.registry import lora_control
 from langrt.scheduler.scheduler import Scheduler
 from langrt.scheduler.snapshot import live_counts, scheduler_snapshot
 from langrt.mem.host_malloc import keep_freed_memory
 from langrt.messages import (
     AbortRequest,
     ControlReply,
+    LoraRequest,
     ControlRequest,
     DecodeSettings,
     GenerateRequest,
@@ -106,6 +108,7 @@ class SchedulerLoop:
             AbortRequest: self._on_abort,
             ControlRequest: self._on_control,
             SnapshotRequest: self._on_snapshot,
+            LoraRequest: self._on_lora,
         }
         self.busy_s = 0.0  # in steps: what the dashboard's snapshots are measured against
         self.steps = 0
@@ -158,6 +161,9 @@ class SchedulerLoop:
         else:
             payload = {**self.scheduler.cache_stats(), **live_counts(self.scheduler)}
         self.outbox.put(ControlReply(m.kind, m.request_id, payload))
+
+    def _on_lora(self, m: LoraRequest) -> None:
+        self.outbox.put(ControlReply("lora", m.request_id, lora_control(self.scheduler.loras, m.name, m.path)))
 
     def _on_snapshot(self, m: SnapshotRequest) -> None:
         """The dashboard's state; its cost, sending included, is counted in `snapshot_s` (the

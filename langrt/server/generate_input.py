@@ -30,6 +30,7 @@ class GenerateCall:
     top_logprobs_num: int | list[int] | None = None
     return_text_in_logprobs: bool = False
     stream: bool = False
+    lora_path: str | list[str | None] | None = None  # a LoRA adapter's name (None: the base model)
 
 
 @dataclass
@@ -65,6 +66,7 @@ def make_generate_input(tokenize, call: GenerateCall, max_prompts: int | None = 
     tops = [v or 0 for v in _per_item(call.top_logprobs_num, n, "top_logprobs_num", (int, type(None)))]
     with_text = _flag(call.return_text_in_logprobs, "return_text_in_logprobs")
     stream = _flag(call.stream, "stream")
+    loras = _per_item(call.lora_path, n, "lora_path", (str, type(None)))
     if any(v is not None and v < -1 for v in starts):
         raise InvalidRequest(
             "logprob_start_len must be >= -1 (-1: output logprobs only; the whole prompt for a prefill-only request)",
@@ -75,9 +77,9 @@ def make_generate_input(tokenize, call: GenerateCall, max_prompts: int | None = 
     options = [
         RequestOptions(
             return_logprob=want, logprob_start_len=_logprob_start(start, p), top_logprobs_num=top,
-            return_text_in_logprobs=with_text, stream=stream,
+            return_text_in_logprobs=with_text, stream=stream, lora_path=lora,
         )  # fmt: skip
-        for want, start, top, p in zip(return_logprob, starts, tops, params)
+        for want, start, top, p, lora in zip(return_logprob, starts, tops, params, loras)
     ]
     inp = GenerateInput(prompts, params, rids, options)
     return inp, is_batch or any(p.n > 1 for p in params)

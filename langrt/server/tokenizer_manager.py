@@ -30,6 +30,7 @@ from langrt.validation import Limits, validate_request
 from langrt.messages import (
     AbortRequest,
     ControlReply,
+    LoraRequest,
     ControlRequest,
     GenerateRequest,
     RequestFailed,
@@ -97,6 +98,7 @@ class TokenizerManager:
                 self.ready = message
         self.limits = Limits(self.ready.context_len, self.ready.vocab_size, self.ready.max_total_tokens)
         self.args = self.ready.args
+        self.lora_names = {name for name, _ in self.args.lora_adapters}  # adapters served now
         self._tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._watch_children())]
 
     @property
@@ -222,14 +224,24 @@ class TokenizerManager:
             self.to_scheduler.put(AbortRequest(state.rid, message))
 
     async def control(self, kind: str) -> Any:
-        request_id = next(self.request_ids)
+        return await self._ask(ControlRequest(kind, next(self.request_ids)))
+
+    async def lora(self, name: str, path: str | None = None) -> dict:
+        """Load (with `path`) or unload adapter `name` in the scheduler -> {"adapters": {name:
+        path}} or {"error": why}. `lora_names` follows what is loaded (OpenAI's model= reads it)."""
+        reply = await self._ask(LoraRequest(next(self.request_ids), name, path))
+        if "adapters" in reply:
+            self.lora_names = set(reply["adapters"])
+        return reply
+
+    async def _ask(self, message) -> Any:
         future = asyncio.get_running_loop().create_future()
-        self.replies[request_id] = future
-        self.to_scheduler.put(ControlRequest(kind, request_id))
+        self.replies[message.request_id] = future
+        self.to_scheduler.put(message)
         try:
             return await future
         finally:
-            self.replies.pop(request_id, None)
+            self.replies.pop(message.request_id, None)
 
     async def snapshot(self, **bounds) -> SnapshotReply:
         """The scheduler's state for the dashboard (messages.SnapshotRequest's bounds)."""
