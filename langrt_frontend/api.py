@@ -45,11 +45,14 @@ def gen(
     ebnf: str | None = None,
     reasoning: bool | None = None,
     max_reasoning_tokens: int | None = None,
+    lora_path: str | None = None,
 ) -> ir.Expr:
     """Generate into variable `name`. Unset settings inherit from run/run_batch (docs/programs.md, gen).
     With `choices` it is a `select`. With `reasoning` (a runtime with --reasoning-parser) the
     model thinks first, at most `max_reasoning_tokens`: `name` gets the answer, which alone
-    the constraint holds, and `name + "_reasoning"` the thinking (langrt_frontend/reasoning.py)."""
+    the constraint holds, and `name + "_reasoning"` the thinking (langrt_frontend/reasoning.py).
+    `lora_path` names the runtime's LoRA adapter to generate with (`run(lora_path=...)`: every gen
+    and select of the program)."""
     if choices:
         return select(name, choices, 0.0 if temperature is None else temperature, choices_method or token_length_normalized)
     params = GenParams(
@@ -58,7 +61,7 @@ def gen(
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
         return_logprob=return_logprob, logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
         return_text_in_logprobs=return_text_in_logprobs, regex=regex, json_schema=json_schema, ebnf=ebnf,
-        dtype=dtype, reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
+        dtype=dtype, reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens, lora_path=lora_path,
     )  # fmt: skip
     return ir.Gen(name, params)
 

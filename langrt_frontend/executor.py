@@ -158,7 +158,7 @@ class Executor:
 
     def _commit_prefix(self) -> None:
         try:
-            response = self.backend.generate({"text": self.text, "sampling_params": {"max_new_tokens": 0}})
+            response = self.backend.generate({"text": self.text, "sampling_params": {"max_new_tokens": 0}, **self.defaults.adapter_fields()})
         except RuntimeError:
             return  # only an optimization: the children's own requests report real failures
         self._learn_tokens(self.text, response["meta_info"])
@@ -239,7 +239,7 @@ class Executor:
     def _gen(self, node: ir.Gen) -> None:
         params = node.params.over(self.defaults).with_extra_stops(self.template.stop_str)
         prompt = self.text
-        payload = {"text": prompt, "sampling_params": _sampling_params(params), **params.logprob_options()}
+        payload = {"text": prompt, "sampling_params": _sampling_params(params), **params.request_options()}
         self._attach_images(payload)
         if self.stream and (params.n or 1) == 1:
             self._gen_streaming(node.name, prompt, payload, params.reasoning)
@@ -299,8 +299,9 @@ class Executor:
             # Cache it once and learn its token count, so the rows compute only their choice.
             self._commit_prefix()
         decision, meta = score_choices(
-            self.backend, self.text, node.choices, node.method, self._known_tokens(), self._attach_images
-        )
+            self.backend, self.text, node.choices, node.method, self._known_tokens(), self._attach_images,
+            self.defaults.adapter_fields(),
+        )  # fmt: skip
         self._append(decision)
         if node.name is not None:
             self.set(node.name, decision, meta)

@@ -39,12 +39,14 @@ _SAMPLING_FIELDS = (
     "reasoning", "max_reasoning_tokens",
 )  # fmt: skip
 LOGPROB_FIELDS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
+# Fields at the top of the request besides the logprob ones: the LoRA adapter (docs/lora.md)
+_REQUEST_FIELDS = (*LOGPROB_FIELDS, "lora_path")
 
 # `run`/`run_batch` keyword arguments that are sampling settings (docs/programs.md, run and forks), and their defaults.
 RUN_DEFAULTS: dict[str, Any] = dict(
     max_new_tokens=128, stop=(), stop_token_ids=(), temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0,
     frequency_penalty=0.0, presence_penalty=0.0, ignore_eos=False, return_logprob=None, logprob_start_len=None,
-    top_logprobs_num=None, return_text_in_logprobs=None,
+    top_logprobs_num=None, return_text_in_logprobs=None, lora_path=None,
 )  # fmt: skip
 
 
@@ -73,6 +75,7 @@ class GenParams:
     dtype: Any = None
     reasoning: bool | None = None  # the model thinks first; the constraint holds its answer (reasoning.py)
     max_reasoning_tokens: int | None = None
+    lora_path: str | None = None  # the runtime's LoRA adapter to generate with (None: the base model)
 
     def __post_init__(self):
         for name in ("stop", "stop_regex"):
@@ -121,3 +124,12 @@ class GenParams:
 
     def logprob_options(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in LOGPROB_FIELDS if getattr(self, name) is not None}
+
+    def adapter_fields(self) -> dict[str, Any]:
+        """A run's LoRA adapter for the requests no gen configures (a select's rows, the prefix
+        they share): they must see the adapter's K/V too."""
+        return {"lora_path": self.lora_path} if self.lora_path else {}
+
+    def request_options(self) -> dict[str, Any]:
+        """The fields a /generate request carries beside text and sampling_params."""
+        return {name: getattr(self, name) for name in _REQUEST_FIELDS if getattr(self, name) is not None}

@@ -20,9 +20,10 @@ _MERGE_MARGIN = 2
 
 
 def score_choices(
-    backend, prefix: str, choices: Sequence[str], method, known_tokens: int = 0, prepare=None
+    backend, prefix: str, choices: Sequence[str], method, known_tokens: int = 0, prepare=None, extra: dict | None = None
 ) -> tuple[str, dict]:
-    """The winning choice and the select's meta info. `prepare(payload)` may add to the request."""
+    """The winning choice and the select's meta info. `prepare(payload)` may add to the request;
+    `extra` fields go with it (the program's LoRA adapter)."""
     if not choices:
         raise ValueError("select needs at least one choice")
     start = max(0, known_tokens - _MERGE_MARGIN) if prefix else 0
@@ -37,6 +38,7 @@ def score_choices(
         "return_logprob": True,
         "logprob_start_len": starts,
         "return_text_in_logprobs": True,
+        **(extra or {}),
     }
     if prepare is not None:
         prepare(payload)

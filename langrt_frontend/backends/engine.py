@@ -9,7 +9,8 @@ from typing import Any, Iterator
 
 from langrt_frontend.chat_template import ChatTemplate, resolve_chat_template
 
-_GENERATE_ARGS = ("sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs", "rid")
+_GENERATE_ARGS = ("sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs", "rid",
+                  "lora_path")  # fmt: skip
 
 
 class EngineBackend:

@@ -61,6 +61,8 @@ def sampling_fields(params: GenParams, constraints: Constraints) -> dict:
         body[field] = value
     if native.get("stop_regex"):
         raise constraints.refuse("gen(stop_regex)", "the OpenAI API has no stop_regex (use stop strings)")
+    if params.lora_path:
+        raise constraints.refuse("gen(lora_path=...)", "an OpenAI server takes the adapter as its model: OpenAI(model='BASE:NAME')")
     if native.get("reasoning"):
         raise constraints.refuse("gen(reasoning=True)", "it keeps only message.content; run a reasoning model through RuntimeEndpoint or Engine")
     return body
