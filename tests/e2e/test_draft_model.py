@@ -75,6 +75,8 @@ def llama_drafts(tmp_path_factory, tiny_llama_dir, tiny_model_builder):
     return {"truncated": truncated, "random": other}
 
 
+# Most of this file's time (two long mixed batches per draft kind): slow, run by CI.
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["truncated", "random"])
 def test_greedy_outputs_are_the_same_with_and_without_a_draft_model(kind, tiny_llama_dir, llama_drafts):
     """Greedy and sampled requests in one batch, joining while others decode: the greedy outputs
