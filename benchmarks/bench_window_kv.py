@@ -9,7 +9,12 @@ CacheManager as the scheduler does (window K/V dropped between passes), then tim
 decode steps at batch 1, logits of the new token included; blocks of steps alternate between
 the sides on one model and the median step is reported.
 
-    .venv/bin/python benchmarks/bench_window_kv.py [--context 4096] [--dtype bfloat16]
+`--attention-only` times the attention of a decode step alone (the backend's per-pass setup
+and its 18 layers' attend, on the same batch each time), where the window pool's extra work
+(the window table) would show; the prompt's slots are then reserved and cached without running
+the model (their K/V stay zero, which attention reads at the same cost).
+
+    .venv/bin/python benchmarks/bench_window_kv.py [--context 4096] [--dtype bfloat16] [--attention-only]
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ def gemma3_270m_dir(path: Path) -> Path:
 class Seq:
     def __init__(self, ids: list[int]):
         self.all_ids, self.kv_len, self.cached_len, self.cache_node, self.kv_row = ids, 0, 0, None, None
+        self.cache_ids = ids  # what its cached prefixes are keyed by
 
 
 class Side:
@@ -66,7 +72,12 @@ class Side:
         self.seq = Seq(torch.randint(100, VOCAB, (args.context,), generator=gen).tolist())
         assert self.cm.open(self.seq, self.cm.match([]))
         while self.seq.kv_len < args.context:
-            self.run(min(args.chunk, args.context - self.seq.kv_len))
+            n = min(args.chunk, args.context - self.seq.kv_len)
+            if args.attention_only:
+                assert self.cm.reserve(self.seq, self.seq.kv_len, n)
+                self.seq.kv_len += n
+            else:
+                self.run(n)
             self.cm.share(self.seq)
 
     def run(self, n: int) -> None:
@@ -100,6 +111,28 @@ class Side:
                 "bytes": len(slots) * split.full_bytes + held * split.window_bytes}  # fmt: skip
 
 
+def timed_attention(side: Side, steps: int) -> list[float]:
+    """The attention of one decode step, `steps` times over the same batch (one new slot)."""
+    seq, runner, config = side.seq, side.runner, side.runner.config
+    seq.all_ids.append(7)
+    assert side.cm.reserve(seq, seq.kv_len, 1)
+    batch = ForwardBatch.build(ForwardMode.DECODE, [7], side.cm.slots(seq, seq.kv_len, seq.kv_len + 1), [seq.kv_row],
+                               [seq.kv_len + 1], [1], runner.device)  # fmt: skip
+    q = torch.randn(1, config.num_heads * config.head_dim, dtype=runner.dtype)
+    k, v = (torch.randn(1, config.num_kv_heads * config.head_dim, dtype=runner.dtype) for _ in range(2))
+    times = []
+    with torch.inference_mode():
+        for _ in range(steps):
+            start = time.perf_counter()
+            attn = side.backend.prepare(batch)
+            for layer in range(config.num_layers):
+                attn.attend(layer, q, k, v)
+            times.append(time.perf_counter() - start)
+    seq.all_ids.pop()
+    side.cm.trim(seq, seq.kv_len + 1)
+    return times
+
+
 def timed(side: Side, steps: int) -> list[float]:
     times = []
     for _ in range(steps):
@@ -117,8 +150,10 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=3, help="timed blocks per side, alternating")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--attention-backend", default="cpu")
-    parser.add_argument("--out", default=str(RESULTS / "bench_window_kv.json"))
+    parser.add_argument("--attention-only", action="store_true", help="time the attention of a decode step alone")
+    parser.add_argument("--out", default=None, help="results file (default: results/bench_window_kv[_attention].json)")
     args = parser.parse_args()
+    args.out = args.out or str(RESULTS / f"bench_window_kv{'_attention' if args.attention_only else ''}.json")
     report = {"args": vars(args), "load_average_before": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
         runner = make_runner(gemma3_270m_dir(Path(tmp)), dtype=args.dtype, load_format="dummy", attention_backend=args.attention_backend,
@@ -130,7 +165,7 @@ def main() -> None:
     times = {name: [] for name in sides}
     for _ in range(args.blocks):
         for name, side in sides.items():
-            times[name] += timed(side, args.steps)
+            times[name] += (timed_attention if args.attention_only else timed)(side, args.steps)
     report["kv_bytes_per_request"] = {name: side.kv_bytes() for name, side in sides.items()}
     report["median_step_ms"] = {name: 1e3 * statistics.median(t) for name, t in times.items()}
     kv = report["kv_bytes_per_request"]

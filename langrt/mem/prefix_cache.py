@@ -178,7 +178,7 @@ class RadixPrefixCache(PrefixCache):
         if self.kv_pool.window is None:
             return self.evictable_size
         slots = self.tree.unlocked_slots()
-        return int((self.kv_pool.full_to_window[slots.to(self.kv_pool.device)] >= 0).sum())
+        return int((self.kv_pool.full_to_window.index_select(0, slots.to(self.kv_pool.device)) >= 0).sum())
 
     @property
     def evicted_tokens(self) -> int:

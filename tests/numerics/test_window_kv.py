@@ -55,6 +55,11 @@ class Seq:
     cache_node: object = None
     kv_row: int | None = None
 
+    @property
+    def cache_ids(self) -> list[int]:
+        """The ids its cached prefixes are keyed by (no adapter prefix)."""
+        return self.all_ids
+
 
 class CachedDriver:
     def __init__(self, runner):

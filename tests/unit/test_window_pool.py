@@ -24,6 +24,13 @@ from test_cache_manager import CONTEXT, ROWS, SLOTS, CacheManagerMachine, FakeRe
 WINDOW, WINDOW_SLOTS = 3, 11
 
 
+class WindowReq(FakeReq):
+    @property
+    def cache_ids(self) -> list[int]:
+        """What its cached prefixes are keyed by: its ids (no adapter in front)."""
+        return self.all_ids
+
+
 def hybrid_pool(size: int = SLOTS, window_size: int = WINDOW_SLOTS) -> HybridKVPool:
     # layer 0 slides over WINDOW tokens, layer 1 is full
     return HybridKVPool(size, window_size, (WINDOW, None), 1, 2, torch.float32, "cpu")
@@ -39,7 +46,7 @@ class HybridMachine(CacheManagerMachine):
     def pool(self) -> HybridKVPool:
         return self.cm._kv
 
-    def _compute(self, req: FakeReq, end: int) -> None:
+    def _compute(self, req: WindowReq, end: int) -> None:
         for pos, slot in zip(range(req.kv_len, end), self.cm.slots(req, req.kv_len, end).tolist()):
             window_slot = int(self.pool.full_to_window[slot])
             assert window_slot >= 0, "a reserved slot comes with a window slot"
@@ -53,7 +60,7 @@ class HybridMachine(CacheManagerMachine):
     def admit(self, ids):
         if self.cm.free_rows == 0:
             return
-        req = FakeReq(list(ids))
+        req = WindowReq(list(ids))
         assert self.cm.open(req, self.cm.match(ids[:-1]))
         need = len(ids) - req.kv_len
         if need > self._room():
