@@ -21,6 +21,7 @@ import queue
 import threading
 from typing import Any, AsyncIterator, Iterator, Sequence
 
+from langrt.embeddings.api import create_embeddings
 from langrt.processes.launcher import ChildProcesses
 from langrt.server.req_state import merged_snapshots
 from langrt.server.generate_input import GenerateCall, make_generate_input
@@ -186,6 +187,17 @@ class Engine:
                 yield item
         finally:
             future.cancel()  # a consumer that stops early aborts the requests
+
+    # ---- embeddings (--is-embedding) ------------------------------------------------------
+
+    def encode(self, prompt: str | list[int] | list[str] | list[list[int]], dimensions: int | None = None) -> dict | list[dict]:
+        """One input (text or token ids) -> {"embedding": [floats], "meta_info": {"prompt_tokens"}};
+        a list of inputs -> a list of those. Bad input raises InvalidRequest naming the field."""
+        result = self._call(create_embeddings(self.manager, prompt, dimensions))
+        out = [{"embedding": v.tolist(), "meta_info": {"prompt_tokens": n}}
+               for v, n in zip(result.vectors, result.prompt_tokens)]  # fmt: skip
+        single = isinstance(prompt, str) or bool(prompt) and all(isinstance(t, int) for t in prompt)
+        return out[0] if single else out
 
     # ---- control -------------------------------------------------------------------------
 

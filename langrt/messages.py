@@ -64,6 +64,16 @@ class LoraRequest:
 
 
 @dataclass(frozen=True)
+class EmbedRequest:
+    """Embed each of `inputs` (token ids) with the --is-embedding model; answered by a ControlReply
+    of kind "embed" whose payload is {"embeddings": float32 array [N, D], "cached_tokens": int,
+    "normalized": bool (unit-length vectors)} or {"error": message}."""
+
+    request_id: int
+    inputs: list[list[int]]
+
+
+@dataclass(frozen=True)
 class SnapshotRequest:
     """Asks the scheduler for the dashboard's state (scheduler/snapshot.py), answered by a
     SnapshotReply with the same `request_id`. The bounds keep it cheap to compute and send."""

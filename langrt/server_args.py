@@ -10,6 +10,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from langrt import envs
 from langrt.model.registry import MODEL_IMPLS
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -78,6 +79,8 @@ class ServerArgs:
     num_threads: int | None = _flag("torch CPU threads in each model process (each tensor-parallel rank); default: the cores it may use, shared out over the --tp-size ranks", default=None)
     disable_malloc_tuning: bool = _flag("leave the C allocator of the model process at its defaults (by default it keeps freed memory for the next pass, so CPU passes stop refaulting their activations; it holds on to its peak heap)", default=False)
     disable_dashboard: bool = _flag("do not serve the live dashboard (GET /dashboard, /dashboard/state, /dashboard/events; docs/dashboard.md)", default=False)
+    is_embedding: bool = _flag("serve embeddings (/v1/embeddings, /encode, Engine.encode) instead of generation: encoder models (BERT family) always, decoder models with --pooling (docs/embeddings.md)", default=False)
+    pooling: str | None = _flag("how --is-embedding pools a model's hidden states: last (token), mean, cls; default: the model directory's sentence-transformers settings, else mean for encoders and last for decoders", ("last", "mean", "cls", None), default=None)
     log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")
 
     def __post_init__(self):
@@ -214,7 +217,7 @@ def _attention_backend(asked: str, device: str) -> str:
         if device == "cuda":
             return "triton" if importlib.util.find_spec("triton") is not None else "torch"
         return "cpu" if device == "cpu" else "torch"
-    if asked == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    if asked == "triton" and device == "cpu" and envs.TRITON_INTERPRET.get() != "1":
         raise ValueError(
             "--attention-backend triton needs --device cuda; on CPU use --attention-backend cpu or torch "
             "(or set TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, for tests)"

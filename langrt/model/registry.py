@@ -23,6 +23,7 @@ class Arch:
     module: str  # the langrt module defining ENTRY_CLASS
     gguf: str | None = None  # llama.cpp's `general.architecture`, where langrt loads GGUF files of it
     qkv_bias: bool = False  # q/k/v projections carry a bias unless the config says otherwise
+    encoder: bool = False  # bidirectional, embeddings only (--is-embedding; langrt.embeddings)
 
 
 NATIVE: tuple[Arch, ...] = (
@@ -37,6 +38,7 @@ NATIVE: tuple[Arch, ...] = (
     Arch("Qwen2MoeForCausalLM", "qwen2_moe", "langrt.model.qwen2_moe", gguf="qwen2moe", qkv_bias=True),
     Arch("Qwen3MoeForCausalLM", "qwen3_moe", "langrt.model.qwen3_moe", gguf="qwen3moe"),
     Arch("OlmoeForCausalLM", "olmoe", "langrt.model.olmoe", gguf="olmoe"),
+    Arch("BertModel", "bert", "langrt.model.bert", encoder=True),
 )
 
 MODEL_IMPLS = ("auto", "langrt", "transformers")

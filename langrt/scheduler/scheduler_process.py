@@ -36,6 +36,8 @@ from langrt.messages import (
     TokenUpdates,
 )
 from langrt.server_args import ServerArgs
+from langrt.embeddings.checks import serves_encoder
+from langrt.model.source import ModelSource
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,10 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
     outbox: PushQueue = PushQueue(context, endpoints.detokenizer)
     try:
         args = args.resolve()
+        if serves_encoder(args):  # BERT family: no KV cache, its own loop (langrt.embeddings)
+            from langrt.embeddings.encoder_loop import run_encoder_loop
+
+            return run_encoder_loop(args, ModelSource.resolve(args.model_path), inbox, outbox)
         scheduler = build_scheduler(args, _rank_zero(args, endpoints))
         outbox.put(ready_message(scheduler, args))
         SchedulerLoop(scheduler, inbox, outbox).run()

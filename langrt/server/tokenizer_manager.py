@@ -32,6 +32,7 @@ from langrt.messages import (
     ControlReply,
     LoraRequest,
     ControlRequest,
+    EmbedRequest,
     GenerateRequest,
     RequestFailed,
     SchedulerReady,
@@ -232,6 +233,13 @@ class TokenizerManager:
         reply = await self._ask(LoraRequest(next(self.request_ids), name, path))
         if "adapters" in reply:
             self.lora_names = set(reply["adapters"])
+        return reply
+
+    async def embed(self, inputs: list[list[int]]) -> dict:
+        """Embed token id lists with the --is-embedding model (messages.EmbedRequest's reply)."""
+        reply = await self._ask(EmbedRequest(next(self.request_ids), inputs))
+        if "error" in reply:
+            raise InvalidRequest(reply["error"], "input")
         return reply
 
     async def _ask(self, message) -> Any:
