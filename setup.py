@@ -10,6 +10,8 @@ were built for. That needs torch importable while building, which pip's build is
 
 Without torch (plain `pip install .`, or LANGRT_BUILD_CPU_KERNELS=0) the package installs without
 them and they are built on first use, as in a source checkout (`pip install -e .`).
+LANGRT_BUILD_CPU_ISAS=avx2 (a comma list of avx512, avx2, scalar) builds only those layer
+libraries: a package for one machine, in a third of the time.
 """
 
 import importlib.util
@@ -47,7 +49,8 @@ def _kernel_build():
         )
         return [], {}
     sources = _build_sources()
-    libraries = sources.shipped_libraries()
+    only = tuple(isa for isa in os.environ.get("LANGRT_BUILD_CPU_ISAS", "").split(",") if isa)
+    libraries = sources.shipped_libraries(only=only)
     extensions = [
         CppExtension(f"langrt_kernels.cpu.prebuilt.{library.name}", [str(path.relative_to(ROOT)) for path in library.sources], extra_compile_args=list(library.cflags))
         for library in libraries

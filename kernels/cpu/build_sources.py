@@ -78,13 +78,16 @@ def quant_library(folder: Path = HERE) -> Library:
     return Library(QUANT_NAME, quant_sources(folder), CFLAGS)
 
 
-def shipped_libraries(machine: str | None = None) -> list[Library]:
+def shipped_libraries(machine: str | None = None, only: tuple[str, ...] = ()) -> list[Library]:
     """What a package build compiles for `machine` (default: this one): on x86-64 the layer
     kernels for each ISA (the CPU that runs the wheel picks one), elsewhere the plain-C++ build;
-    and the quantized library."""
+    and the quantized library. `only` keeps just the named ISAs (a build for one machine)."""
     x86 = (machine or platform.machine()) in ("x86_64", "AMD64")
     isas = ("avx512", "avx2", "scalar") if x86 else ("scalar",)
-    return [layer_library(isa) for isa in isas] + [quant_library()]
+    unknown = set(only) - set(isas)
+    if unknown:
+        raise ValueError(f"unknown ISA {sorted(unknown)} for this machine: choose from {', '.join(isas)}")
+    return [layer_library(isa) for isa in isas if not only or isa in only] + [quant_library()]
 
 
 def toolchain(torch_version: str, torch_git: str) -> dict[str, str]:
