@@ -13,6 +13,7 @@ import dataclasses
 import sys
 from typing import Sequence
 
+from langrt import envs
 from langrt.errors import LangrtError
 from langrt.server_args import ServerArgs
 
@@ -98,7 +99,8 @@ def add_router_args(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="langrt", description="langrt: a prefix-caching LLM runtime")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("launch", help="serve the native and OpenAI-compatible HTTP APIs")
+    serve = commands.add_parser("launch", help="serve the native and OpenAI-compatible HTTP APIs",
+                                epilog=envs.help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_args(serve)
     serve.set_defaults(handler=_launch)
     gen = commands.add_parser("generate", help="generate a completion offline (no server)")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import platform
 
+from langrt import envs
+
 
 @functools.cache
 def cpu_flags() -> frozenset[str]:
@@ -112,8 +114,8 @@ def separate_compile_cache() -> None:
 
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    capability = os.environ.get("ATEN_CPU_CAPABILITY")
-    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    capability = envs.ATEN_CPU_CAPABILITY.get()
+    chosen = envs.TORCHINDUCTOR_CACHE_DIR.get()
     if not capability or (chosen is not None and os.path.abspath(chosen) != os.path.abspath(default_cache_dir())):
         return
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default_cache_dir()}-{capability.lower()}"
+    envs.TORCHINDUCTOR_CACHE_DIR.set(f"{default_cache_dir()}-{str(capability).lower()}")

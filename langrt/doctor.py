@@ -3,14 +3,15 @@ and never fails: a part that cannot be asked says why on its own line."""
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from typing import Callable
 
+from langrt import envs
+
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
-CACHE_ENV = ("TORCH_EXTENSIONS_DIR", "LANGRT_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_HUB_OFFLINE")
-SETTINGS_ENV = ("LANGRT_CPU_ISA", "LANGRT_CPU_KERNELS", "LANGRT_CPU_KERNELS_PREBUILT", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")
+CACHE_ENV = envs.DOCTOR_CACHES
+SETTINGS_ENV = envs.DOCTOR_SETTINGS
 
 
 def report() -> list[tuple[str, str]]:
@@ -22,7 +23,7 @@ def report() -> list[tuple[str, str]]:
         ("transformers", _asked(_transformers_version)),
     ]
     lines += _cpu_lines()
-    lines += [(name, os.environ.get(name, "(unset)")) for name in SETTINGS_ENV + CACHE_ENV]
+    lines += [(name, envs.REGISTRY[name].raw() or "(unset)") for name in SETTINGS_ENV + CACHE_ENV]
     lines += [("extensions dir", _asked(_extensions_dir)), ("langrt cache dir", _asked(_langrt_cache_dir))]
     lines += [("hf hub cache", _asked(_hf_hub_cache)), ("built-in model", _asked(_builtin_model))]
     return lines
@@ -113,9 +114,7 @@ def _extensions_dir() -> str:
 
 
 def _langrt_cache_dir() -> str:
-    from pathlib import Path
-
-    return str(os.environ.get("LANGRT_CACHE_DIR") or Path.home() / ".cache" / "langrt")  # as langrt.constrained.native.build
+    return str(envs.langrt_cache_dir())
 
 
 def _hf_hub_cache() -> str:

@@ -10,6 +10,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from langrt import envs
 from langrt.model.registry import MODEL_IMPLS
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -216,7 +217,7 @@ def _attention_backend(asked: str, device: str) -> str:
         if device == "cuda":
             return "triton" if importlib.util.find_spec("triton") is not None else "torch"
         return "cpu" if device == "cpu" else "torch"
-    if asked == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    if asked == "triton" and device == "cpu" and envs.TRITON_INTERPRET.get() != "1":
         raise ValueError(
             "--attention-backend triton needs --device cuda; on CPU use --attention-backend cpu or torch "
             "(or set TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, for tests)"

@@ -22,19 +22,19 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from types import SimpleNamespace
 
 import torch
 
 from langrt_kernels.cpu import build_cache, build_sources
 from langrt_kernels.cpu.build_cache import LibrarySpec
+from langrt import envs
 from langrt.cpu_features import avx2_unavailable_reason, avx512_unavailable_reason
 
-DISABLE_ENV = "LANGRT_CPU_KERNELS"
-LAYER_DISABLE_ENV = "LANGRT_CPU_LAYER_KERNELS"  # =0: this library off, the quantized products on (for comparisons)
-SEGMENTS_ENV = "LANGRT_CPU_ATTENTION_SEGMENTS"  # =0: paged_attention takes long rows whole (for comparisons)
-ISA_ENV = "LANGRT_CPU_ISA"
+DISABLE_ENV = envs.LANGRT_CPU_KERNELS.name
+LAYER_DISABLE_ENV = envs.LANGRT_CPU_LAYER_KERNELS.name
+SEGMENTS_ENV = envs.LANGRT_CPU_ATTENTION_SEGMENTS.name
+ISA_ENV = envs.LANGRT_CPU_ISA.name
 # Per ISA: the library's name, its op namespace and its -m flags (build_sources, which setup.py reads too).
 LIBRARIES = build_sources.LAYER_ISAS
 
@@ -43,7 +43,7 @@ logger = logging.getLogger("langrt.kernels.cpu")
 
 def isa() -> str:
     """'avx512', 'avx2' or 'scalar': the library this CPU runs (LANGRT_CPU_ISA caps it)."""
-    cap = os.environ.get(ISA_ENV, "").lower()
+    cap = envs.cpu_isa_cap()
     if cap not in ("scalar", "avx2") and avx512_unavailable_reason() is None:
         return "avx512"
     if cap != "scalar" and avx2_unavailable_reason() is None:
@@ -60,7 +60,7 @@ def available_isas() -> list[str]:
 def unavailable_reason() -> str | None:
     """Why the kernels cannot run here, or None."""
     for env in (DISABLE_ENV, LAYER_DISABLE_ENV):
-        if os.environ.get(env, "1") == "0":
+        if not envs.REGISTRY[env].get():
             return f"{env}=0"
     return None
 

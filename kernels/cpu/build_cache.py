@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from langrt import envs
 from langrt_kernels.cpu import build_sources
 from langrt_kernels.cpu.build_lock import BuildLock, Owner, read_owner
 
@@ -43,8 +44,8 @@ logger = logging.getLogger("langrt.kernels.cpu")
 
 MARKER = "library.json"
 LOCK = "build.lock"
-TIMEOUT_ENV = "LANGRT_KERNEL_BUILD_TIMEOUT"
-PREBUILT_ENV = "LANGRT_CPU_KERNELS_PREBUILT"  # =0: the package's prebuilt libraries are ignored, built on first use
+TIMEOUT_ENV = envs.LANGRT_KERNEL_BUILD_TIMEOUT.name
+PREBUILT_ENV = envs.LANGRT_CPU_KERNELS_PREBUILT.name
 # A build takes 20 s to 2 min on 2 busy cores; a wait 5 times the slowest is a stuck builder.
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -98,7 +99,7 @@ def prebuilt(spec: LibrarySpec) -> tuple[Path | None, str]:
     libraries ahead of time), or None and why it is not used: none shipped (a source checkout,
     an editable install, a build without torch), $LANGRT_CPU_KERNELS_PREBUILT=0, or one built
     from other sources or for another torch or Python."""
-    if os.environ.get(PREBUILT_ENV, "1") == "0":
+    if not envs.LANGRT_CPU_KERNELS_PREBUILT.get():
         return None, f"{PREBUILT_ENV}=0"
     records = build_sources.read_manifest(spec.prebuilt_dir)
     if records is None or spec.name not in records:
@@ -138,11 +139,7 @@ def ensure_built(spec: LibrarySpec, compile_fn: Compile, timeout_s: float | None
 
 def build_timeout() -> float:
     """Seconds to wait for another process's build: $LANGRT_KERNEL_BUILD_TIMEOUT, else 600."""
-    text = os.environ.get(TIMEOUT_ENV, "")
-    try:
-        return float(text) if text else DEFAULT_TIMEOUT_S
-    except ValueError:
-        raise ValueError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+    return float(envs.LANGRT_KERNEL_BUILD_TIMEOUT.get())  # its default is DEFAULT_TIMEOUT_S
 
 
 def status(spec: LibrarySpec) -> str:
@@ -184,7 +181,7 @@ def candidate_dirs(spec: LibrarySpec) -> list[Path]:
 
 
 def roots() -> list[Path]:
-    env = os.environ.get("TORCH_EXTENSIONS_DIR")
+    env = envs.TORCH_EXTENSIONS_DIR.get()
     first = Path(env).absolute() if env else _torch_default_root()
     return [first / "langrt", Path(tempfile.gettempdir()) / f"langrt-torch-extensions-{os.getuid()}"]
 
@@ -246,7 +243,7 @@ def ninja_on_path() -> None:
         bin_dirs.insert(0, ninja.BIN_DIR)
     except ImportError:
         pass
-    os.environ["PATH"] = os.pathsep.join(bin_dirs + [os.environ.get("PATH", "")])
+    envs.PATH.set(os.pathsep.join(bin_dirs + [str(envs.PATH.get())]))
 
 
 def _log_wait(spec: LibrarySpec, lock: Path, timeout: float, owner: Owner | None) -> None:
@@ -258,7 +255,7 @@ def _log_wait(spec: LibrarySpec, lock: Path, timeout: float, owner: Owner | None
 def _toolchain() -> tuple[str, ...]:
     import torch
 
-    return (sys.version, platform.machine(), torch.__version__, str(torch.version.git_version), os.environ.get("CXX", ""))
+    return (sys.version, platform.machine(), torch.__version__, str(torch.version.git_version), envs.CXX.raw() or "")
 
 
 def _torch_default_root() -> Path:

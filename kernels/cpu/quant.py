@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import platform
 
 import torch
 
+from langrt import envs
 from langrt.cpu_features import avx512_unavailable_reason, cpu_flags
 from langrt_kernels.cpu.build_sources import quant_library
 
 SOURCES = list(quant_library().sources)  # every quant*.cpp: build_sources.py, which setup.py reads too
-DISABLE_ENV = "LANGRT_CPU_KERNELS"
-ISA_ENV = "LANGRT_CPU_ISA"
+DISABLE_ENV = envs.LANGRT_CPU_KERNELS.name
+ISA_ENV = envs.LANGRT_CPU_ISA.name
 # No -m flags (see above); -ffp-contract=off keeps the scalar path's products and sums apart.
 CFLAGS = list(quant_library().cflags)
 # GGML type numbers of the block types the kernels take.
@@ -36,14 +36,14 @@ logger = logging.getLogger("langrt.kernels.cpu")
 
 def isa() -> str:
     """'avx2' or 'scalar': the implementation this CPU gets (LANGRT_CPU_ISA=scalar forces the latter)."""
-    if os.environ.get(ISA_ENV, "").lower() == "scalar":
+    if envs.cpu_isa_cap() == "scalar":
         return "scalar"
     x86 = platform.machine() in ("x86_64", "AMD64")
     return "avx2" if x86 and {"avx2", "fma", "f16c"} <= cpu_flags() else "scalar"
 
 
 def unavailable_reason() -> str | None:
-    if os.environ.get(DISABLE_ENV, "1") == "0":
+    if not envs.LANGRT_CPU_KERNELS.get():
         return f"{DISABLE_ENV}=0"
     return None
 
@@ -88,7 +88,7 @@ def vnni_rows() -> bool:
     here (quant_vnni.cpp): x86-64 with AVX512-VNNI, not forced to AVX2 or plain C++. Their
     integer sums are the AVX2 kernel's, scaled in another order; SmolLM2's 120 Q4_1 layer
     matrices read from memory, 2 threads, 2-core Zen 4: 1 row 3.2 ms (AVX2 3.9), 4 rows 5.2 (10.5)."""
-    if os.environ.get(ISA_ENV, "").lower() in ("scalar", "avx2") or isa() != "avx2":
+    if envs.cpu_isa_cap() in ("scalar", "avx2") or isa() != "avx2":
         return False
     return avx512_unavailable_reason() is None and {"avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c"} <= cpu_flags()
 
@@ -101,7 +101,7 @@ def dense_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch
 
 def bf16_rows() -> bool:
     """Whether dense_linear runs here: x86-64 with AVX512-BF16 (and not forced to AVX2 or plain C++)."""
-    if os.environ.get(ISA_ENV, "").lower() in ("scalar", "avx2") or isa() != "avx2":
+    if envs.cpu_isa_cap() in ("scalar", "avx2") or isa() != "avx2":
         return False
     return avx512_unavailable_reason() is None and {"avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags()
 

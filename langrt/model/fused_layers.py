@@ -10,16 +10,16 @@ LANGRT_CPU_FUSED_LAYERS=0 keeps the per-layer loop (for comparisons).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
+from langrt import envs
 from langrt.model import quant
 from langrt.model.quant import StackedQuantizedWeight
 from langrt.model.layers import PACKED_MAX_ROWS, Linear, _load_cpu_kernels
 
-ENV = "LANGRT_CPU_FUSED_LAYERS"
+ENV = envs.LANGRT_CPU_FUSED_LAYERS.name
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _parts(module: Linear) -> list[tuple[torch.Tensor, int]]:
 
 def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(x, residual) after the last layer, or None where this pass is not one fused_layers takes."""
-    if tensors is None or os.environ.get(ENV) == "0":
+    if tensors is None or not envs.LANGRT_CPU_FUSED_LAYERS.get():
         return None
     pool = getattr(attn, "pool_args", None)
     args = pool() if pool is not None else None

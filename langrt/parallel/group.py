@@ -15,6 +15,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from langrt import envs
 from langrt.parallel import shm
 from langrt.parallel.layout import ShardLayout
 
@@ -31,7 +32,7 @@ class TensorParallel:
         if self.cuda:
             torch.cuda.set_device(rank % torch.cuda.device_count())
         else:
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            envs.GLOO_SOCKET_IFNAME.setdefault("lo")
         dist.init_process_group(
             "nccl" if self.cuda else "gloo", init_method=f"file://{init_file}", rank=rank, world_size=size,
             timeout=_IDLE_TIMEOUT,

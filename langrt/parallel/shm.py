@@ -23,13 +23,15 @@ import time
 import torch
 import torch.distributed as dist
 
-ENV = "LANGRT_TP_SHM"
+from langrt import envs
+
+ENV = envs.LANGRT_TP_SHM.name
 _FLAG_BYTES = 64  # one cache line per rank and parity
 _ALIVE_CHECK_S = 0.5
 
 
 def usable() -> bool:
-    return os.environ.get(ENV) != "0" and platform.machine() in ("x86_64", "AMD64") and os.path.isdir("/dev/shm")
+    return bool(envs.LANGRT_TP_SHM.get()) and platform.machine() in ("x86_64", "AMD64") and os.path.isdir("/dev/shm")
 
 
 # Bytes per rank and parity: a decode step's activations (SmolLM2: 2,304 per request; a

@@ -15,23 +15,25 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-DISABLE_ENV = "LANGRT_CPU_KERNELS"
+from langrt import envs
+
+DISABLE_ENV = envs.LANGRT_CPU_KERNELS.name
 FLAGS = ("-O3", "-shared", "-fPIC")  # no -march: the library may sit in a home folder several CPUs share
 logger = logging.getLogger("langrt.constrained")
 
 
 def build_library(source: Path) -> ctypes.CDLL:
     """`source` built (once per content) and loaded; raises where it cannot be."""
-    if os.environ.get(DISABLE_ENV, "1") == "0":
+    if not envs.LANGRT_CPU_KERNELS.get():
         raise RuntimeError(f"{DISABLE_ENV}=0")
     code = source.read_bytes() + " ".join(FLAGS).encode()
-    cache = Path(os.environ.get("LANGRT_CACHE_DIR") or Path.home() / ".cache" / "langrt")
+    cache = envs.langrt_cache_dir()
     path = cache / f"{source.stem}-{hashlib.sha1(code).hexdigest()[:12]}.so"
     if not path.exists():
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache) as tmp:  # built aside, then renamed: processes may race
             built = Path(tmp) / f"{source.stem}.so"
-            compiler = os.environ.get("CXX", "g++")
+            compiler = str(envs.CXX.get())
             done = subprocess.run([compiler, *FLAGS, "-o", str(built), str(source)],
                                   capture_output=True, text=True, timeout=120)  # fmt: skip
             if done.returncode != 0:
