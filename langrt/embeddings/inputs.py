@@ -18,7 +18,7 @@ def embedding_inputs(raw: Any, tokenize: Callable[[str], list[int]], context_len
         raise InvalidRequest(f"input has {len(items)} items; at most {MAX_INPUTS} per request", "input")
     out = []
     for i, item in enumerate(items):
-        ids = tokenize(item) if isinstance(item, str) else item
+        ids = tokenize(item) if isinstance(item, str) and item else item
         if not ids:
             raise InvalidRequest(f"input[{i}] is empty; every input needs at least one token", "input")
         if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size for t in ids):

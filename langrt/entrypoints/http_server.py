@@ -12,7 +12,7 @@ import time
 from aiohttp import web
 
 from langrt.builtin import BUILTIN_NAME
-from langrt.entrypoints import dashboard_api, lora_api, native_api, openai_api
+from langrt.entrypoints import dashboard_api, embeddings_api, lora_api, native_api, openai_api
 from langrt.entrypoints.chat_templates import resolve_chat_template
 from langrt.entrypoints.errors import auth_middleware, error_middleware
 from langrt.processes.launcher import ChildProcesses
@@ -44,6 +44,7 @@ def create_app(manager: TokenizerManager, args: ServerArgs, model_path: str, tok
     native_api.add_routes(app)
     openai_api.add_routes(app)
     lora_api.add_routes(app)
+    embeddings_api.add_routes(app)
     if not args.disable_dashboard:
         dashboard_api.add_routes(app)
     return app
