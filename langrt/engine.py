@@ -191,11 +191,12 @@ class Engine:
     # ---- embeddings (--is-embedding) ------------------------------------------------------
 
     def encode(self, prompt: str | list[int] | list[str] | list[list[int]], dimensions: int | None = None) -> dict | list[dict]:
-        """One input (text or token ids) -> {"embedding": [floats], "meta_info": {"prompt_tokens"}};
+        """One input (text or token ids) -> {"embedding": [floats], "meta_info": {"prompt_tokens",
+        "cached_tokens"}};
         a list of inputs -> a list of those. Bad input raises InvalidRequest naming the field."""
         result = self._call(create_embeddings(self.manager, prompt, dimensions))
-        out = [{"embedding": v.tolist(), "meta_info": {"prompt_tokens": n}}
-               for v, n in zip(result.vectors, result.prompt_tokens)]  # fmt: skip
+        out = [{"embedding": v.tolist(), "meta_info": {"prompt_tokens": n, "cached_tokens": c}}
+               for v, n, c in zip(result.vectors, result.prompt_tokens, result.cached_tokens)]  # fmt: skip
         single = isinstance(prompt, str) or bool(prompt) and all(isinstance(t, int) for t in prompt)
         return out[0] if single else out
 

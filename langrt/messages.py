@@ -66,7 +66,7 @@ class LoraRequest:
 @dataclass(frozen=True)
 class EmbedRequest:
     """Embed each of `inputs` (token ids) with the --is-embedding model; answered by a ControlReply
-    of kind "embed" whose payload is {"embeddings": float32 array [N, D], "cached_tokens": int,
+    of kind "embed" whose payload is {"embeddings": float32 array [N, D], "cached_tokens": [int] (per input),
     "normalized": bool (unit-length vectors)} or {"error": message}."""
 
     request_id: int

@@ -16,7 +16,7 @@ from langrt.errors import InvalidRequest
 class EmbeddingResult:
     vectors: np.ndarray  # [N, D] float32, one row per input, in input order
     prompt_tokens: list[int]  # tokens of each input
-    cached_tokens: int  # of those, served by the prefix cache (decoder models)
+    cached_tokens: list[int]  # of those, served by the prefix cache (decoder models)
 
     @property
     def total_prompt_tokens(self) -> int:

@@ -67,7 +67,7 @@ class EncoderLoop:
         self.passes += 1
         row = 0
         for r in requests:
-            payload = {"embeddings": vectors[row : row + len(r.inputs)], "cached_tokens": 0,
+            payload = {"embeddings": vectors[row : row + len(r.inputs)], "cached_tokens": [0] * len(r.inputs),
                        "normalized": self.runner.pooling.normalize}
             self.outbox.put(ControlReply("embed", r.request_id, payload))
             row += len(r.inputs)

@@ -47,8 +47,8 @@ async def encode(request: web.Request) -> web.Response:
         raise InvalidRequest("give exactly one of text and input_ids", "text")
     raw = body.get("text", body.get("input_ids"))
     result = await create_embeddings(request.app["manager"], raw, body.get("dimensions"))
-    out = [{"embedding": v.tolist(), "meta_info": {"prompt_tokens": n, "cached_tokens": 0}}
-           for v, n in zip(result.vectors, result.prompt_tokens)]  # fmt: skip
+    out = [{"embedding": v.tolist(), "meta_info": {"prompt_tokens": n, "cached_tokens": c}}
+           for v, n, c in zip(result.vectors, result.prompt_tokens, result.cached_tokens)]  # fmt: skip
     single = isinstance(raw, str) or bool(raw) and all(isinstance(t, int) for t in raw)
     return web.json_response(out[0] if single else out)
 

@@ -115,6 +115,7 @@ class Req:
     output_logprobs: LogprobRecord = field(default_factory=LogprobRecord)
     sent: "SentMarks" = field(default_factory=lambda: SentMarks())
     lora: Any = None  # its LoRA adapter (langrt.lora.LoraAdapter), resolved on arrival; None: the base model
+    pooled: Any = None  # an embedding request's PoolState (langrt.embeddings.decoder_embed); None: generation
 
     def __post_init__(self):
         assert self.input_ids, "a request needs at least one prompt token"

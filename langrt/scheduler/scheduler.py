@@ -323,6 +323,8 @@ class Scheduler:
             req = item.req
             req.kv_len = item.chunk_start + item.extend_len
             collect_input_logprobs(self.runner, req, hidden, start, item.chunk_start)
+            if req.pooled is not None:  # an embedding request pools its prompt's hidden states
+                req.pooled.add(hidden[start : start + item.extend_len])
             if not item.completes_prompt:
                 continue
             drafts, probs = req.take_drafts()

@@ -27,6 +27,7 @@ from langrt.messages import (
     LoraRequest,
     ControlRequest,
     DecodeSettings,
+    EmbedRequest,
     GenerateRequest,
     RequestFailed,
     SchedulerReady,
@@ -37,6 +38,7 @@ from langrt.messages import (
 )
 from langrt.server_args import ServerArgs
 from langrt.embeddings.checks import serves_encoder
+from langrt.embeddings.decoder_embed import DecoderEmbedder, decoder_args, decoder_pooling
 from langrt.model.source import ModelSource
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
             from langrt.embeddings.encoder_loop import run_encoder_loop
 
             return run_encoder_loop(args, ModelSource.resolve(args.model_path), inbox, outbox)
+        args = decoder_args(args)
         scheduler = build_scheduler(args, _rank_zero(args, endpoints))
         outbox.put(ready_message(scheduler, args))
         SchedulerLoop(scheduler, inbox, outbox).run()
@@ -115,7 +118,10 @@ class SchedulerLoop:
             ControlRequest: self._on_control,
             SnapshotRequest: self._on_snapshot,
             LoraRequest: self._on_lora,
+            EmbedRequest: self._on_embed,
         }
+        args = scheduler.runner.args
+        self.embedder = DecoderEmbedder(decoder_pooling(args)) if args.is_embedding else None
         self.busy_s = 0.0  # in steps: what the dashboard's snapshots are measured against
         self.steps = 0
         self.snapshot_s = 0.0
@@ -181,7 +187,20 @@ class SchedulerLoop:
         self.outbox.put(SnapshotReply(m.request_id, state, self.busy_s, self.steps, self.snapshot_s))
         self.snapshot_s += time.perf_counter() - start
 
+    def _on_embed(self, m: EmbedRequest) -> None:
+        if self.embedder is None:
+            why = "this server generates text; embeddings need a server started with --is-embedding"
+            self.outbox.put(ControlReply("embed", m.request_id, {"error": why}))
+            return
+        refused = self.embedder.submit(m, self.scheduler)
+        if refused is not None:
+            self.outbox.put(refused)
+
     def _send(self, reqs: list[Req]) -> None:
+        if self.embedder is not None:  # embedding requests answer with one reply per EmbedRequest
+            for reply in self.embedder.finish(reqs):
+                self.outbox.put(reply)
+            reqs = [r for r in reqs if r.pooled is None]
         updates = [token_update(r) for r in reqs if r.stream or r.finished]
         if updates:
             self.outbox.put(TokenUpdates(updates))
