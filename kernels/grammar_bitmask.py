@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from langrt.constrained.bitmask import check_token_bitmask_args
+from langrt_kernels.bitmask_args import check_token_bitmask_args
 
 # Logits per program: enough to amortize the index load, few enough that a 152k vocab still
 # spreads over ~38 programs per row.

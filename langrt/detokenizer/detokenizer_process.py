@@ -16,7 +16,7 @@ import zmq
 
 from langrt.ipc import Endpoints, PullQueue, PushQueue
 from langrt.tokenizer.incremental_decoder import IncrementalDecoder
-from langrt.processes.child import configure_logging, exit_with_parent
+from langrt.child_setup import configure_logging, exit_with_parent
 from langrt.messages import TextUpdate, TextUpdates, TokenUpdate, TokenUpdates
 from langrt.server_args import ServerArgs
 

@@ -105,7 +105,7 @@ def run_worker_process(args, endpoints, parent_pid: int, rank: int) -> None:
     from langrt.mem.host_malloc import keep_freed_memory
     from langrt.model.model_runner import ModelRunner
     from langrt.model.source import ModelSource
-    from langrt.processes.child import configure_logging, exit_with_parent
+    from langrt.child_setup import configure_logging, exit_with_parent
 
     exit_with_parent(parent_pid, endpoints.directory)
     # Exit at once, without the interpreter's shutdown: gloo's threads, torn down while rank 0

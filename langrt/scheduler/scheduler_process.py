@@ -14,7 +14,7 @@ import zmq
 
 from langrt.errors import InvalidRequest, ModelLoadError
 from langrt.ipc import Endpoints, PullQueue, PushQueue
-from langrt.processes.child import configure_logging, exit_with_parent
+from langrt.child_setup import configure_logging, exit_with_parent
 from langrt.tokenizer.incremental_decoder import CONTEXT_TOKENS
 from langrt.scheduler.req import Req
 from langrt.lora.registry import lora_control

@@ -146,7 +146,7 @@ class GrammarChecker:
 
 def _serve(parent_pid: int) -> None:
     """The worker's loop: a pickled SamplingParams in, None or an error tuple out."""
-    from langrt.processes.child import exit_with_parent
+    from langrt.child_setup import exit_with_parent
     from langrt.validation import check_grammar
 
     exit_with_parent(parent_pid)
