@@ -26,8 +26,7 @@ SURROGATES = (0xD800, 0xDFFF)
 
 # Metacharacters of either engine outside a class (Rust also reserves # & - ~).
 _META = set("\\.^$|?*+()[]{}#&-~")
-# Inside a class: Rust's set operators (&& -- ~~) and Python's future nested sets make these
-# worth escaping too; both engines accept the escapes.
+# Inside a class: Rust's set operators (&& -- ~~) and Python's nested sets: escaped, as both accept.
 _CLASS_META = set("\\]^-[&~|")
 
 HEX = "[0-9a-fA-F]"
