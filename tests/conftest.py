@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
+import torch  # noqa: F401 (kept: the session loads torch here first, before any test module, as it always has)
 
 from langrt.builtin import builtin_model_path
 

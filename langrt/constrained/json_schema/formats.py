@@ -6,7 +6,6 @@ which is sound.
 from __future__ import annotations
 
 from langrt.constrained.json_schema.pattern import Translated, translate
-from langrt.errors import UnsupportedSchema
 
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _IPV4 = rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}"
