@@ -103,13 +103,3 @@ def make_grammar_service(
 
         return ThreadedGrammarService(LLGuidanceBackend(vocab, encode).compile, timeout_s)
     raise ValueError(f"unknown grammar backend {backend!r}")
-
-
-def eos_words(vocab: TokenVocabulary) -> torch.Tensor:
-    """A bitmask row (int32 words) allowing only the EOS tokens."""
-    import torch
-
-    words = [0] * vocab.num_words
-    for token in vocab.eos_token_ids:
-        words[token // 32] |= 1 << (token % 32)
-    return torch.tensor([w - 2**32 if w >= 2**31 else w for w in words], dtype=torch.int32)

@@ -27,9 +27,8 @@ import logging
 import torch
 
 from langrt.constrained import grammar_dialects
-from langrt.constrained.backend import eos_words
 from langrt.constrained.spec import GrammarSpec
-from langrt.constrained.vocab import TokenVocabulary
+from langrt.constrained.vocab import TokenVocabulary, eos_words
 from langrt.errors import InvalidRequest
 
 logger = logging.getLogger(__name__)

@@ -13,8 +13,12 @@ import json
 import operator
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch  # eos_words imports it when called: this module stays numpy-only
 
 
 @dataclass
@@ -325,3 +329,13 @@ def _from_decode(decode, length: int | None, vocab_size: int, eos_token_ids: fro
         text = decode([i], skip_special_tokens=True)
         token_bytes.append(text.encode("utf-8") if text and "\ufffd" not in text else None)
     return TokenVocabulary(token_bytes, eos_token_ids, max(vocab_size, count))
+
+
+def eos_words(vocab: TokenVocabulary) -> torch.Tensor:
+    """A bitmask row (int32 words) allowing only the EOS tokens (the adapters' finished grammars)."""
+    import torch
+
+    words = [0] * vocab.num_words
+    for token in vocab.eos_token_ids:
+        words[token // 32] |= 1 << (token % 32)
+    return torch.tensor([w - 2**32 if w >= 2**31 else w for w in words], dtype=torch.int32)

@@ -28,9 +28,8 @@ import re
 import torch
 
 from langrt.constrained import grammar_dialects
-from langrt.constrained.backend import eos_words
 from langrt.constrained.spec import GrammarSpec
-from langrt.constrained.vocab import TokenVocabulary
+from langrt.constrained.vocab import TokenVocabulary, eos_words
 from langrt.errors import InvalidRequest
 
 # Why 1: compiling precomputes token masks and xgrammar would start 8 threads for it; the model

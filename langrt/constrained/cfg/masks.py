@@ -31,6 +31,7 @@ from langrt.constrained.cfg.lookahead import Lookahead
 from langrt.constrained.cfg.pda import PushdownAutomaton
 from langrt.constrained.masks import TokenMasks, _ranges, listed_ids, set_bit
 from langrt.constrained.cfg.walk_cache import RuleWalks
+from langrt.constrained.per_vocab import PerVocabCache
 from langrt.constrained.native.token_walk import EscapeBits, WalkTable, common_prefix, vocab_trie
 from langrt.constrained.vocab import TokenVocabulary
 
@@ -237,14 +238,11 @@ class SortedSpellings:
         self.lcp = np.array(lcp[: len(spelled)], dtype=np.int64)
 
 
-_sorted: dict[int, tuple[TokenVocabulary, SortedSpellings]] = {}
+_sorted: PerVocabCache[SortedSpellings] = PerVocabCache(lambda vocab: SortedSpellings(vocab.token_bytes))
 
 
 def sorted_spellings(vocab: TokenVocabulary) -> SortedSpellings:
-    found = _sorted.get(id(vocab))
-    if found is None or found[0] is not vocab:
-        found = _sorted[id(vocab)] = (vocab, SortedSpellings(vocab.token_bytes))
-    return found[1]
+    return _sorted.get(vocab)
 
 
 def _never_ending(dfa: ByteDFA) -> ByteDFA:

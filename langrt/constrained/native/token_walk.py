@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from langrt.constrained.native.build import LazyLibrary, build_library
+from langrt.constrained.per_vocab import PerVocabCache
 
 SOURCE = Path(__file__).with_name("token_walk.cpp")
 
@@ -31,7 +32,6 @@ def _load():
 
 
 _library = LazyLibrary(_load, "token masks in numpy")
-_lock = threading.Lock()
 
 
 def _walk_function():
@@ -166,7 +166,7 @@ class _Scratch:
 # a state has a handful; past this many their tokens are walked one by one instead.
 MAX_ESCAPE_NODES = 256
 
-_tries: dict[int, tuple[object, VocabTrie]] = {}
+_tries: PerVocabCache[VocabTrie] = PerVocabCache(lambda vocab: VocabTrie(vocab.token_bytes))
 
 
 def vocab_trie(vocab) -> tuple[object, VocabTrie] | None:
@@ -174,11 +174,7 @@ def vocab_trie(vocab) -> tuple[object, VocabTrie] | None:
     function = _walk_function()
     if function is None:
         return None
-    with _lock:
-        found = _tries.get(id(vocab))
-        if found is None or found[0] is not vocab:
-            found = _tries[id(vocab)] = (vocab, VocabTrie(vocab.token_bytes))
-    return function, found[1]
+    return function, _tries.get(vocab)
 
 
 def common_prefix(a: bytes, b: bytes) -> int:
