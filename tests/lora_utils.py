@@ -8,12 +8,23 @@ import torch
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def load_hf(base) -> "torch.nn.Module":
+    """The transformers model of an HF directory or a .gguf file (dequantized), float32."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    base = Path(base)
+    if base.suffix == ".gguf":
+        return AutoModelForCausalLM.from_pretrained(base.parent, gguf_file=base.name, dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32).eval()
+
+
 def write_adapter(base_dir, out_dir, seed: int, rank: int = 4, alpha: int = 8, targets=TARGETS, scale: float = 0.3):
     """Save a peft adapter for the HF checkpoint at `base_dir` into `out_dir`; -> out_dir."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), torch_dtype=torch.float32)
+    model = load_hf(base_dir)
     peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets)))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -26,9 +37,7 @@ def write_adapter(base_dir, out_dir, seed: int, rank: int = 4, alpha: int = 8, t
 
 def merged_greedy(base_dir, adapter_dir, prompt: list[int], new_tokens: int) -> list[int]:
     """transformers' greedy output with the adapter merged into the weights (None: the base)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), torch_dtype=torch.float32)
+    model = load_hf(base_dir)
     if adapter_dir is not None:
         from peft import PeftModel
 
