@@ -7,6 +7,7 @@ and no radix cache: a batch of inputs is sorted by length, cut into passes of at
 
 from __future__ import annotations
 
+import json
 import logging
 
 import torch
@@ -30,7 +31,8 @@ class EncoderRunner:
         self.device = torch.device(args.device)
         self.dtype = args.torch_dtype
         self.max_batch_tokens = max(args.chunked_prefill_size, config.max_position_embeddings)
-        self.context_len = min(args.context_length or config.max_position_embeddings, config.max_position_embeddings)
+        trained = _max_seq_length(source) or config.max_position_embeddings
+        self.context_len = min(args.context_length or trained, config.max_position_embeddings)
         with torch.device(self.device), _default_dtype(self.dtype):
             self.model = model_class(config.model_type)(config)
         self.model.set_tensor_parallel(None)
@@ -72,3 +74,13 @@ class EncoderRunner:
             mask[row, : len(tokens)] = True
         ids, mask = ids.to(self.device), mask.to(self.device)
         return self.pooling(self.model(ids, mask), mask)
+
+
+def _max_seq_length(source: ModelSource) -> int | None:
+    """sentence-transformers' `max_seq_length` (sentence_bert_config.json): the longest input the
+    model was trained on, which sentence-transformers cuts inputs to; langrt refuses longer ones."""
+    settings = source.path / "sentence_bert_config.json"
+    if not settings.is_file():
+        return None
+    value = json.loads(settings.read_text()).get("max_seq_length")
+    return int(value) if value else None

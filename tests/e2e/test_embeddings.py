@@ -76,3 +76,14 @@ def test_minilm_matches_sentence_transformers():
         out = engine.encode(SENTENCES)
     cos = _cosines([o["embedding"] for o in out], reference)
     assert len(out) == 100 and cos.min() >= 0.999, cos.min()
+
+
+def test_sentence_transformers_max_seq_length_bounds_inputs(tmp_path):
+    import json
+
+    path = make_tiny_bert(tmp_path / "bert")
+    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8, "do_lower_case": False}))
+    with langrt.Engine(str(path), is_embedding=True, dtype="float32", log_level="warning") as engine:
+        assert len(engine.encode(" ".join(["cat"] * 6))["embedding"]) == 64  # 8 tokens with [CLS], [SEP]
+        with pytest.raises(InvalidRequest, match="at most 8"):
+            engine.encode(" ".join(["cat"] * 7))
