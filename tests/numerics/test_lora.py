@@ -122,3 +122,15 @@ def test_adapter_for_another_model_is_refused(base_and_adapters, tmp_path, tiny_
     scheduler = scheduler_for(base, {})
     with pytest.raises(LoraError, match="do not fit the base model"):
         scheduler.loras.load("wrong", str(wrong))
+
+
+@pytest.mark.slow
+def test_builtin_model_with_an_adapter_matches_peft_merged(smollm_path, tmp_path):
+    """The built-in GGUF model, dequantized (as transformers reads the file), with an adapter
+    peft wrote onto that model: greedy outputs equal, and differ from the base model's."""
+    adapter = write_adapter(smollm_path, tmp_path / "smol_lora", seed=4, rank=8, alpha=16, scale=0.05)
+    scheduler = make_scheduler(smollm_path, quantization="none", lora_paths=(f"smol={adapter}",), **SETTINGS)
+    ids = prompt(7, 16)
+    with_adapter, base = run_requests(scheduler, [req("smol", ids, "smol"), req("plain", ids, None)])
+    assert with_adapter == merged_greedy(smollm_path, adapter, ids, NEW_TOKENS)
+    assert base == merged_greedy(smollm_path, None, ids, NEW_TOKENS) != with_adapter
