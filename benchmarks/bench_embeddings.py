@@ -62,7 +62,9 @@ def main() -> None:
     rounds = 2 if args.quick else 3
     reference = SentenceTransformer(str(path), device="cpu")
     sides = {"sentence_transformers": lambda b: reference.encode(b, batch_size=len(b), convert_to_numpy=True)}
-    with langrt.Engine(str(path), is_embedding=True, dtype="float32", num_threads=threads, log_level="warning") as engine:
+    with langrt.Engine(
+        str(path), is_embedding=True, dtype="float32", num_threads=threads, log_level="warning"
+    ) as engine:
         sides["langrt"] = lambda b: np.array([o["embedding"] for o in engine.encode(b)])
         results = {name: {} for name in sides}
         for batch in (1, 64):

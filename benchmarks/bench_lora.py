@@ -45,7 +45,10 @@ def prompts(n: int, length: int, seed: int) -> list[list[int]]:
 def run_batch(scheduler, ids: list[list[int]], loras: list[str | None], new_tokens: int) -> float:
     """Seconds to run these requests to the end, all admitted at once."""
     params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-    reqs = [Req(f"r{i}-{time.monotonic_ns()}", p, params, RequestOptions(lora_path=name)) for i, (p, name) in enumerate(zip(ids, loras))]
+    reqs = [
+        Req(f"r{i}-{time.monotonic_ns()}", p, params, RequestOptions(lora_path=name))
+        for i, (p, name) in enumerate(zip(ids, loras))
+    ]
     start = time.perf_counter()
     for req in reqs:
         scheduler.add_request(req)
@@ -81,7 +84,10 @@ def main() -> None:
     base = builtin_model_path()
     with tempfile.TemporaryDirectory() as tmp:
         names = [f"adapter{k}" for k in range(ADAPTERS)]
-        paths = [f"{n}={write_adapter(base, Path(tmp) / n, seed=k, rank=args.rank, alpha=2 * args.rank, scale=0.02)}" for k, n in enumerate(names)]
+        paths = [
+            f"{n}={write_adapter(base, Path(tmp) / n, seed=k, rank=args.rank, alpha=2 * args.rank, scale=0.02)}"
+            for k, n in enumerate(names)
+        ]
         scheduler = make_scheduler(base, dtype=args.dtype, lora_paths=tuple(paths), disable_radix_cache=True,
                                    max_total_tokens=16384, context_length=1024)  # fmt: skip
         ids = prompts(REQUESTS, args.prompt_tokens, seed=0)
@@ -98,9 +104,16 @@ def summarize(rounds: list[dict[str, float]], args) -> dict:
     throughput = {side: tokens / s for side, s in median.items()}
     return {
         "benchmark": "bench_lora",
-        "settings": {"requests": REQUESTS, "adapters": ADAPTERS, "rank": args.rank, "prompt_tokens": args.prompt_tokens,
-                     "new_tokens": args.new_tokens, "rounds": args.rounds, "model": "built-in (SmolLM2-135M-Instruct)",
-                     "targets": "q/k/v/o/gate/up/down"},  # fmt: skip
+        "settings": {
+            "requests": REQUESTS,
+            "adapters": ADAPTERS,
+            "rank": args.rank,
+            "prompt_tokens": args.prompt_tokens,
+            "new_tokens": args.new_tokens,
+            "rounds": args.rounds,
+            "model": "built-in (SmolLM2-135M-Instruct)",
+            "targets": "q/k/v/o/gate/up/down",
+        },  # fmt: skip
         "median_s": median,
         "output_tokens_per_s": throughput,
         "mixed_vs_no_adapter": throughput["mixed_adapters"] / throughput["no_adapter"],
