@@ -11,7 +11,9 @@ from langrt.server_args import ServerArgs
 
 
 def test_lora_paths_parse_to_named_pairs():
-    ns = build_parser().parse_args(["generate", "hi", "--lora-paths", "sql=/a/sql", "/b/chat", "--max-loras-per-batch", "2"])
+    ns = build_parser().parse_args(
+        ["generate", "hi", "--lora-paths", "sql=/a/sql", "/b/chat", "--max-loras-per-batch", "2"]
+    )
     args = server_args_from(ns)
     assert args.lora_paths == ("sql=/a/sql", "/b/chat") and args.max_loras_per_batch == 2
     assert args.lora_adapters == [("sql", "/a/sql"), ("/b/chat", "/b/chat")]

@@ -13,7 +13,9 @@ from langrt.lora.batch import LoraPass
 
 def adapter(name: str, seed: int, width: int = 8, out: int = 6, rank: int = 2) -> LoraAdapter:
     gen = torch.Generator().manual_seed(seed)
-    factors = {(0, "o"): ProjectionFactors(torch.randn(rank, width, generator=gen), torch.randn(out, rank, generator=gen))}
+    factors = {
+        (0, "o"): ProjectionFactors(torch.randn(rank, width, generator=gen), torch.randn(out, rank, generator=gen))
+    }
     return LoraAdapter(name, f"/{name}", rank, 1.0, ("o_proj",), factors, namespace=seed << 32)
 
 
