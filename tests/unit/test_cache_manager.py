@@ -43,6 +43,7 @@ class FakeReq:
 
 class CacheManagerMachine(RuleBasedStateMachine):
     radix = True
+    Req = FakeReq
 
     def __init__(self):
         super().__init__()
@@ -60,14 +61,18 @@ class CacheManagerMachine(RuleBasedStateMachine):
         req.kv_len = end
         self.sequences.append(list(req.all_ids[:end]))
 
+    def _room(self) -> int:
+        """Tokens a request may still reserve."""
+        return self.cm.available
+
     @rule(ids=ids_strategy)
     def admit(self, ids):
         if self.cm.free_rows == 0:
             return
-        req = FakeReq(list(ids))
+        req = self.Req(list(ids))
         assert self.cm.open(req, self.cm.match(ids[:-1]))
         need = len(ids) - req.kv_len
-        if need > self.cm.available:
+        if need > self._room():
             self.cm.release(req)
             return
         assert self.cm.reserve(req, req.kv_len, need)
@@ -82,8 +87,9 @@ class CacheManagerMachine(RuleBasedStateMachine):
         """One token plus drafts computed; those after the first rejected one are trimmed."""
         req = self.running[pick % len(self.running)]
         n = 1 + len(drafts)
+        room = self._room()
         if not self.cm.reserve(req, req.kv_len, n):
-            assert self.cm.available < n
+            assert room < n
             return
         start = req.kv_len
         req.all_ids += [token] + drafts

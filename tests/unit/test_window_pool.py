@@ -14,12 +14,12 @@ import pytest
 import torch
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import invariant, rule, run_state_machine_as_test
 
 from langrt.mem.cache_manager import CacheManager
 from langrt.mem.pools import ReqToTokenPool
 from langrt.mem.window_pool import HybridKVPool, KVSplit
-from test_cache_manager import CONTEXT, ROWS, SLOTS, CacheManagerMachine, FakeReq, ids_strategy
+from test_cache_manager import CONTEXT, ROWS, SLOTS, CacheManagerMachine, FakeReq
 
 WINDOW, WINDOW_SLOTS = 3, 11
 
@@ -37,6 +37,8 @@ def hybrid_pool(size: int = SLOTS, window_size: int = WINDOW_SLOTS) -> HybridKVP
 
 
 class HybridMachine(CacheManagerMachine):
+    Req = WindowReq
+
     def __init__(self):
         super().__init__()
         self.cm = CacheManager(ReqToTokenPool(ROWS, CONTEXT, "cpu"), hybrid_pool(), radix=self.radix)
@@ -55,38 +57,6 @@ class HybridMachine(CacheManagerMachine):
 
     def _room(self) -> int:
         return min(self.cm.available, self.cm.window_room)
-
-    @rule(ids=ids_strategy)
-    def admit(self, ids):
-        if self.cm.free_rows == 0:
-            return
-        req = WindowReq(list(ids))
-        assert self.cm.open(req, self.cm.match(ids[:-1]))
-        need = len(ids) - req.kv_len
-        if need > self._room():
-            self.cm.release(req)
-            return
-        assert self.cm.reserve(req, req.kv_len, need)
-        self._compute(req, len(ids))
-        self.cm.share(req)
-        self.running.append(req)
-
-    @precondition(lambda self: self.running)
-    @rule(pick=st.integers(0, ROWS - 1), token=st.integers(0, 2), drafts=st.lists(st.integers(0, 2), max_size=3),
-          keep=st.integers(0, 3))  # fmt: skip
-    def decode(self, pick, token, drafts, keep):
-        req = self.running[pick % len(self.running)]
-        n = 1 + len(drafts)
-        room = self._room()
-        if not self.cm.reserve(req, req.kv_len, n):
-            assert room < n
-            return
-        start = req.kv_len
-        req.all_ids += [token] + drafts
-        self._compute(req, start + n)
-        req.kv_len = start + 1 + min(keep, len(drafts))
-        del req.all_ids[req.kv_len :]
-        self.cm.trim(req, start + n)
 
     @rule(n=st.integers(0, SLOTS + 2))
     def make_room(self, n):
