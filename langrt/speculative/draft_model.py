@@ -54,6 +54,10 @@ class _DraftSeq:
     def all_ids(self) -> list[int]:
         return self.ids
 
+    @property
+    def cache_ids(self) -> list[int]:
+        return self.ids
+
 
 @dataclass
 class _DraftState:
