@@ -67,7 +67,8 @@ class Side:
     def __init__(self, runner, kv_pool, args):
         self.runner, self.kv_pool = runner, kv_pool
         self.backend = create_attention_backend(runner.args.attention_backend, runner.config, kv_pool, runner.req_pool)
-        self.cm = CacheManager(runner.req_pool, kv_pool, radix=True)
+        # window K/V dropped after every pass: what a request holds under pressure
+        self.cm = CacheManager(runner.req_pool, kv_pool, radix=True, eager_window_drop=True)
         gen = torch.Generator().manual_seed(0)
         self.seq = Seq(torch.randint(100, VOCAB, (args.context,), generator=gen).tolist())
         assert self.cm.open(self.seq, self.cm.match([]))

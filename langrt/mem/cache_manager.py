@@ -23,14 +23,17 @@ Contract (tests/unit/test_cache_manager.py checks it against a plain list of slo
   them to another request, so `open` refuses a match made before one.
 
 Sliding-window layers (a `HybridKVPool`, mem/window_pool.py): every reserved slot also takes a
-window slot. After each pass (`trim`, `share`, `release`) the request gives back the window slots
-of all but its last `window` positions (the next token reads only the last window - 1; one more
-is kept so that a prefix ending one token short, as a repeated prompt matches, can continue):
-of its private tokens, and of the tokens it cached itself (earlier prompt chunks) that no other
-request locks, short of the last `window` of its cached prefix, which stay with the prefix cache
-(a cached prefix can only be continued where its last window tokens keep their window K/V:
-PrefixCache.match). So between passes a request holds at most 2 x window window slots of its
-own. `make_room` evicts until both pools have the room.
+window slot. A token's window K/V is kept while the window pool has room, so any cached prefix
+can be continued (a prefix can only be continued where its last `window` tokens keep their
+window K/V: PrefixCache.match). Once the window pool is less than half free, after each pass
+(`trim`, `share`, `release`) a request gives back the window slots of all but its last `window`
+positions (the next token reads only the last window - 1; one more is kept so that a prefix
+ending one token short, as a repeated prompt matches, can continue): of its private tokens, and
+of the tokens it cached itself (earlier prompt chunks) that no other request locks, short of the
+last `window` of its cached prefix, which stay with the prefix cache. So under pressure a request
+holds at most 2 x window window slots of its own between passes. `make_room` has every running
+request give them back first when the window pool is short, then evicts until both pools have
+the room. With `eager_window_drop` they are given back after every pass, whatever the room.
 """
 
 from __future__ import annotations
@@ -44,18 +47,23 @@ from langrt.mem.prefix_cache import PrefixMatch, create_prefix_cache
 
 
 class CacheManager:
-    def __init__(self, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool, radix: bool):
+    def __init__(self, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool, radix: bool, eager_window_drop: bool = False):
         self._rows = req_pool
         self._kv = kv_pool
         self._prefixes = create_prefix_cache(radix, req_pool, kv_pool)
         # per row: positions below these are done with (window K/V dropped, or not ours to
         # drop): [in the prefix cache, private]
         self._window_floor: dict[int, list[int]] = {}
+        self._running: dict[int, object] = {}  # row -> the request holding it
+        # free window slots below which passes drop out-of-window K/V (see the module doc)
+        self._window_low = 0 if kv_pool.window is None else kv_pool.window_pool.size // 2
+        if eager_window_drop and kv_pool.window is not None:
+            self._window_low = kv_pool.window_pool.size + 1
 
     @classmethod
-    def for_runner(cls, runner, radix: bool) -> "CacheManager":
+    def for_runner(cls, runner, radix: bool, eager_window_drop: bool = False) -> "CacheManager":
         """Over the pools a ModelRunner allocated (its attention reads them)."""
-        return cls(runner.req_pool, runner.kv_pool, radix)
+        return cls(runner.req_pool, runner.kv_pool, radix, eager_window_drop)
 
     # ---- what there is ---------------------------------------------------------------
 
@@ -98,7 +106,7 @@ class CacheManager:
 
     def is_current(self, match: PrefixMatch) -> bool:
         """Whether `match` still holds: no cached prefix was evicted since it was made."""
-        return match.evictions == self._prefixes.evicted_tokens
+        return match.evictions == self._prefixes.stamp
 
     def slots(self, req, start: int, end: int) -> torch.Tensor:
         """The slots of positions [start, end) of `req` (int64)."""
@@ -114,6 +122,7 @@ class CacheManager:
             return False
         req.kv_row = row
         self._window_floor[row] = [match.length, 0]  # what it matched is others' prefix: kept
+        self._running[row] = req
         self._prefixes.adopt(req, match)
         return True
 
@@ -122,6 +131,8 @@ class CacheManager:
         slots) are free; whether they are."""
         if self._kv.available_size < n:
             self._prefixes.evict(n - self._kv.available_size)
+        if self._kv.window is not None and self._kv.window_available < n:
+            self._slide_all()
         # An evicted token frees at most one window slot: asking for the shortfall never
         # evicts more than one leaf too many.
         while self._kv.window_available < n and self._prefixes.evict(n - self._kv.window_available):
@@ -153,14 +164,22 @@ class CacheManager:
         self._slide(req)
         self._prefixes.cache_finished(req)
         self._rows.free(req.kv_row)
-        del self._window_floor[req.kv_row]
+        del self._window_floor[req.kv_row], self._running[req.kv_row]
         req.kv_row = None
 
-    def _slide(self, req) -> None:
+    def _slide_all(self) -> None:
+        """Every running request gives back the window K/V it will not read again. Matches made
+        before may have lost theirs: they are no longer current."""
+        for req in self._running.values():
+            self._slide(req, force=True)
+        self._prefixes.invalidate_matches()
+
+    def _slide(self, req, force: bool = False) -> None:
         """Drop the window K/V of all but the last `window` positions of `req`'s cached prefix and
-        of its private tokens, where no one else may read it: see the module doc."""
+        of its private tokens, where no one else may read it, once the window pool runs low (or
+        when `force`d): see the module doc."""
         window = self._kv.window
-        if window is None:
+        if window is None or (not force and self._kv.window_available >= self._window_low):
             return
         floor = self._window_floor[req.kv_row]
         cached_cut = req.cached_len - window  # the cached prefix keeps its last window

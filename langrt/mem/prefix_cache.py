@@ -54,6 +54,15 @@ class PrefixCache(ABC):
     @abstractmethod
     def evict(self, num_tokens: int) -> int: ...
 
+    @property
+    @abstractmethod
+    def stamp(self) -> int:
+        """Changes whenever a match made before may no longer hold (`PrefixMatch.evictions`)."""
+
+    @abstractmethod
+    def invalidate_matches(self) -> None:
+        """Matches made so far no longer hold (their window K/V may be gone)."""
+
     @abstractmethod
     def shared_len(self, req) -> int:
         """How many leading positions of `req`'s cached region other requests lock too."""
@@ -150,6 +159,13 @@ class RadixPrefixCache(PrefixCache):
     def evict(self, num_tokens: int) -> int:
         return self.tree.evict(num_tokens)
 
+    @property
+    def stamp(self) -> int:
+        return self.tree.stamp
+
+    def invalidate_matches(self) -> None:
+        self.tree.invalidations += 1
+
     def shared_len(self, req) -> int:
         # locks only grow towards the root: up to the first node someone else locks too
         node, end = req.cache_node, req.cached_len
@@ -219,6 +235,11 @@ class NoPrefixCache(PrefixCache):
 
     def evict(self, num_tokens: int) -> int:
         return 0
+
+    stamp = 0
+
+    def invalidate_matches(self) -> None:
+        pass
 
     def shared_len(self, req) -> int:
         return 0

@@ -67,7 +67,8 @@ class PrefixMatch:
 
     slots: torch.Tensor  # [length] int64
     node: TreeNode | None  # None only from a cache that never matches
-    # the cache's evicted_tokens when matched: an eviction since may have freed these slots
+    # the cache's `stamp` when matched: an eviction since may have freed these slots (or a
+    # window drop their window K/V)
     evictions: int = 0
 
     @property
@@ -89,7 +90,13 @@ class RadixCache:
         self.evictable_size = 0
         self.protected_size = 0
         self.evicted_tokens = 0
+        self.invalidations = 0  # window K/V dropped from cached tokens (CacheManager)
         self.recent_evictions: deque[Eviction] = deque(maxlen=EVICTION_LOG)
+
+    @property
+    def stamp(self) -> int:
+        """Changes whenever a match made before may no longer hold."""
+        return self.evicted_tokens + self.invalidations
 
     @property
     def total_size(self) -> int:
@@ -111,7 +118,7 @@ class RadixCache:
             child.last_access = now
             node, pos = child, pos + n
         slots = torch.cat(values) if values else torch.empty(0, dtype=torch.int64)
-        return PrefixMatch(slots, node, self.evicted_tokens)
+        return PrefixMatch(slots, node, self.stamp)
 
     def insert(self, key: Sequence[int], slots: torch.Tensor) -> int:
         """Cache `key` with its slot ids. Returns how many leading tokens were already cached:

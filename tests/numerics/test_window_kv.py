@@ -64,7 +64,7 @@ class Seq:
 class CachedDriver:
     def __init__(self, runner):
         self.runner = runner
-        self.cm = CacheManager.for_runner(runner, radix=True)
+        self.cm = CacheManager.for_runner(runner, radix=True, eager_window_drop=True)
         self.pool: HybridKVPool = runner.kv_pool
 
     def admit(self, ids: list[int]) -> Seq:

@@ -4,8 +4,10 @@ A state machine like test_cache_manager's (random admissions, decodes with draft
 releases, evictions), over a HybridKVPool with a window of 3: each window slot carries the tag
 of the token whose window K/V it would hold. After every step: each window slot is free or named
 by exactly one full slot; each running request can read the window K/V of its last window
-positions (and they are its own tokens'); a request's private tokens hold at most `window`
-window slots between passes; every cached prefix the cache offers ends with its window K/V.
+positions (and they are its own tokens'); every cached prefix the cache offers ends with its
+window K/V. Dropping window K/V after every pass (eager): a request's private tokens hold at most
+`window` window slots between passes. Dropping it only once the window pool is half used (the
+default): `window_room` is a floor on what `make_room` finds.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ def hybrid_pool(size: int = SLOTS, window_size: int = WINDOW_SLOTS) -> HybridKVP
 
 class HybridMachine(CacheManagerMachine):
     Req = WindowReq
+    eager = True
 
     def __init__(self):
         super().__init__()
-        self.cm = CacheManager(ReqToTokenPool(ROWS, CONTEXT, "cpu"), hybrid_pool(), radix=self.radix)
+        self.cm = CacheManager(ReqToTokenPool(ROWS, CONTEXT, "cpu"), hybrid_pool(), radix=self.radix,
+                               eager_window_drop=self.eager)  # fmt: skip
         self.window_tags: list[tuple | None] = [None] * WINDOW_SLOTS
 
     @property
@@ -61,7 +65,12 @@ class HybridMachine(CacheManagerMachine):
     @rule(n=st.integers(0, SLOTS + 2))
     def make_room(self, n):
         before, window_before = self.cm.available, self.cm.window_room
-        assert self.cm.make_room(n) == (n <= before and n <= window_before)
+        made = self.cm.make_room(n)
+        if self.eager:
+            assert made == (n <= before and n <= window_before)
+        else:  # running requests' out-of-window K/V is given back too
+            assert made >= (n <= before and n <= window_before)
+            assert made == (self.pool.available_size >= n and self.pool.window_available >= n)
         assert self.cm.available == before
 
     @invariant()
@@ -88,6 +97,8 @@ class HybridMachine(CacheManagerMachine):
 
     @invariant()
     def private_window_is_bounded(self):
+        if not self.eager:
+            return
         for req in self.running:
             private = self.cm.slots(req, req.cached_len, req.kv_len)
             assert int((self.pool.full_to_window[private] >= 0).sum()) <= WINDOW
@@ -110,9 +121,63 @@ class HybridNoRadixMachine(HybridMachine):
     radix = False
 
 
-@pytest.mark.parametrize("machine", [HybridMachine, HybridNoRadixMachine], ids=["radix", "no-radix"])
+class HybridLazyMachine(HybridMachine):
+    eager = False
+
+
+class HybridLazyNoRadixMachine(HybridLazyMachine):
+    radix = False
+
+
+MACHINES = [HybridMachine, HybridNoRadixMachine, HybridLazyMachine, HybridLazyNoRadixMachine]
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=["radix", "no-radix", "lazy-radix", "lazy-no-radix"])
 def test_window_pool_keeps_every_slot_in_one_place(machine):
     run_state_machine_as_test(machine, settings=settings(max_examples=40, stateful_step_count=30, deadline=None))
+
+
+def _finish(cm: CacheManager, ids: list[int]) -> None:
+    """A request computes `ids` in one pass and finishes."""
+    req = WindowReq(list(ids))
+    assert cm.open(req, cm.match(ids)) and cm.reserve(req, req.kv_len, len(ids) - req.kv_len)
+    req.kv_len = len(ids)
+    cm.share(req)
+    cm.release(req)
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_a_prefix_shared_mid_prompt_is_reused_while_the_window_pool_has_room(eager):
+    """Two prompts that part after 12 tokens (4 windows): with room in the window pool the second
+    reuses all 12; dropping window K/V after every pass it reuses none (no window K/V at 9..11)."""
+    cm = CacheManager(ReqToTokenPool(ROWS, CONTEXT, "cpu"), hybrid_pool(size=64, window_size=64), radix=True,
+                      eager_window_drop=eager)  # fmt: skip
+    shared = [7, 1, 2, 0, 2, 1, 1, 0, 2, 2, 1, 0]
+    _finish(cm, shared + [1, 1, 2])
+    assert cm.match(shared + [0, 0]).length == (0 if eager else 12)
+
+
+def test_a_short_window_pool_drops_out_of_window_kv_and_current_matches():
+    """While the window pool is at least half free nothing is dropped; once it is short,
+    make_room has running requests give back the window K/V they will not read again (never
+    their last window), and a match made before is no longer current."""
+    cm = CacheManager(ReqToTokenPool(ROWS, CONTEXT, "cpu"), hybrid_pool(size=64, window_size=16), radix=True)
+    a, b = WindowReq([0, 1, 2, 0, 1, 2, 0]), WindowReq([2, 2, 1, 1, 0, 0, 2])
+    for req in (a, b):
+        assert cm.open(req, cm.match(req.all_ids)) and cm.reserve(req, 0, 7)
+        if req is a:
+            req.kv_len = 7
+            cm.share(req)  # 9 of 16 window slots still free: a keeps all 7
+            assert cm._kv.window_available == 9
+    stale = cm.match(a.all_ids)
+    assert cm.make_room(5) and cm._kv.window_available == 6  # a gave back positions 0..3
+    assert (cm._kv.full_to_window[cm.slots(a, 0, 4)] < 0).all()
+    assert (cm._kv.full_to_window[cm.slots(a, 4, 7)] >= 0).all()
+    assert cm.is_current(cm.match(a.all_ids)) and not cm.is_current(stale)
+    assert cm._prefixes.evicted_tokens == 0
+    b.kv_len = 7
+    for req in (a, b):
+        cm.release(req)
 
 
 def test_prefix_without_its_window_is_cut_to_where_it_has_one():
