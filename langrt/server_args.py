@@ -20,7 +20,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 QUANTIZATIONS = ("auto", "none", "int8", "int4", "fp8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 GRAMMAR_BACKENDS = ("langrt", "xgrammar", "llguidance")
-REASONING_PARSERS = ("qwen3", "deepseek-r1")  # entrypoints/reasoning_parser.PARSERS
+REASONING_PARSERS = ("qwen3", "deepseek-r1")  # constrained/reasoning_syntax.PARSERS
 SPECULATIVE_ALGORITHMS = ("NGRAM", "DRAFT")
 # Drafts per request and pass at most, per algorithm (--speculative-num-draft-tokens overrides).
 # Why 16 for n-grams: a pass of 17 rows costs about 1.5x one of 9 (SmolLM2, bf16, 2 cores) while

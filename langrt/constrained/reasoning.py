@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 
 from langrt.constrained.bitmask import allocate_token_bitmask
+from langrt.constrained.reasoning_syntax import reasoning_syntax
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,8 +188,6 @@ def think_tokens_for(parser: str | None, encode: Callable[[str], list[int]], voc
     not that kind of reasoning model, and no token could end its thinking)."""
     if parser is None:
         return None
-    from langrt.entrypoints.reasoning_parser import reasoning_syntax
-
     end = reasoning_syntax(parser).end
     ids = encode(end)
     if len(ids) != 1:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from langrt.entrypoints.reasoning_parser import ReasoningStream, ReasoningSyntax, reasoning_syntax
+from langrt.constrained.reasoning_syntax import ReasoningSyntax, reasoning_syntax
+from langrt.entrypoints.reasoning_parser import ReasoningStream
 from langrt.errors import InvalidRequest
 
 FIELDS = {"chat_template_kwargs", "separate_reasoning", "stream_reasoning", "max_reasoning_tokens"}

@@ -29,8 +29,6 @@ LAYERS = {
 
 # (importer unit, imported unit): why the arrow is still there. Cycles and upward arrows of today.
 ALLOWED = {
-    ("constrained", "entrypoints"): "constrained/reasoning.py reads the end tag of --reasoning-parser from "
-    "entrypoints/reasoning_parser.py; the syntax table belongs below both (issue 50 is editing constrained/)",
     ("speculative", "scheduler"): "drafters import scheduler/req.py (Req) and scheduler/constraints.py; the "
     "request type has to move below the scheduler, a change across the scheduler files others edit today",
     ("embeddings", "scheduler"): "embeddings/decoder_embed.py reads scheduler/req.py's Req, the same type the "

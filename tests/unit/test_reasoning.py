@@ -12,7 +12,8 @@ import torch
 
 from langrt.constrained.reasoning import FreeAnswer, ThinkTokens, think_then, think_tokens_for
 from langrt.constrained.spec import GrammarSpec
-from langrt.entrypoints.reasoning_parser import PARSERS, ReasoningStream, split_reasoning
+from langrt.constrained.reasoning_syntax import PARSERS
+from langrt.entrypoints.reasoning_parser import ReasoningStream, split_reasoning
 from langrt.errors import InvalidRequest
 from langrt.sampling.sampling_params import SamplingParams
 from langrt.tokenizer.text_decoder import load_text_decoder
