@@ -50,6 +50,9 @@ class ServerArgs:
     max_running_requests: int | None = _flag("requests decoded together at most; default 256 cpu, 1024 cuda", default=None)
     chunked_prefill_size: int | None = _flag("prompt tokens computed per forward pass at most; longer prompts are prefilled in chunks (-1: no limit); default 8192 cuda, 2048 cpu", default=None)
     disable_radix_cache: bool = _flag("do not reuse KV across requests (the baseline for benchmarks)", default=False)
+    hicache_size: float = _flag("GB of host memory for K/V the radix cache evicts, loaded back when a request's prefix returns instead of computed again (0: none; docs/hicache.md)", default=0.0)
+    hicache_dir: str | None = _flag("directory for a disk tier below --hicache-size: evicted K/V written as checked files, found again after a restart (keyed by the model's files and settings and the token prefix; docs/hicache.md)", default=None)
+    hicache_disk_size: float = _flag("GB the --hicache-dir files may take at most (least recently used removed first)", default=16.0)
     grammar_compile_timeout: float = _flag("seconds a grammar may take to compile before its request fails (a regex whose automaton explodes)", default=10.0)
     grammar_backend: str = _flag("engine for regex / json_schema / ebnf / choices / structural_tag constraints: langrt's own (the only one with jump-forward), or the xgrammar or llguidance package (docs/grammar_backends.md)", GRAMMAR_BACKENDS, default="langrt")
     reasoning_parser: str | None = _flag("reasoning models: split the output's thinking (<think>...</think>) into reasoning_content on /v1/chat/completions, and hold response_format / regex / tool-call grammars to the answer after it (qwen3, deepseek-r1; docs/reasoning.md)", default=None)
@@ -113,6 +116,7 @@ class ServerArgs:
         if missing is not None:
             raise ValueError(missing)
         _check_speculative(self)
+        _check_hicache(self)
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             raise ValueError(f"--reasoning-parser must be one of {', '.join(REASONING_PARSERS)}; got {self.reasoning_parser!r}")
         _check_positive(self, "max_loras_per_batch")
@@ -205,6 +209,17 @@ def _check_speculative(args: ServerArgs) -> None:
         object.__setattr__(args, "speculative_num_draft_tokens", SPEC_DRAFT_TOKENS[algorithm])
     if args.speculative_num_draft_tokens is not None and args.speculative_num_draft_tokens < 1:
         raise ValueError(f"--speculative-num-draft-tokens must be positive; got {args.speculative_num_draft_tokens}")
+
+
+def _check_hicache(args: ServerArgs) -> None:
+    if args.hicache_size < 0 or not args.hicache_disk_size > 0:
+        raise ValueError(f"--hicache-size must be >= 0 and --hicache-disk-size positive; got {args.hicache_size}, {args.hicache_disk_size}")
+    if not args.hicache_size and args.hicache_dir is None:
+        return
+    if args.disable_radix_cache:
+        raise ValueError("--hicache-size / --hicache-dir keep what the radix cache evicts; they need it: drop --disable-radix-cache")
+    if args.tp_size > 1:
+        raise ValueError("--hicache-size / --hicache-dir: the tiers copy one pool's K/V, not tensor-parallel ranks' parts; use --tp-size 1")
 
 
 def _attention_backend(asked: str, device: str) -> str:

@@ -42,15 +42,18 @@ from typing import Sequence
 
 import torch
 
+from langrt.mem.hicache.tiers import KVTiers, NoTiers
 from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.mem.prefix_cache import PrefixMatch, create_prefix_cache
 
 
 class CacheManager:
-    def __init__(self, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool, radix: bool, eager_window_drop: bool = False):
+    def __init__(self, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool, radix: bool, eager_window_drop: bool = False,
+                 tiers: KVTiers | None = None):  # fmt: skip
         self._rows = req_pool
         self._kv = kv_pool
-        self._prefixes = create_prefix_cache(radix, req_pool, kv_pool)
+        self._tiers = tiers or NoTiers()  # where evicted prefixes go (mem/hicache)
+        self._prefixes = create_prefix_cache(radix, req_pool, kv_pool, self._tiers)
         # per row: positions below these are done with (window K/V dropped, or not ours to
         # drop): [in the prefix cache, private]
         self._window_floor: dict[int, list[int]] = {}
@@ -61,9 +64,9 @@ class CacheManager:
             self._window_low = kv_pool.window_pool.size + 1
 
     @classmethod
-    def for_runner(cls, runner, radix: bool, eager_window_drop: bool = False) -> "CacheManager":
+    def for_runner(cls, runner, radix: bool, eager_window_drop: bool = False, tiers: KVTiers | None = None) -> "CacheManager":
         """Over the pools a ModelRunner allocated (its attention reads them)."""
-        return cls(runner.req_pool, runner.kv_pool, radix, eager_window_drop)
+        return cls(runner.req_pool, runner.kv_pool, radix, eager_window_drop, tiers)
 
     # ---- what there is ---------------------------------------------------------------
 
@@ -115,11 +118,14 @@ class CacheManager:
     # ---- moving slots ----------------------------------------------------------------
 
     def open(self, req, match: PrefixMatch) -> bool:
-        """A row for `req`, its cached region `match` (locked); False when no row is free."""
+        """A row for `req`, its cached region `match` (locked) extended by what the tiers below
+        the prefix cache hold of `match.key` (loaded back into the pool, which may evict); False
+        (nothing changes) when no row is free."""
         assert self.is_current(match), "a prefix match made before an eviction"
         row = self._rows.alloc()
         if row is None:
             return False
+        match = self._prefixes.restore(match)
         req.kv_row = row
         self._window_floor[row] = [match.length, 0]  # what it matched is others' prefix: kept
         self._running[row] = req
@@ -213,6 +219,7 @@ class CacheManager:
             "cache_nodes": self._prefixes.num_nodes,
             "evicted_tokens": self._prefixes.evicted_tokens,
             **self._window_stats(),
+            **self._tiers.stats(),
         }
 
     def _window_stats(self) -> dict:

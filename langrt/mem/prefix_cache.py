@@ -17,6 +17,7 @@ from typing import Sequence
 
 import torch
 
+from langrt.mem.hicache.tiers import KVTiers, NoTiers, scatter_kv
 from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.mem.radix_cache import PrefixMatch, RadixCache, TreeNode
 
@@ -44,6 +45,11 @@ class PrefixCache(ABC):
 
     @abstractmethod
     def adopt(self, req, match: PrefixMatch) -> None: ...
+
+    def restore(self, match: PrefixMatch) -> PrefixMatch:
+        """`match` extended by what the tiers below the cache hold of `match.key` past it
+        (mem/hicache), loaded into the pool; the result is current. Default: `match`."""
+        return match
 
     @abstractmethod
     def cache_unfinished(self, req) -> None: ...
@@ -103,10 +109,11 @@ class PrefixCache(ABC):
 class RadixPrefixCache(PrefixCache):
     reuses_prefixes = True
 
-    def __init__(self, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool):
+    def __init__(self, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool, tiers: KVTiers | None = None):
         self.req_pool = req_pool
         self.kv_pool = kv_pool
-        self.tree = RadixCache(kv_pool.free)
+        self.tiers = tiers or NoTiers()
+        self.tree = RadixCache(kv_pool.free, on_evict=self.tiers.on_evict)
 
     def match(self, ids: Sequence[int]) -> PrefixMatch:
         """Cut back, under sliding-window layers, to where the window K/V the next token reads
@@ -115,6 +122,33 @@ class RadixPrefixCache(PrefixCache):
         match = self.tree.match_prefix(ids)
         usable = self.kv_pool.window_prefix_len(match.slots)
         return match if usable == match.length else self.tree.match_prefix(ids[:usable])
+
+    def restore(self, match: PrefixMatch) -> PrefixMatch:
+        """Loaded into fresh slots (evicting unlocked prefixes for room, never `match`'s own) and
+        inserted into the tree as an unlocked path below `match.node`."""
+        start = match.length
+        self.tree.lock(match.node)
+        blocks = self.tiers.lookup(match.key, start, self.kv_pool.available_size + self.tree.evictable_size)
+        slots = self._load(blocks, start) if blocks else None
+        self.tree.unlock(match.node)
+        if slots is None:
+            return match
+        ids = match.key[: start + slots.numel()]
+        already = self.tree.insert(ids, torch.cat([match.slots, slots]))
+        assert already == start, "nothing below the locked match can have changed"
+        return self.tree.match_prefix(ids)
+
+    def _load(self, blocks: list[torch.Tensor], start: int) -> torch.Tensor:
+        """Fresh slots holding `blocks`' K/V from position `start` on (the first block begins at
+        start rounded down to a block: the tree holds those positions already)."""
+        skip = start % self.tiers.block_tokens
+        n = len(blocks) * self.tiers.block_tokens - skip
+        if self.kv_pool.available_size < n:
+            self.tree.evict(n - self.kv_pool.available_size)
+        slots = self.kv_pool.alloc(n)
+        assert slots is not None, "lookup stays within free + evictable slots"
+        scatter_kv(self.kv_pool, slots, torch.cat(blocks, dim=2)[:, :, skip:])
+        return slots
 
     def adopt(self, req, match: PrefixMatch) -> None:
         self.req_pool.write(req.kv_row, 0, match.slots)
@@ -250,8 +284,11 @@ class NoPrefixCache(PrefixCache):
     evictable_size = cached_size = evicted_tokens = num_nodes = window_evictable_size = property(lambda self: 0)
 
 
-def create_prefix_cache(enabled: bool, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool) -> PrefixCache:
-    return (RadixPrefixCache if enabled else NoPrefixCache)(req_pool, kv_pool)
+def create_prefix_cache(enabled: bool, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool, tiers: KVTiers | None = None) -> PrefixCache:
+    """`tiers` (mem/hicache) keep what the radix cache evicts; the never-matching cache has none."""
+    if not enabled:
+        return NoPrefixCache(req_pool, kv_pool)
+    return RadixPrefixCache(req_pool, kv_pool, tiers)
 
 
 __all__ = ["PrefixCache", "PrefixMatch", "RadixPrefixCache", "NoPrefixCache", "TreeNode", "create_prefix_cache"]

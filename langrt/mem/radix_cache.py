@@ -70,6 +70,7 @@ class PrefixMatch:
     # the cache's `stamp` when matched: an eviction since may have freed these slots (or a
     # window drop their window K/V)
     evictions: int = 0
+    key: Sequence[int] = ()  # what was matched (a longer prefix of it may be in the tiers)
 
     @property
     def length(self) -> int:
@@ -77,9 +78,13 @@ class PrefixMatch:
 
 
 class RadixCache:
-    def __init__(self, free_slots: Callable[[torch.Tensor], None], device: torch.device | str = "cpu"):
-        """`free_slots` returns evicted slots to the KV pool."""
+    def __init__(self, free_slots: Callable[[torch.Tensor], None], device: torch.device | str = "cpu",
+                 on_evict: Callable[[TreeNode], None] | None = None):  # fmt: skip
+        """`free_slots` returns evicted slots to the KV pool; `on_evict(leaf)` is called just
+        before, with the leaf still attached, so its whole prefix's K/V can be copied out
+        (mem/hicache)."""
         self.free_slots = free_slots
+        self.on_evict = on_evict or _keep_nothing
         self.device = torch.device(device)
         self.reset()
 
@@ -118,7 +123,7 @@ class RadixCache:
             child.last_access = now
             node, pos = child, pos + n
         slots = torch.cat(values) if values else torch.empty(0, dtype=torch.int64)
-        return PrefixMatch(slots, node, self.stamp)
+        return PrefixMatch(slots, node, self.stamp, key)
 
     def insert(self, key: Sequence[int], slots: torch.Tensor) -> int:
         """Cache `key` with its slot ids. Returns how many leading tokens were already cached:
@@ -190,6 +195,7 @@ class RadixCache:
         freed = 0
         while freed < num_tokens and heap:
             leaf = heapq.heappop(heap)
+            self.on_evict(leaf)
             self.free_slots(leaf.value)
             self._log_eviction(leaf)
             freed += len(leaf.key)
@@ -226,6 +232,10 @@ class RadixCache:
     @property
     def num_nodes(self) -> int:
         return sum(1 for _ in self._nodes())
+
+
+def _keep_nothing(leaf: TreeNode) -> None:
+    pass
 
 
 def _common_length(edge: tuple[int, ...], key: Sequence[int], pos: int) -> int:
