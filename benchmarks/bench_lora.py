@@ -31,7 +31,7 @@ from results_meta import write_results  # noqa: E402
 from langrt.builtin import builtin_model_path  # noqa: E402
 from langrt.messages import RequestOptions  # noqa: E402
 from langrt.sampling.sampling_params import SamplingParams  # noqa: E402
-from langrt.scheduler.req import Req  # noqa: E402
+from langrt.request import Req  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 ADAPTERS, REQUESTS = 4, 16

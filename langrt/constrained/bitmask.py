@@ -20,6 +20,7 @@ vectorized ops (see `_apply_cpu`).
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 
 import torch
@@ -87,6 +88,24 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: to
         _apply_cpu(logits, bitmask, indices)
     else:
         raise ValueError(f"apply_token_bitmask supports cuda and cpu tensors, got {logits.device}")
+
+
+def mask_with_matchers(matchers: list, logits: torch.Tensor, timed: list | None = None) -> None:
+    """Row i's tokens that matchers[i] forbids (None: no grammar) -> -inf, in place; with
+    `timed` (requests, langrt.request.Req), the masks' time is counted on them (the dashboard's
+    mask times)."""
+    rows = [i for i, m in enumerate(matchers) if m is not None]
+    if not rows:
+        return
+    words = (logits.shape[1] + 31) // 32
+    bitmask = torch.empty((len(rows), words), dtype=torch.int32)
+    for k, i in enumerate(rows):
+        start = time.perf_counter()
+        matchers[i].fill_bitmask(bitmask, k)
+        if timed is not None:
+            timed[i].grammar_mask_s += time.perf_counter() - start
+            timed[i].grammar_masks += 1
+    apply_token_bitmask(logits, bitmask.to(logits.device), torch.tensor(rows, device=logits.device))
 
 
 def _low_bits(n: int) -> int:

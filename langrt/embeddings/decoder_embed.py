@@ -23,7 +23,7 @@ from langrt.errors import InvalidRequest
 from langrt.messages import ControlReply, EmbedRequest
 from langrt.model.source import ModelSource
 from langrt.sampling.sampling_params import SamplingParams
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from langrt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)

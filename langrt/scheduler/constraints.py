@@ -20,10 +20,11 @@ from typing import Callable
 
 import torch
 
+from langrt.constrained.bitmask import mask_with_matchers
 from langrt.constrained.reasoning import ThinkTokens, think_then
 from langrt.constrained.spec import GrammarSpec
 from langrt.errors import InvalidRequest
-from langrt.scheduler.req import FinishReason, Req
+from langrt.request import FinishReason, Req
 
 
 COMPILE_LOG = 64  # compiled grammars remembered for the dashboard
@@ -95,25 +96,6 @@ class GrammarQueue:
 def mask_logits(reqs: list[Req], logits: torch.Tensor) -> None:
     """Disallowed tokens of constrained requests' rows -> -inf, in place."""
     mask_with_matchers([r.matcher for r in reqs], logits, timed=reqs)
-
-
-def mask_with_matchers(matchers: list, logits: torch.Tensor, timed: list[Req] | None = None) -> None:
-    """Row i's tokens that matchers[i] forbids (None: no grammar) -> -inf, in place; with
-    `timed`, the masks' time is counted on those requests (the dashboard's mask times)."""
-    from langrt.constrained.bitmask import apply_token_bitmask
-
-    rows = [i for i, m in enumerate(matchers) if m is not None]
-    if not rows:
-        return
-    words = (logits.shape[1] + 31) // 32
-    bitmask = torch.empty((len(rows), words), dtype=torch.int32)
-    for k, i in enumerate(rows):
-        start = time.perf_counter()
-        matchers[i].fill_bitmask(bitmask, k)
-        if timed is not None:
-            timed[i].grammar_mask_s += time.perf_counter() - start
-            timed[i].grammar_masks += 1
-    apply_token_bitmask(logits, bitmask.to(logits.device), torch.tensor(rows, device=logits.device))
 
 
 def advance_grammar(req: Req, token: int, eos_token_id: int | None) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from langrt.sampling.logprobs import logprobs_of, top_logprobs
 
 # Prompt positions turned into [N, vocab] float32 logits at once (49k vocab: ~100 MB per 512).

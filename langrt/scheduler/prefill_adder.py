@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from langrt.mem.cache_manager import CacheManager
 from langrt.mem.prefix_cache import PrefixMatch
 

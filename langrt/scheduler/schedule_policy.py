@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from langrt.mem.cache_manager import CacheManager
 from langrt.mem.prefix_cache import PrefixMatch
 from langrt.server_args import SCHEDULE_POLICIES

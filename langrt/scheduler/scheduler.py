@@ -29,7 +29,7 @@ from langrt.scheduler.constraints import GrammarQueue, think_first
 from langrt.tokenizer.incremental_decoder import IncrementalDecoder
 from langrt.scheduler.logprob_collector import collect_input_logprobs
 from langrt.scheduler.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
-from langrt.scheduler.req import FinishReason, Req, ReqStatus, StopChecker
+from langrt.request import FinishReason, Req, ReqStatus, StopChecker
 from langrt.scheduler.schedule_policy import SchedulePolicy
 from langrt.validation import Limits, validate_request
 from langrt.lora.registry import LoraRegistry

@@ -16,7 +16,7 @@ from langrt.errors import InvalidRequest, ModelLoadError
 from langrt.ipc import Endpoints, PullQueue, PushQueue
 from langrt.child_setup import configure_logging, exit_with_parent
 from langrt.tokenizer.incremental_decoder import CONTEXT_TOKENS
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from langrt.lora.registry import lora_control
 from langrt.scheduler.scheduler import Scheduler
 from langrt.scheduler.snapshot import live_counts, scheduler_snapshot

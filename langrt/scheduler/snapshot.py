@@ -9,7 +9,7 @@ ids stay ids; the main process turns them into text.
 from __future__ import annotations
 
 from langrt.messages import SnapshotRequest
-from langrt.scheduler.req import Req
+from langrt.request import Req
 
 PROMPT_HEAD_TOKENS = 24  # prompt ids sent per request, for its label
 

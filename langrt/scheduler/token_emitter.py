@@ -41,7 +41,7 @@ from langrt.scheduler.constraints import (
     mask_logits,
 )
 from langrt.scheduler.logprob_collector import OutputLogprobs
-from langrt.scheduler.req import Req, StopChecker
+from langrt.request import Req, StopChecker
 from langrt.sampling.penalties import ban_tokens, early_stop_bans
 from langrt.sampling.sampler import SamplingBatch, rejection_sample
 from langrt.speculative.drafter import Drafter, DraftSource, SpeculativeSource

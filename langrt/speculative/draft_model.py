@@ -28,13 +28,13 @@ from typing import Any
 
 import torch
 
+from langrt.constrained.bitmask import mask_with_matchers
 from langrt.errors import ModelLoadError
 from langrt.mem.cache_manager import CacheManager
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.sampling.penalties import ban_tokens, early_stop_bans
 from langrt.sampling.sampler import SamplingBatch
-from langrt.scheduler.constraints import mask_with_matchers
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from langrt.speculative.ngram import DraftLength
 
 

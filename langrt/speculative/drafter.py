@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from langrt.scheduler.req import Req
+from langrt.request import Req
 
 
 class DraftSource(Protocol):

@@ -15,7 +15,7 @@ import bisect
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from langrt.scheduler.req import Req
+from langrt.request import Req
 
 # Why 4 down to 2: a longer match predicts better, so the longest is tried first; one token
 # (" the") matches almost anywhere and predicts little, so matches need two at least.

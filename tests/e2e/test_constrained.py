@@ -302,7 +302,7 @@ def test_jump_forward_on_smollm_extraction(smollm_path):
     output's text is free, fewer than the tokens not drafted."""
     from runner_driver import make_scheduler
 
-    from langrt.scheduler.req import Req
+    from langrt.request import Req
     from langrt.sampling.sampling_params import SamplingParams
 
     outputs, stats, full_rows = {}, {}, {}
@@ -346,7 +346,7 @@ def test_jump_forward_outputs_a_certain_end_without_another_pass(tiny_llama_dir)
     from runner_driver import make_scheduler
 
     from langrt.messages import RequestOptions
-    from langrt.scheduler.req import Req
+    from langrt.request import Req
     from langrt.sampling.sampling_params import SamplingParams
 
     regex = r'\{"legs": [0-9], "arms": [0-9]\}'
@@ -440,7 +440,7 @@ def test_jump_forward_drafts_ride_in_the_prompts_pass(tiny_llama_dir):
     slots come back when it does not; the tokens are those without jump-forward."""
     from runner_driver import make_scheduler
 
-    from langrt.scheduler.req import Req
+    from langrt.request import Req
     from langrt.sampling.sampling_params import SamplingParams
 
     regex = r'\{"name": "[a-z]{1,8}", "legs": [0-9]\}'

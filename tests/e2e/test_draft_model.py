@@ -21,7 +21,7 @@ import langrt.scheduler.token_emitter as token_emitter
 from langrt.errors import ModelLoadError
 from langrt.sampling.sampler import SamplingBatch
 from langrt.sampling.sampling_params import SamplingParams
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from langrt.speculative import write_truncated_model
 from runner_driver import make_scheduler, run_requests
 

@@ -152,7 +152,7 @@ def scheduler_outputs(path, model_impl: str, prompts: list[list[int]]) -> list[l
     `path` run by `model_impl`'s code, the prompts' requests batched together."""
     from langrt.model.model_runner import ModelRunner
     from langrt.sampling.sampling_params import SamplingParams
-    from langrt.scheduler.req import Req
+    from langrt.request import Req
     from langrt.scheduler.scheduler import Scheduler
     from langrt.server_args import ServerArgs
     from langrt.tokenizer.loader import load_tokenizer

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import langrt
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from runner_driver import make_scheduler
 from langrt.sampling.sampling_params import SamplingParams
 

@@ -11,7 +11,7 @@ import torch
 
 import langrt
 from langrt.sampling.sampling_params import SamplingParams
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from runner_driver import make_scheduler, run_requests
 from server_utils import LaunchedServer
 

@@ -11,7 +11,7 @@ from langrt.errors import InvalidRequest
 from langrt.lora import LoraError
 from langrt.messages import RequestOptions
 from langrt.sampling.sampling_params import SamplingParams
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from lora_utils import merged_greedy, write_adapter
 from runner_driver import make_scheduler, run_requests
 

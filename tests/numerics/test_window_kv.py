@@ -151,7 +151,7 @@ def test_scheduler_output_equals_transformers_generate(gemma3):
     """Chunked prefill (12 tokens a pass) over prompts of 3-4 windows, greedy decode past more;
     run twice: the second round reuses the cached prompts and gives the same tokens."""
     from langrt.sampling.sampling_params import SamplingParams
-    from langrt.scheduler.req import Req
+    from langrt.request import Req
 
     path, hf = gemma3
     prompts = random_prompts(11, (27, 33, 21))

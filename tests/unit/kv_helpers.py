@@ -8,7 +8,7 @@ import torch
 from langrt.mem.cache_manager import CacheManager
 from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.sampling.sampling_params import SamplingParams
-from langrt.scheduler.req import Req
+from langrt.request import Req
 
 
 def make_cache(slots: int = 256, rows: int = 4, radix: bool = True, context: int = 256) -> CacheManager:

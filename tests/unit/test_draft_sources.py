@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from langrt.sampling.sampling_params import SamplingParams
-from langrt.scheduler.req import Req, ReqStatus
+from langrt.request import Req, ReqStatus
 from langrt.speculative import Drafter, NgramDrafts, RecentOutputs
 from langrt.speculative.ngram import MAX_PAUSE, PAYING_ACCEPTED, DraftLength
 

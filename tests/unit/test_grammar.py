@@ -263,7 +263,7 @@ def test_drafts_follow_the_most_frequent_spelling_and_stop_where_models_leave_th
 
 
 def _constrained_req(grammar):
-    from langrt.scheduler.req import Req
+    from langrt.request import Req
     from langrt.sampling.sampling_params import SamplingParams
 
     req = Req("r", [1, 2, 3], SamplingParams(max_new_tokens=64))

@@ -14,7 +14,7 @@ import pytest
 from kv_helpers import cache_prefix, make_cache, make_req
 from langrt.mem.cache_manager import CacheManager
 from langrt.scheduler.prefill_adder import IN_BATCH_SHARE_TOKENS, PrefillAdder, reserved_tokens
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from langrt.scheduler.schedule_policy import SchedulePolicy
 
 INF = float("inf")

@@ -6,7 +6,7 @@ import pytest
 
 from kv_helpers import cache_prefix, make_cache, make_req
 from langrt.mem.cache_manager import CacheManager
-from langrt.scheduler.req import Req
+from langrt.request import Req
 from langrt.scheduler.schedule_policy import MAX_QUEUE_FOR_MATCHING, SchedulePolicy
 from langrt.server_args import SCHEDULE_POLICIES
 

@@ -19,7 +19,7 @@ import torch
 from langrt.messages import RequestOptions
 from langrt.sampling.sampler import SamplingBatch, make_generator
 from langrt.sampling.sampling_params import SamplingParams
-from langrt.scheduler.req import FinishReason, Req, ReqStatus, StopChecker
+from langrt.request import FinishReason, Req, ReqStatus, StopChecker
 from langrt.scheduler.scheduler import SchedulerStats
 from langrt.scheduler.token_emitter import Emission, TokenEmitter
 from langrt.tokenizer.text_decoder import load_text_decoder
