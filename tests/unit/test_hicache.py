@@ -230,3 +230,20 @@ def test_kill_9_mid_write_leaves_nothing_that_loads(tmp_path):
     assert len(tier) == 0 and list(tmp_path.iterdir()) == []  # the dead writer's temp removed
     name = BlockName(b"n" * 16, b"n" * 16, (1, 2, 3, 4), torch.float32, (2, 2, 4, 1, 2))
     assert tier.get(name) is None
+
+
+def test_namespace_names_the_model_files_and_settings(tmp_path):
+    from langrt.mem.hicache.keys import KVIdentity, model_files
+
+    (tmp_path / "config.json").write_text("{}")
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"a" * 100)
+
+    def namespace(dtype="torch.float32"):
+        return KVIdentity(model_files(tmp_path), (("quantization", "none"),), 2, 1, 2, dtype, B).namespace
+
+    first = namespace()
+    assert namespace() == first
+    assert namespace("torch.bfloat16") != first
+    weights.write_bytes(b"b" * 100)  # same size, other content
+    assert namespace() != first

@@ -12,6 +12,7 @@ into the pool instead of computing it again (docs/hicache.md).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from langrt.mem.hicache.disk_tier import DiskTier
 from langrt.mem.hicache.host_tier import HostTier
@@ -52,7 +53,7 @@ def create_tiers(args, kv_pool) -> KVTiers:
 
 
 def kv_identity(args, kv_pool) -> KVIdentity:
-    from langrt.model.source import ModelSource
+    from langrt.builtin import builtin_model_path
     from langrt.version import __version__
 
     settings = {name: str(getattr(args, name)) for name in _KV_SETTINGS}
@@ -61,7 +62,7 @@ def kv_identity(args, kv_pool) -> KVIdentity:
         settings["random_seed"] = str(args.random_seed)
     k = kv_pool.k_buffers[0]
     return KVIdentity(
-        model_files=model_files(ModelSource.resolve(args.model_path).path),
+        model_files=model_files(Path(args.model_path) if args.model_path else builtin_model_path()),
         settings=tuple(sorted(settings.items())),
         num_layers=len(kv_pool.k_buffers), num_kv_heads=k.shape[1], head_dim=k.shape[2],
         dtype=str(kv_pool.dtype), block_tokens=BLOCK_TOKENS,

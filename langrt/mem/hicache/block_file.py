@@ -13,8 +13,6 @@ import json
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Sequence
-
 import torch
 
 from langrt.mem.hicache.keys import block_key
@@ -93,7 +91,3 @@ def _check_header(header: dict, name: BlockName) -> None:
             raise CorruptBlockFile(f"header {field} does not match the block looked up")
     if not isinstance(header.get("nbytes"), int) or not isinstance(header.get("crc32"), int):
         raise CorruptBlockFile("header lacks nbytes / crc32")
-
-
-def block_tokens_of(ids: Sequence[int], index: int, block_tokens: int) -> tuple[int, ...]:
-    return tuple(ids[index * block_tokens : (index + 1) * block_tokens])

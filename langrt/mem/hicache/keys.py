@@ -50,12 +50,12 @@ class KVIdentity:
 
 def model_files(path: Path) -> tuple[tuple[str, int, int, str], ...]:
     """The identity of a model's files: a .gguf file, or an HF directory's config and weights."""
-    path = path.resolve()
+    path = path.expanduser().resolve()
     if path.is_file():
         files = [path]
     else:
         names = [p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES or p.name == "config.json"]
-        files = sorted(names)
+        files = sorted(p for p in names if p.is_file())
     return tuple(_file_identity(p) for p in files)
 
 
