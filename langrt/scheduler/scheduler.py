@@ -34,6 +34,7 @@ from langrt.scheduler.schedule_policy import SchedulePolicy
 from langrt.validation import Limits, validate_request
 from langrt.lora.registry import LoraRegistry
 from langrt.mem.cache_manager import CacheManager
+from langrt.mem.hicache import create_tiers
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.model_runner import ModelRunner
 from langrt.scheduler.token_emitter import Emission, TokenEmitter
@@ -86,7 +87,8 @@ class Scheduler:
         self.runner = runner
         self.tokenizer = tokenizer
         self.context_len = runner.plan.context_len
-        self.cache = CacheManager.for_runner(runner, radix=not args.disable_radix_cache)
+        tiers = create_tiers(args, runner.kv_pool)  # --hicache-*: where evicted prefixes go
+        self.cache = CacheManager.for_runner(runner, radix=not args.disable_radix_cache, tiers=tiers)
         self.limits = Limits(self.context_len, runner.vocab_size, self.cache.size)
         self.token_budget = args.chunked_prefill_size if args.chunked_prefill_size > 0 else float("inf")
         self.stop_checker = StopChecker(eos_token_ids(runner.config, tokenizer), self.context_len)
