@@ -7,19 +7,22 @@ The CLI is generated from the fields' metadata so flags and fields cannot drift.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 from dataclasses import dataclass, field
 
 from langrt import envs
-from langrt.model.registry import MODEL_IMPLS
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+MODEL_IMPLS = ("auto", "langrt", "transformers")  # langrt/model/registry.py resolves them
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 QUANTIZATIONS = ("auto", "none", "int8", "int4", "fp8")
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 GRAMMAR_BACKENDS = ("langrt", "xgrammar", "llguidance")
+# backend -> (module to import, what to install); langrt's needs nothing more
+GRAMMAR_PACKAGES = {"xgrammar": ("xgrammar", "xgrammar==0.2.7"), "llguidance": ("llguidance", "llguidance>=1.9")}
 REASONING_PARSERS = ("qwen3", "deepseek-r1")  # constrained/reasoning_syntax.PARSERS
 SPECULATIVE_ALGORITHMS = ("NGRAM", "DRAFT")
 # Drafts per request and pass at most, per algorithm (--speculative-num-draft-tokens overrides).
@@ -110,9 +113,7 @@ class ServerArgs:
             raise ValueError(f"--port must be in 1..65535; got {self.port}")
         if not self.grammar_compile_timeout > 0:
             raise ValueError(f"--grammar-compile-timeout must be positive; got {self.grammar_compile_timeout}")
-        from langrt.constrained.backend import missing_package
-
-        missing = missing_package(self.grammar_backend)
+        missing = _missing_grammar_package(self.grammar_backend)
         if missing is not None:
             raise ValueError(missing)
         _check_speculative(self)
@@ -184,6 +185,17 @@ def _cores() -> int:
 
 def _flag_name(name: str) -> str:
     return name.replace("_", "-")
+
+
+def _missing_grammar_package(backend: str) -> str | None:
+    """Why `backend` cannot run here (its package is not installed), or None. Cheap: nothing is
+    imported, so a missing package stops `langrt launch` before any process starts."""
+    if backend not in GRAMMAR_PACKAGES:
+        return None
+    module, install = GRAMMAR_PACKAGES[backend]
+    if importlib.util.find_spec(module) is not None:
+        return None
+    return f"--grammar-backend {backend} needs the {module} package, which is not installed: pip install '{install}'"
 
 
 def _check_positive(args: ServerArgs, *names: str) -> None:

@@ -6,13 +6,12 @@ its output, behind one interface the scheduler uses.
 - `xgrammar`, `llguidance`: those packages, adapted in xgrammar_backend.py and
   llguidance_backend.py and compiled in threads (threaded_service.ThreadedGrammarService).
 
-Light to import (the package check runs when ServerArgs is built): the engines load in the
-scheduler process, when the first constrained request arrives.
+Light to import: the engines load in the scheduler process, when the first constrained request
+arrives (whether their packages are installed is checked by ServerArgs, at start).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
@@ -22,10 +21,6 @@ if TYPE_CHECKING:
 
     from langrt.constrained.spec import GrammarSpec
     from langrt.constrained.vocab import TokenVocabulary
-
-# backend -> (module to import, what to install); langrt's needs nothing more
-PACKAGES = {"xgrammar": ("xgrammar", "xgrammar==0.2.7"), "llguidance": ("llguidance", "llguidance>=1.9")}
-
 
 class GrammarMatcherLike(Protocol):
     """One request's place in its grammar. Used by the scheduler thread alone (no locking);
@@ -62,17 +57,6 @@ class GrammarServiceLike(Protocol):
 
     def submit(self, spec: GrammarSpec) -> Future: ...
     def close(self) -> None: ...
-
-
-def missing_package(backend: str) -> str | None:
-    """Why `backend` cannot run here (its package is not installed), or None. Cheap: nothing is
-    imported."""
-    if backend not in PACKAGES:
-        return None
-    module, install = PACKAGES[backend]
-    if importlib.util.find_spec(module) is not None:
-        return None
-    return f"--grammar-backend {backend} needs the {module} package, which is not installed: pip install '{install}'"
 
 
 def prechecked(backend: str) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from langrt.errors import ModelLoadError
+from langrt.server_args import MODEL_IMPLS
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,6 @@ NATIVE: tuple[Arch, ...] = (
     Arch("OlmoeForCausalLM", "olmoe", "langrt.model.olmoe", gguf="olmoe"),
     Arch("BertModel", "bert", "langrt.model.bert", encoder=True),
 )
-
-MODEL_IMPLS = ("auto", "langrt", "transformers")
 
 
 def native_arch(hf_config: Mapping[str, Any]) -> Arch | None:

@@ -35,8 +35,6 @@ ALLOWED = {
     "file through gguf_loader; the GGUF reader wants its own package below both",
     ("model", "lora"): "llama.py and model_runner call lora's adapter pass, whose layer reuses llama's "
     "layers; needs an adapter hook owned by model/ (lora is being edited today)",
-    ("model", "server_args"): "model_runner and hf_fallback_config take ServerArgs, which lists "
-    "model/registry's implementations; the runner should take its own config slice",
 }
 
 
