@@ -87,7 +87,7 @@ class Scheduler:
         self.runner = runner
         self.tokenizer = tokenizer
         self.context_len = runner.plan.context_len
-        tiers = create_tiers(args, runner.kv_pool)  # --hicache-*: where evicted prefixes go
+        tiers = create_tiers(args, runner)  # --hicache-*: where evicted prefixes go
         self.cache = CacheManager.for_runner(runner, radix=not args.disable_radix_cache, tiers=tiers)
         self.limits = Limits(self.context_len, runner.vocab_size, self.cache.size)
         self.token_budget = args.chunked_prefill_size if args.chunked_prefill_size > 0 else float("inf")

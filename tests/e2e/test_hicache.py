@@ -4,6 +4,8 @@ tiers; a restarted server's first requests load their prefixes from the disk tie
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -64,4 +66,4 @@ def test_window_models_are_refused_clearly():
 
     pool = HybridKVPool(64, 32, (None, 8), 1, 4, torch.float32, "cpu")
     with pytest.raises(ValueError, match="sliding-window layers"):
-        create_tiers(ServerArgs(hicache_size=1.0), pool)
+        create_tiers(ServerArgs(hicache_size=1.0), SimpleNamespace(kv_pool=pool))

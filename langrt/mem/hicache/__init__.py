@@ -29,11 +29,12 @@ _KV_SETTINGS = ("load_format", "model_impl", "dtype", "device", "attention_backe
                 "cpu_dense_copy", "enable_torch_compile", "tp_size")  # fmt: skip
 
 
-def create_tiers(args, kv_pool) -> KVTiers:
-    """The tiers --hicache-size / --hicache-dir ask for over `kv_pool` (NoTiers without them);
-    raises ValueError, naming the flag, where they cannot work."""
+def create_tiers(args, runner) -> KVTiers:
+    """The tiers --hicache-size / --hicache-dir ask for over a ModelRunner's KV pool (NoTiers
+    without them); raises ValueError, naming the flag, where they cannot work."""
     if not args.hicache_size and args.hicache_dir is None:
         return NoTiers()
+    kv_pool = runner.kv_pool
     if kv_pool.window is not None:
         raise ValueError(
             "--hicache-size / --hicache-dir: this model has sliding-window layers, whose K/V lives in a "
