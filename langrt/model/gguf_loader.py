@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 import math
 import os
 import re
@@ -35,9 +34,7 @@ from langrt.model.gguf_reader import GGUFTensorInfo, read_header
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedTokenizerFast
 
-logger = logging.getLogger(__name__)
 
 # GGUF tensor names outside the layers -> HF parameter names (every architecture).
 _GLOBAL_NAMES = {
@@ -179,17 +176,6 @@ class GGUFFile:
         if original is not None:
             scaling["original_max_position_embeddings"] = original
         return scaling
-
-    def tokenizer(self) -> PreTrainedTokenizerFast:
-        """The tokenizer described by the file's metadata, with its chat template (the
-        architecture's own where the file has none)."""
-        from langrt.tokenizer.loader import tokenizer_from_gguf_metadata
-
-        tokenizer = tokenizer_from_gguf_metadata(self.metadata, source=str(self.path))
-        if tokenizer.chat_template is None and self.chat_template is not None:
-            logger.info("%s has no chat template; using %s's own", self.path, self.arch.hf_class)
-            tokenizer.chat_template = self.chat_template
-        return tokenizer
 
     def iter_weights(self, dtype: torch.dtype, quantized: bool = False) -> Iterator[tuple[str, Any]]:
         """(HF parameter name, tensor in `dtype`) for every parameter tensor, in file order.

@@ -97,9 +97,7 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerBase:
     if path.is_file():
         if not _is_gguf(path):
             raise ModelLoadError(f"{path} is a file but not a GGUF file; pass a .gguf file or an HF model directory")
-        from langrt.model.gguf_loader import GGUFFile
-
-        return GGUFFile(path).tokenizer()
+        return _gguf_tokenizer(path)
     if path.is_dir():
         from transformers import AutoTokenizer
 
@@ -108,6 +106,19 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerBase:
         except (OSError, ValueError, KeyError) as e:
             raise ModelLoadError(f"cannot load a tokenizer from the directory {path}: {e}") from e
     raise ModelLoadError(f"tokenizer path {path} does not exist (expected an HF model directory or a .gguf file)")
+
+
+def _gguf_tokenizer(path: Path) -> PreTrainedTokenizerFast:
+    """The tokenizer a GGUF file's metadata describes, with its chat template (the architecture's
+    own where the file has none)."""
+    from langrt.model.gguf_loader import GGUFFile
+
+    gguf = GGUFFile(path)
+    tokenizer = tokenizer_from_gguf_metadata(gguf.metadata, source=str(path))
+    if tokenizer.chat_template is None and gguf.chat_template is not None:
+        logger.info("%s has no chat template; using %s's own", path, gguf.arch.hf_class)
+        tokenizer.chat_template = gguf.chat_template
+    return tokenizer
 
 
 def _is_gguf(path: Path) -> bool:

@@ -14,6 +14,7 @@ from gguf_utils import Q, llamacpp_permute, tokenizer_fields, write_gguf
 from langrt.builtin import builtin_model_path
 from langrt.errors import ModelLoadError
 from langrt.model.gguf_loader import GGUFFile
+from langrt.tokenizer.loader import load_tokenizer
 
 
 def _randomize(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
@@ -433,7 +434,7 @@ def test_file_written_with_tokenizer_fields_gives_a_tokenizer(tmp_path, smollm2)
     path = write_gguf(tmp_path / "vocab.gguf", state, config, Q.Q8_0, tokenizer_metadata=fields)
     loaded = GGUFFile(path)
     assert loaded.chat_template == smollm2.chat_template
-    tokenizer = loaded.tokenizer()
+    tokenizer = load_tokenizer(path)
     assert tokenizer.encode("<|im_start|>user\nHello world<|im_end|>") == [1, 4093, 198, 19556, 905, 2]
 
 

@@ -13,6 +13,7 @@ from gguf_utils import tokenizer_fields, write_converted_gguf
 from langrt.builtin import builtin_model_path
 from langrt.model.gguf_loader import GGUFFile
 from langrt.model.gguf_reader import read_header
+from langrt.tokenizer.loader import load_tokenizer
 from tiny_arch import TINY_DIMS, langrt_pieces, max_logit_error
 
 TOLERANCE = 1e-4  # float32 logits, as in tests/numerics/test_architectures.py
@@ -181,7 +182,7 @@ def test_gemma3_end_of_turn_joins_eos_and_the_template_is_gemmas(tmp_path):
     path = write_converted_gguf(tmp_path / "g.gguf", model.state_dict(), config, tokenizer_metadata=fields)
     loaded = GGUFFile(path)
     assert loaded.hf_config["eos_token_id"] == [fields["tokenizer.ggml.eos_token_id"], 5]
-    tokenizer = loaded.tokenizer()
+    tokenizer = load_tokenizer(path)
     text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
     assert text == f"{tokenizer.bos_token}<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
 

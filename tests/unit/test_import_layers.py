@@ -31,8 +31,6 @@ LAYERS = {
 ALLOWED = {
     ("model", "parallel"): "model_runner builds its tensor-parallel group from parallel/worker.py, whose "
     "ranks build ModelRunners; needs a runner factory in parallel/",
-    ("model", "tokenizer"): "gguf_loader asks tokenizer/loader for a GGUF file's tokenizer, which reads the "
-    "file through gguf_loader; the GGUF reader wants its own package below both",
     ("model", "lora"): "llama.py and model_runner call lora's adapter pass, whose layer reuses llama's "
     "layers; needs an adapter hook owned by model/ (lora is being edited today)",
 }
