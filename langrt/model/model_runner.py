@@ -6,7 +6,6 @@ knows nothing of requests, sampling or scheduling.
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 
@@ -117,20 +116,12 @@ class ModelRunner:
 
 
 def _tensor_parallel(tp, config: ModelConfig, dtype: torch.dtype):
-    """(tp, rank 0's sender or None, this rank's config, the weights' sharding or None)."""
+    """(tp, rank 0's sender or None, this rank's config, the weights' sharding or None); the
+    group (langrt.parallel.group.TensorParallel) decides this rank's part."""
     if tp is None:
         return None, None, config, None
-    from langrt.parallel.layout import ShardLayout
-    from langrt.parallel.shard import shard_weights
-    from langrt.parallel.worker import RankZero
-
-    tp.layout = ShardLayout.create(config, tp.rank, tp.size)
-    logger.info(
-        "tensor parallel rank %d of %d: query heads %s, KV heads %s, intermediate rows %s, vocabulary rows %s",
-        tp.rank, tp.size, _span(tp.layout.q_heads), tp.layout.kv_heads, tp.layout.ffn, tp.layout.vocab,
-    )  # fmt: skip
-    shard = functools.partial(shard_weights, config=config, layout=tp.layout, dtype=dtype)
-    return tp, RankZero(tp) if tp.rank == 0 else None, tp.layout.local_config(config), shard
+    peers, local_config, shard = tp.take_part(config, dtype)
+    return tp, peers, local_config, shard
 
 
 def _layer_windows(config: ModelConfig) -> tuple[int | None, ...]:
@@ -151,10 +142,6 @@ def _window_note(plan: MemoryPlan, config: ModelConfig) -> str:
     sliding = sum(w is not None for w in _layer_windows(config))
     return (f" (the {config.num_layers - sliding} full-attention layers' K/V), sliding-window pool {plan.window_tokens} "
             f"tokens (the {sliding} window layers' K/V, only each request's last window)")  # fmt: skip
-
-
-def _span(heads: tuple[int, ...]) -> str:
-    return f"{heads[0]}..{heads[-1]}"
 
 
 def plan_memory(args: ServerArgs, config: ModelConfig, dtype: torch.dtype, tp=None) -> MemoryPlan:

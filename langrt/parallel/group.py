@@ -10,7 +10,10 @@ of a decode step go through shared memory instead (langrt.parallel.shm), ~20x fa
 from __future__ import annotations
 
 import datetime
+import functools
+import logging
 import os
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.distributed as dist
@@ -18,6 +21,12 @@ import torch.distributed as dist
 from langrt import envs
 from langrt.parallel import shm
 from langrt.parallel.layout import ShardLayout
+
+if TYPE_CHECKING:
+    from langrt.model.config import ModelConfig
+    from langrt.parallel.worker import RankZero
+
+logger = logging.getLogger(__name__)
 
 # Ranks 1.. wait in a broadcast while the server is idle, and torch.distributed times such waits
 # out: effectively never here. A rank that dies is seen at once anyway (gloo reports the closed
@@ -41,7 +50,28 @@ class TensorParallel:
         # Small CPU sums through shared memory (langrt.parallel.shm); None: all on torch.distributed.
         name = "langrt-tp-" + os.path.basename(os.path.dirname(init_file))
         self.shm = None if self.cuda else shm.create(rank, size, name)
-        self.layout: ShardLayout | None = None  # set by the model runner once the config is known
+        self.layout: ShardLayout | None = None  # set by take_part once the model's config is known
+
+    def take_part(self, config: ModelConfig, dtype: torch.dtype) -> tuple[RankZero | None, ModelConfig, Callable]:
+        """This rank's part of a model with `config` (the ModelRunner asks, so model/ needs no
+        import of parallel/): sets `layout`; returns rank 0's sender to the other ranks (None
+        elsewhere), this rank's config, and the loader's sharding of the checkpoint."""
+        from langrt.parallel.shard import shard_weights
+        from langrt.parallel.worker import RankZero
+
+        self.layout = layout = ShardLayout.create(config, self.rank, self.size)
+        logger.info(
+            "tensor parallel rank %d of %d: query heads %d..%d, KV heads %s, intermediate rows %s, vocabulary rows %s",
+            self.rank,
+            self.size,
+            layout.q_heads[0],
+            layout.q_heads[-1],
+            layout.kv_heads,
+            layout.ffn,
+            layout.vocab,
+        )
+        shard = functools.partial(shard_weights, config=config, layout=layout, dtype=dtype)
+        return RankZero(self) if self.rank == 0 else None, layout.local_config(config), shard
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum over the ranks, in place; returns x."""
