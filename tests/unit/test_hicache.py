@@ -247,3 +247,17 @@ def test_namespace_names_the_model_files_and_settings(tmp_path):
     assert namespace("torch.bfloat16") != first
     weights.write_bytes(b"b" * 100)  # same size, other content
     assert namespace() != first
+
+
+def test_flags_refused_where_tiers_cannot_work():
+    import pytest
+
+    from langrt.server_args import ServerArgs
+
+    with pytest.raises(ValueError, match="--disable-radix-cache"):
+        ServerArgs(hicache_size=1.0, disable_radix_cache=True)
+    with pytest.raises(ValueError, match="--tp-size 1"):
+        ServerArgs(hicache_dir="/tmp/kv", tp_size=2)
+    with pytest.raises(ValueError, match="--hicache-size must be >= 0"):
+        ServerArgs(hicache_size=-1.0)
+    assert ServerArgs(hicache_size=0.5, hicache_dir="/tmp/kv").hicache_disk_size == 16.0
