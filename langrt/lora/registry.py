@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from langrt.errors import InvalidRequest
 from langrt.lora.adapter import LoraAdapter, LoraError, load_adapter
-from langrt.lora.layer import supports
+from langrt.model.lora_layer import supports
 
 
 @dataclass(frozen=True)

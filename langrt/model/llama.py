@@ -206,7 +206,7 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Attention, lora=None) -> torch.Tensor:
         """[T] token ids -> [T, hidden] final hidden states (after the last norm). `lora` (a
-        langrt.lora.LoraPass) adds the requests' adapters to the layers (langrt/lora/layer.py)."""
+        langrt.model.lora_pass.LoraPass) adds the requests' adapters to the layers (lora_layer.py)."""
         x = self.embed_tokens(input_ids) if self.tp is None else self._embed_vocab_part(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
         if self._layer_tensors is False:  # the weights are final by the first pass
@@ -309,7 +309,7 @@ class LlamaForCausalLM(nn.Module):
 
 
 def _lora_layers(layers, lora, rope: Rope, x: torch.Tensor, attn: Attention) -> tuple[torch.Tensor, torch.Tensor]:
-    from langrt.lora.layer import forward_layer  # only passes with adapters need it
+    from langrt.model.lora_layer import forward_layer  # only passes with adapters need it
 
     residual = None
     for layer in layers:

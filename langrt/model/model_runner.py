@@ -15,12 +15,12 @@ from langrt.cpu_features import describe_path
 from langrt.errors import ModelLoadError
 from langrt.mem.pools import ReqToTokenPool, TokenToKVPool
 from langrt.mem.window_pool import HybridKVPool, KVSplit, uses_window_pool
-from langrt.lora.batch import LoraPass
 from langrt.model.attention import create_attention_backend
 from langrt.model.config import ModelConfig
 from langrt.model.cuda_graph import create_decode_graphs
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.loader import load_model
+from langrt.model.lora_pass import LoraPass
 from langrt.model.quant import describe_blocks, plain_quantization, serve_gguf_blocks, set_pass as set_quantized_pass
 from langrt.model.source import ModelSource
 from langrt.server_args import ServerArgs

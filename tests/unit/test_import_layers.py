@@ -29,8 +29,6 @@ LAYERS = {
 
 # (importer unit, imported unit): why the arrow is still there. Cycles and upward arrows of today.
 ALLOWED = {
-    ("model", "lora"): "llama.py and model_runner call lora's adapter pass, whose layer reuses llama's "
-    "layers; needs an adapter hook owned by model/ (lora is being edited today)",
 }
 
 

@@ -8,7 +8,7 @@ import random
 import torch
 
 from langrt.lora.adapter import LoraAdapter, ProjectionFactors
-from langrt.lora.batch import LoraPass
+from langrt.model.lora_pass import LoraPass
 
 
 def adapter(name: str, seed: int, width: int = 8, out: int = 6, rank: int = 2) -> LoraAdapter:

@@ -3,15 +3,16 @@ request's adapter product added after every base projection.
 
 The math is `langrt.model.llama`'s before_attention / after_attention, step by step, with
 `LoraPass.add` after the qkv, o, gate_up and down products. Passes without adapters never come
-here: they keep the plain layer (and its fused C++ path) untouched.
+here: they keep the plain layer (and its fused C++ path) untouched. langrt/lora/registry.py asks
+`supports` before it loads an adapter.
 """
 
 from __future__ import annotations
 
 import torch
 
-from langrt.lora.batch import LoraPass
 from langrt.model.layers import add_rms_norm, apply_rotary, linear, rms_norm, silu_and_mul
+from langrt.model.lora_pass import LoraPass
 
 
 def supports(model) -> str | None:

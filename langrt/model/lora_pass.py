@@ -1,5 +1,8 @@
 """One forward pass's LoRA work: its rows grouped by adapter (Punica / S-LoRA's segments).
 
+It is the model's side of LoRA (the ModelRunner builds it from ForwardBatch.adapters, the layers
+call `add`), so it lives in model/; langrt/lora/ loads and names the adapters.
+
 The base projection runs once over every row of the batch; then, for each adapter present, its
 rows' low-rank product is added to theirs: out[rows] += x[rows] @ A^T @ B^T (scaling folded
 into B). Rows of requests without an adapter get nothing added. Rows of one request are
@@ -11,16 +14,14 @@ index_add_ on CPU measured many times slower than adding the same rows by slices
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
-
-from langrt.lora.adapter import LoraAdapter
 
 
 @dataclass(frozen=True)
 class LoraGroup:
-    adapter: LoraAdapter
+    adapter: Any  # a langrt.lora.LoraAdapter: `name`, and `factors` by (layer, projection)
     rows: slice | torch.Tensor  # a slice when its rows are contiguous, else [n] int64 row ids
     runs: tuple[slice, ...]  # the same rows as runs of consecutive rows, in order
 
@@ -34,13 +35,11 @@ class LoraPass:
         assert len(set(names)) == len(names), "one group per adapter"
 
     @classmethod
-    def build(
-        cls, adapters: Sequence[LoraAdapter | None], extend_lens: Sequence[int], device: torch.device
-    ) -> "LoraPass | None":
+    def build(cls, adapters: Sequence[Any], extend_lens: Sequence[int], device: torch.device) -> "LoraPass | None":
         """Request i (with `adapters[i]`, None: the base model) owns the next extend_lens[i]
-        rows. None when no request has an adapter: the pass runs the plain model."""
+        rows (adapters: langrt.lora.LoraAdapter). None when no request has an adapter: the pass runs the plain model."""
         rows: dict[int, list[int]] = {}
-        by_id: dict[int, LoraAdapter] = {}
+        by_id: dict[int, Any] = {}
         start = 0
         for adapter, n in zip(adapters, extend_lens):
             if adapter is not None:
