@@ -2,8 +2,8 @@
 
 Units are langrt's subpackages and top-level modules, and `langrt_kernels` (the repository's
 kernels/ folder) as one. A unit may import units of its own layer or below; between units there
-may be no cycle. Today's exceptions are in ALLOWED, each with the reason it is still there; an
-entry that no longer matches an import fails the test, so the list only shrinks.
+may be no cycle. There are no exceptions: a shared piece moves down a layer instead
+(docs/architecture.md says where the last ones went).
 """
 
 from __future__ import annotations
@@ -26,11 +26,6 @@ LAYERS = {
     # Standard library only; every layer, kernels included, reads settings and raises errors here.
     "foundation": ["envs", "errors", "cpu_features", "version", "child_setup"],
 }  # fmt: skip
-
-# (importer unit, imported unit): why the arrow is still there. Cycles and upward arrows of today.
-ALLOWED = {
-}
-
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -122,18 +117,12 @@ def test_every_unit_has_a_layer():
 
 def test_no_arrow_points_up_the_layers():
     rank = _rank()
-    up = {e: why for e, why in unit_edges().items() if rank[e[0]] < rank[e[1]] and e not in ALLOWED}
+    up = {e: why for e, why in unit_edges().items() if rank[e[0]] < rank[e[1]]}
     assert up == {}, f"imports against the layer diagram (docs/architecture.md): {up}"
 
 
 def test_no_cycle_between_units():
-    edges = {e for e in unit_edges() if e not in ALLOWED}
-    assert _cycles(edges) == []
-
-
-def test_every_allowed_arrow_still_exists():
-    stale = set(ALLOWED) - set(unit_edges())
-    assert stale == set(), f"these arrows are gone: remove them from ALLOWED: {stale}"
+    assert _cycles(set(unit_edges())) == []
 
 
 def test_the_check_finds_a_cycle_and_an_upward_arrow():
