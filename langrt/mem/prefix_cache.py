@@ -134,7 +134,7 @@ class RadixPrefixCache(PrefixCache):
         if slots is None:
             return match
         ids = match.key[: start + slots.numel()]
-        already = self.tree.insert(ids, torch.cat([match.slots, slots]))
+        already = self.tree.insert(ids, torch.cat([match.slots.to(slots.device), slots]))
         assert already == start, "nothing below the locked match can have changed"
         return self.tree.match_prefix(ids)
 
