@@ -103,7 +103,7 @@ class Req:
     decoder: IncrementalDecoder | None = None  # only when stop strings need the text
     stop_patterns: list | None = None  # params.stop_regex, compiled on first use
     text_end: int | None = None  # a stop string matched: the output text ends here
-    matcher: Any = None  # a grammar matcher (constrained/backend.GrammarMatcherLike) when the output is constrained
+    matcher: Any = None  # a grammar matcher (constrained/backends/base.GrammarMatcherLike) when the output is constrained
     draft_ids: list[int] = field(default_factory=list)  # drafts for the next pass, not yet output
     draft_source: Any = None  # the DraftSource of draft_ids, told how they fared (speculative/drafter.py)
     draft_probs: Any = None  # per draft, the [V] distribution it was sampled from (a draft model's; None: guesses)

@@ -2,7 +2,7 @@
 
 A reasoning model writes its thinking first and ends it with one token (`</think>`); only the
 answer after that token is held to the request's grammar (JSON schema, regex, tool calls).
-`ThinkThenGrammar` wraps any backend's matcher (constrained/backend.GrammarMatcherLike) and is
+`ThinkThenGrammar` wraps any backend's matcher (constrained/backends/base.GrammarMatcherLike) and is
 one itself, so the scheduler, jump-forward and speculative drafts use it unchanged:
 
     thinking --end token--> answering (the inner matcher, from its initial state)

@@ -1,31 +1,27 @@
-"""Compiling grammars off the scheduler's path: an LRU cache, and a worker process under a time
-limit.
+"""The one grammar compile service, whatever the engine (--grammar-backend): an LRU cache of
+futures, a queue, a thread that compiles off the scheduler's path, and the time limit.
 
-Building a regex's automaton is usually milliseconds, but a pathological regex (`(a|b)*a(a|b){20}`)
-takes minutes and gigabytes. So automata are built in a separate process that is killed when it
-runs past the limit; only the request that asked for that grammar fails, and nothing holds the
-scheduler thread meanwhile (the scheduler keeps decoding; the request waits in its own queue).
+The scheduler keeps decoding while a grammar compiles; the request waits in its own queue. A
+compile past the time limit fails its request alone, with a 400, and never holds up the grammars
+queued behind it. How the limit is kept is the backend's (backends/base.GrammarBackend): langrt's
+engine kills its worker process; native engines (xgrammar, llguidance) cannot be stopped, so each
+of their compiles runs in a thread of its own that is abandoned at the limit.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import subprocess
-import sys
 import threading
-import time
 from collections import OrderedDict
 from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
-from langrt import pickle_pipe
-from langrt.constrained.byte_dfa import ByteDFA
-from langrt.constrained.cfg.build import RuleCache
-from langrt.constrained.cfg.walk_cache import RuleWalks
-from langrt.constrained.grammar import MAX_DFA_STATES, Grammar
 from langrt.constrained.spec import GrammarSpec
-from langrt.constrained.vocab import TokenVocabulary
 from langrt.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from langrt.constrained.backends.base import GrammarBackend
 
 logger = logging.getLogger(__name__)
 
@@ -37,40 +33,9 @@ COMPILE_TIMEOUT_S = 10.0
 CACHE_SIZE = 256
 
 
-class _Worker:
-    """`python -m langrt.constrained.byte_dfa` with length-prefixed pickles over its pipes
-    (a plain subprocess: the scheduler is itself a daemonic child, which may not fork others
-    through multiprocessing)."""
-
-    def __init__(self):
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "langrt.constrained.byte_dfa"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-
-    def build(self, regex: str, timeout_s: float, is_rule: bool) -> tuple[ByteDFA, dict | None]:
-        """The regex's DFA; for a grammar rule's body, also its calls (byte_dfa.build_rule_dfa)."""
-        pickle_pipe.send(self.process.stdin, (regex, MAX_DFA_STATES, is_rule))
-        try:
-            ok, payload = pickle_pipe.receive(self.process.stdout, timeout_s)
-        except EOFError:
-            raise ValueError("the grammar worker exited") from None
-        if not ok:
-            raise ValueError(payload)
-        *parts, calls = payload
-        return ByteDFA(*parts), calls
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait(5)
-
-
 class FutureCache:
     """The futures of the last `size` specs asked for, least recently asked dropped first (touched
-    by the scheduler thread and a compile thread, hence the lock)."""
+    by the scheduler thread and the compile thread, hence the lock)."""
 
     def __init__(self, size: int):
         self.size = size
@@ -95,76 +60,71 @@ class FutureCache:
 
 
 class GrammarService:
-    def __init__(self, vocab: TokenVocabulary, timeout_s: float = COMPILE_TIMEOUT_S, cache_size: int = CACHE_SIZE):
-        self.vocab = vocab
+    """`submit(spec) -> Future[grammar]`, shared by every request for the same spec while it is
+    cached; the future fails with InvalidRequest (HTTP 400) naming the problem, or when the compile
+    runs past `timeout_s`. A failure is not cached: a later request retries. `close()`: stop
+    compiling and release the backend."""
+
+    def __init__(self, backend: GrammarBackend, timeout_s: float = COMPILE_TIMEOUT_S, cache_size: int = CACHE_SIZE):
+        self.backend = backend
         self.timeout_s = timeout_s
-        self.cache_size = cache_size
         self._cache = FutureCache(cache_size)
         self._jobs: queue.Queue = queue.Queue()
-        self._worker: _Worker | None = None
-        self._rules = RuleCache()  # touched by the compile thread only
-        self._walks = RuleWalks()  # rule masks the grammars share (mask fills and compiles)
         self._thread = threading.Thread(target=self._run, name="grammar-compiler", daemon=True)
         self._thread.start()
 
     def submit(self, spec: GrammarSpec) -> Future:
-        """A future Grammar for `spec` (shared with every earlier request for the same spec)."""
         future, new = self._cache.get(spec)
         if new:
             self._jobs.put((spec, future))
         return future
+
+    def close(self) -> None:
+        self._jobs.put((None, None))
+        self.backend.close()
 
     def _run(self) -> None:
         while True:
             spec, future = self._jobs.get()
             if spec is None:
                 return
-            try:
-                future.set_result(self._grammar(spec))
-            except InvalidRequest as e:
-                future.set_exception(e)
-            except Exception as e:  # noqa: BLE001 - reported to the request, never kills the thread
-                logger.exception("grammar compile failed")
-                future.set_exception(InvalidRequest(f"grammar compile failed: {e}", param="regex"))
-            if future.exception() is not None:
+            outcome = _Compile(self.backend.compile, spec, own_thread=not self.backend.stops_itself)
+            if outcome.done.wait(self.timeout_s if outcome.own_thread else None):
+                error = outcome.error
+            else:  # abandoned: whatever it writes later is never read
+                error = InvalidRequest(
+                    f"grammar compile exceeded the time limit of {self.timeout_s:g} s (simplify the {spec.kind})",
+                    param=spec.kind,
+                )
+            if error is None:
+                future.set_result(outcome.grammar)
+            else:
                 self._cache.forget(spec)  # a later request may retry (e.g. after a timeout)
+                future.set_exception(error)
 
-    def _grammar(self, spec: GrammarSpec) -> Grammar:
-        source = spec.translate()
-        if isinstance(source, str):
-            return Grammar(self._build(source, False, "regex")[0], self.vocab, source)
-        from langrt.constrained.cfg.build import build_automaton
 
-        deadline = time.monotonic() + self.timeout_s
+class _Compile:
+    """One compile, on the calling thread or (`own_thread`) in a daemon thread of its own; `done`
+    is set when it has finished, with `grammar` or `error` (every failure an InvalidRequest)."""
+
+    def __init__(self, compile, spec: GrammarSpec, own_thread: bool):
+        self.grammar: Any = None
+        self.error: InvalidRequest | None = None
+        self.done = threading.Event()
+        self.own_thread = own_thread
+        if own_thread:
+            threading.Thread(target=self._run, args=(compile, spec), name="grammar-compile", daemon=True).start()
+        else:
+            self._run(compile, spec)
+
+    def _run(self, compile, spec: GrammarSpec) -> None:
         try:
-            build = self._rules.wrap(lambda body: self._build(body, True, spec.kind, deadline))
-            pda = build_automaton(source, build, MAX_DFA_STATES)
-        except ValueError as e:
-            raise InvalidRequest(f"{spec.kind} not supported: {e}", param=spec.kind) from None
-        return Grammar(pda, self.vocab, spec.text, self._walks)
-
-    def _build(self, regex: str, is_rule: bool, param: str, deadline: float | None = None):
-        """(DFA, calls) built by the worker, within the time left (a grammar's rules share one
-        time limit)."""
-        if self._worker is None or not self._worker.alive:
-            self._worker = _Worker()
-        timeout_s = self.timeout_s if deadline is None else max(deadline - time.monotonic(), 0.001)
-        try:
-            return self._worker.build(regex, timeout_s, is_rule)
-        except TimeoutError:
-            self._worker.kill()
-            self._worker = None
-            raise InvalidRequest(
-                f"grammar compile exceeded the time limit of {self.timeout_s:g} s (the {param}'s automaton "
-                "explodes; simplify it)",
-                param=param,
-            ) from None
-        except ValueError as e:
-            if is_rule:
-                raise
-            raise InvalidRequest(f"regex not supported: {e}", param="regex") from None
-
-    def close(self) -> None:
-        self._jobs.put((None, None))
-        if self._worker is not None:
-            self._worker.kill()
+            self.grammar = compile(spec)
+        except InvalidRequest as e:
+            self.error = e
+        except RecursionError:
+            self.error = InvalidRequest(f"the {spec.kind} nests too deeply to compile", param=spec.kind)
+        except Exception as e:  # noqa: BLE001 - reported to the request, never kills the service
+            logger.exception("grammar compile failed")
+            self.error = InvalidRequest(f"grammar compile failed: {type(e).__name__}: {e}", param=spec.kind)
+        self.done.set()

@@ -2,7 +2,7 @@
 masking and advancing of grammar matchers.
 
 A request with a regex / JSON schema / choices waits in the GrammarQueue until its grammar is
-compiled (off the scheduler thread, by the --grammar-backend engine: constrained/backend.py);
+compiled (off the scheduler thread, by the --grammar-backend engine: constrained/backends/);
 only then does it join the waiting queue. A compile failure fails that request alone.
 
 Jump-forward asks the request's matcher (constrained/jump_forward.py) and adds what belongs to

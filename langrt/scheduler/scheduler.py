@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from langrt.constrained.backend import prechecked
+from langrt.constrained.backends.base import prechecked
 from langrt.constrained.reasoning import think_tokens_for
 from langrt.constrained.spec import GrammarSpec
 from langrt.errors import InvalidRequest
@@ -139,12 +139,12 @@ class Scheduler:
             self.grammar_queue.add(req, spec)
 
     def _make_grammar_service(self):
-        from langrt.constrained.backend import make_grammar_service
+        from langrt.constrained.backends.base import create_grammar_service
         from langrt.constrained.vocab import vocabulary_from_decoder
 
         eos = self.stop_checker.eos_token_ids
         vocab = vocabulary_from_decoder(self.tokenizer, self.runner.vocab_size, eos)
-        return make_grammar_service(self.grammar_backend, vocab, self.tokenizer.encode, self.grammar_timeout_s)
+        return create_grammar_service(self.grammar_backend, vocab, self.tokenizer.encode, self.grammar_timeout_s)
 
     @property
     def has_work(self) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from langrt.constrained.backend import prechecked
+from langrt.constrained.backends.base import prechecked
 from langrt.errors import CapacityExceeded, InvalidRequest, Overloaded, ServerUnavailable
 from langrt.ipc import AsyncPullQueue, PushQueue
 from langrt.server.generate_input import GenerateInput
@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 
 class CompiledOnly:
-    """The grammar check of an engine whose compile is its check (backend.prechecked): none
+    """The grammar check of an engine whose compile is its check (backends/base.prechecked): none
     here; the scheduler's compile refuses a bad grammar with a 400."""
 
     async def check(self, params) -> None:

@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from langrt.constrained.backends.langrt_backend import LangrtBackend
 from langrt.constrained.service import GrammarService
 from langrt.constrained.spec import GrammarSpec
 from langrt.errors import InvalidRequest
@@ -333,7 +334,8 @@ def test_service_caches_and_survives_an_exploding_regex(vocab, monkeypatch, nati
     # limit; outlines-core is cut off at a short one
     by_states = native and regex_dfa.available()
     refusal = "over the limit of" if by_states else "time limit"
-    service = GrammarService(vocab, timeout_s=10.0 if by_states else 1.0)
+    timeout_s = 10.0 if by_states else 1.0
+    service = GrammarService(LangrtBackend(vocab, timeout_s), timeout_s)
     try:
         ok = service.submit(GrammarSpec("regex", "[0-9]+"))
         assert service.submit(GrammarSpec("regex", "[0-9]+")) is ok, "one compile per spec"

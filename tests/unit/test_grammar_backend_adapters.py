@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import threading
+import time
 
 import pytest
 import torch
@@ -54,10 +55,10 @@ def decoder(smollm_path):
 def backend(request, vocab, decoder):
     pytest.importorskip(request.param, reason=f"{request.param} is not installed (pip install {request.param})")
     if request.param == "xgrammar":
-        from langrt.constrained.xgrammar_backend import XGrammarBackend
+        from langrt.constrained.backends.xgrammar_backend import XGrammarBackend
 
         return XGrammarBackend(vocab)
-    from langrt.constrained.llguidance_backend import LLGuidanceBackend
+    from langrt.constrained.backends.llguidance_backend import LLGuidanceBackend
 
     return LLGuidanceBackend(vocab, decoder.encode)
 
@@ -139,7 +140,7 @@ def test_structural_tag(backend, decoder, options, text, expected):
 
 
 def test_nested_triggers_need_only_the_shorter(backend, decoder):
-    """A trigger with another as its prefix adds nothing (grammar_dialects.minimal_triggers)."""
+    """A trigger with another as its prefix adds nothing (dialects.minimal_triggers)."""
     spec = json.loads(tag_spec().text)
     spec["triggers"] = ["<fn", "<fn="]
     nested = GrammarSpec("structural_tag", json.dumps(spec, sort_keys=True))
@@ -216,7 +217,7 @@ def test_json_schema_options(backend, decoder):
 
 
 def test_close_objects_closes_plain_objects_only():
-    from langrt.constrained.llguidance_backend import close_objects
+    from langrt.constrained.backends.llguidance_backend import close_objects
 
     base = {"type": "object", "properties": {"a": {"type": "integer"}}}
     schema = {
@@ -243,23 +244,37 @@ def test_close_objects_closes_plain_objects_only():
 # ---- the service, the dialects, the start-up check ------------------------------------------
 
 
-def test_threaded_service_caches_and_times_out():
-    from langrt.constrained.threaded_service import ThreadedGrammarService
+class _FakeBackend:
+    """A native-style backend (stops_itself False): "slow" blocks until released, "bad" is
+    refused, "bug" raises what an adapter's bug would; anything else compiles to its text."""
 
-    release = threading.Event()
-    compiled = []
+    stops_itself = False
 
-    def compile(spec):
-        compiled.append(spec.text)
+    def __init__(self):
+        self.release = threading.Event()
+        self.compiled: list[str] = []
+        self.closed = False
+
+    def compile(self, spec):
+        self.compiled.append(spec.text)
         if spec.text == "slow":
-            release.wait(10)
+            self.release.wait(10)
         if spec.text == "bad":
             raise InvalidRequest("bad grammar", param="regex")
         if spec.text == "bug":
             raise KeyError("oops")
         return spec.text
 
-    service = ThreadedGrammarService(compile, timeout_s=0.3, cache_size=8)
+    def close(self):
+        self.closed = True
+
+
+def test_service_caches_and_abandons_a_native_compile_at_the_limit():
+    from langrt.constrained.service import GrammarService
+
+    backend = _FakeBackend()
+    release, compiled = backend.release, backend.compiled
+    service = GrammarService(backend, timeout_s=0.3, cache_size=8)
     try:
         ok = service.submit(GrammarSpec("regex", "a"))
         assert service.submit(GrammarSpec("regex", "a")) is ok and ok.result(5) == "a"
@@ -275,6 +290,32 @@ def test_threaded_service_caches_and_times_out():
         assert compiled.count("bad") == 2, "a failure is not cached: a later request retries"
     finally:
         release.set()
+        service.close()
+    assert backend.closed, "closing the service releases its backend"
+
+
+def test_a_backend_that_stops_itself_compiles_on_the_service_thread():
+    """langrt's engine (stops_itself True) is never run concurrently nor abandoned: its compiles
+    run one after another on the service's thread, however long one takes."""
+    from langrt.constrained.service import GrammarService
+
+    threads = []
+
+    class Serial(_FakeBackend):
+        stops_itself = True
+
+        def compile(self, spec):
+            threads.append(threading.current_thread().name)
+            time.sleep(0.2 if spec.text == "slow" else 0)
+            return spec.text
+
+    service = GrammarService(Serial(), timeout_s=0.05)
+    try:
+        slow, after = service.submit(GrammarSpec("regex", "slow")), service.submit(GrammarSpec("regex", "b"))
+        slow.result(5)  # its own limit is the backend's: 0.2 s past the service's is not abandoned
+        assert after.result(5) == "b"
+        assert threads == ["grammar-compiler", "grammar-compiler"]
+    finally:
         service.close()
 
 
@@ -297,10 +338,10 @@ def test_missing_package_fails_at_start(monkeypatch, capsys):
 
 def test_ebnf_is_parsed_by_langrt_whatever_the_backend():
     from langrt.constrained.cfg.ebnf import EbnfError
-    from langrt.constrained import grammar_dialects
+    from langrt.constrained.backends import dialects
 
-    rules = grammar_dialects.parse_rules("root ::= expr\nexpr ::= expr \"+\" [0-9] | [0-9]\n")
-    assert "r1 ::= ((r1) (" in grammar_dialects.xgrammar_ebnf(rules), "left recursion is the engines' to parse"
+    rules = dialects.parse_rules("root ::= expr\nexpr ::= expr \"+\" [0-9] | [0-9]\n")
+    assert "r1 ::= ((r1) (" in dialects.xgrammar_ebnf(rules), "left recursion is the engines' to parse"
     with pytest.raises(EbnfError, match="no rule named 'nope'"):
-        grammar_dialects.parse_rules("root ::= nope")
-    assert grammar_dialects.minimal_triggers(["<f", "<fn=", "[", "<g"]) == ["<f", "[", "<g"]
+        dialects.parse_rules("root ::= nope")
+    assert dialects.minimal_triggers(["<f", "<fn=", "[", "<g"]) == ["<f", "[", "<g"]

@@ -41,10 +41,10 @@ def schema_grammar(request, vocab, decoder, compiler):
     pytest.importorskip(request.param)
     spec = GrammarSpec("json_schema", json.dumps(SCHEMA))
     if request.param == "xgrammar":
-        from langrt.constrained.xgrammar_backend import XGrammarBackend
+        from langrt.constrained.backends.xgrammar_backend import XGrammarBackend
 
         return XGrammarBackend(vocab).compile(spec)
-    from langrt.constrained.llguidance_backend import LLGuidanceBackend
+    from langrt.constrained.backends.llguidance_backend import LLGuidanceBackend
 
     return LLGuidanceBackend(vocab, decoder.encode).compile(spec)
 
@@ -211,7 +211,7 @@ def test_llguidance_masks_a_model_with_padded_logits(decoder):
     tokens to 151,936; so does the e2e test's checkpoint): llguidance's mask is shorter than the
     row, and the padding stays disallowed."""
     pytest.importorskip("llguidance")
-    from langrt.constrained.llguidance_backend import LLGuidanceBackend
+    from langrt.constrained.backends.llguidance_backend import LLGuidanceBackend
     from langrt.constrained.vocab import vocabulary_from_decoder
 
     rows = []

@@ -100,7 +100,9 @@ def _xgrammar_literal(text: str) -> str:
 
 
 def _xgrammar_class(ranges: list[tuple[int, int]], negated: bool) -> str:
-    body = "".join(_xgrammar_char(lo) if lo == hi else f"{_xgrammar_char(lo)}-{_xgrammar_char(hi)}" for lo, hi in ranges)
+    body = "".join(
+        _xgrammar_char(lo) if lo == hi else f"{_xgrammar_char(lo)}-{_xgrammar_char(hi)}" for lo, hi in ranges
+    )
     return f"[{'^' if negated else ''}{body}]"
 
 

@@ -1,5 +1,5 @@
 """`--grammar-backend xgrammar`: grammars compiled and matched by xgrammar, behind the matcher
-interface the scheduler uses (backend.GrammarMatcherLike).
+interface the scheduler uses (base.GrammarMatcherLike).
 
 The vocabulary is langrt's (TokenVocabulary: each token's bytes, None for special tokens), handed
 to xgrammar as raw bytes, so xgrammar needs no tokenizer of its own and its masks are as wide as
@@ -10,7 +10,7 @@ the model's logits. What each kind becomes:
   as json.dumps writes them (langrt's default also allows `,` and `:`: xgrammar has one separator
   per position, and the spaced one is what models write); `open_objects` -> not strict mode,
   `any_order` -> xgrammar's any_order (which does not check required keys);
-- ebnf and choices: langrt's EBNF parsed by langrt, written as xgrammar EBNF (grammar_dialects);
+- ebnf and choices: langrt's EBNF parsed by langrt, written as xgrammar EBNF (dialects.py);
 - structural_tag: xgrammar's structural tag format (triggered_tags / tags_with_separator, or
   sequences of any_text and repeated tags where max_tags bounds them), each tag's JSON in the
   json_schema kind's grammar.
@@ -27,7 +27,7 @@ import re
 
 import torch
 
-from langrt.constrained import grammar_dialects
+from langrt.constrained.backends import dialects
 from langrt.constrained.spec import GrammarSpec
 from langrt.constrained.vocab import TokenVocabulary, eos_words
 from langrt.errors import InvalidRequest
@@ -38,6 +38,10 @@ COMPILE_THREADS = 1
 
 
 class XGrammarBackend:
+    # xgrammar's compile is native code, which cannot be stopped: the service runs each compile in a
+    # thread of its own and abandons it at the time limit (base.GrammarBackend)
+    stops_itself = False
+
     def __init__(self, vocab: TokenVocabulary):
         import xgrammar
 
@@ -52,6 +56,9 @@ class XGrammarBackend:
         )
         self.compiler = xgrammar.GrammarCompiler(info, max_threads=COMPILE_THREADS)
         self.stop_words = eos_words(vocab)
+
+    def close(self) -> None:
+        """Nothing to release: the compiler is freed with the object."""
 
     def compile(self, spec: GrammarSpec) -> "XGrammar":
         """The compiled grammar of `spec`; InvalidRequest naming what xgrammar refused."""
@@ -74,9 +81,9 @@ class XGrammarBackend:
                 any_order="any_order" in spec.options,
             )
         if spec.kind == "ebnf":
-            return self.compiler.compile_grammar(grammar_dialects.xgrammar_ebnf(grammar_dialects.parse_rules(spec.text)))
+            return self.compiler.compile_grammar(dialects.xgrammar_ebnf(dialects.parse_rules(spec.text)))
         if spec.kind == "choices":
-            return self.compiler.compile_grammar(grammar_dialects.choices_xgrammar_ebnf(json.loads(spec.text)))
+            return self.compiler.compile_grammar(dialects.choices_xgrammar_ebnf(json.loads(spec.text)))
         if spec.kind == "structural_tag":
             return self.compiler.compile_structural_tag(json.dumps(self.structural_tag(spec.text)))
         raise InvalidRequest(f"xgrammar cannot serve a {spec.kind} constraint", param=spec.kind)
@@ -85,12 +92,17 @@ class XGrammarBackend:
         """xgrammar's structural tag for langrt's canonical one (structural_tag.py's form)."""
         spec = json.loads(text)
         tags = [
-            {"type": "tag", "begin": s["begin"], "content": {"type": "grammar", "grammar": self._json_ebnf(s["schema"])}, "end": s["end"]}
+            {
+                "type": "tag",
+                "begin": s["begin"],
+                "content": {"type": "grammar", "grammar": self._json_ebnf(s["schema"])},
+                "end": s["end"],
+            }
             for s in spec["structures"]
         ]
         limit, separator = spec.get("max_tags"), spec.get("separator", "")
         if spec.get("free_text", True):
-            triggers = grammar_dialects.minimal_triggers(spec["triggers"])
+            triggers = dialects.minimal_triggers(spec["triggers"])
             if limit is None:
                 return _format({"type": "triggered_tags", "triggers": triggers, "tags": tags})
             # triggered_tags bounds tags only to one (stop_after_first), and ends the output there
@@ -142,7 +154,7 @@ class XGrammar:
 
 
 class XGrammarMatcher:
-    """One request's place in an xgrammar grammar (see backend.GrammarMatcherLike)."""
+    """One request's place in an xgrammar grammar (see base.GrammarMatcherLike)."""
 
     def __init__(self, grammar: XGrammar, matcher):
         self.grammar = grammar

@@ -1,5 +1,5 @@
 """`--grammar-backend llguidance`: grammars compiled and matched by llguidance, behind the matcher
-interface the scheduler uses (backend.GrammarMatcherLike).
+interface the scheduler uses (base.GrammarMatcherLike).
 
 The vocabulary is langrt's (TokenVocabulary), handed to llguidance as each token's bytes (special
 tokens as `\\xff`-prefixed names, llguidance's convention, never inside a grammar) with the
@@ -11,7 +11,7 @@ tokenizer's encode for the text llguidance tokenizes itself. What each kind beco
   takes properties its schema does not list; langrt's default keeps them out (small models go on
   writing keys otherwise), so plain object schemas get `additionalProperties: false` written in
   (`close_objects`) unless `open_objects` is asked for. `any_order` is refused;
-- ebnf and choices: langrt's EBNF parsed by langrt, written as Lark (grammar_dialects);
+- ebnf and choices: langrt's EBNF parsed by langrt, written as Lark (dialects.py);
 - structural_tag: Lark with a lexeme for free text containing no trigger, lazy lexemes ending at
   each trigger, and `%json` for each tag's schema.
 
@@ -26,7 +26,7 @@ import logging
 
 import torch
 
-from langrt.constrained import grammar_dialects
+from langrt.constrained.backends import dialects
 from langrt.constrained.spec import GrammarSpec
 from langrt.constrained.vocab import TokenVocabulary, eos_words
 from langrt.errors import InvalidRequest
@@ -56,6 +56,10 @@ class _TokenizerView:
 
 
 class LLGuidanceBackend:
+    # llguidance's compile is native code, which cannot be stopped: the service runs each compile in a
+    # thread of its own and abandons it at the time limit (base.GrammarBackend)
+    stops_itself = False
+
     def __init__(self, vocab: TokenVocabulary, encode):
         """encode: the tokenizer's text -> ids, without special tokens."""
         import llguidance
@@ -68,6 +72,9 @@ class LLGuidanceBackend:
             eos_token=sorted(vocab.eos_token_ids),
         )
         self.eos_only = eos_words(vocab)
+
+    def close(self) -> None:
+        """Nothing to release: the compiler is freed with the object."""
 
     def compile(self, spec: GrammarSpec) -> "LLGuidanceGrammar":
         """The grammar of `spec`; InvalidRequest naming what llguidance refused."""
@@ -90,15 +97,17 @@ class LLGuidanceBackend:
             return LLMatcher.grammar_from_regex(spec.text)
         if spec.kind == "json_schema":
             if "any_order" in spec.options:
-                raise InvalidRequest("llguidance cannot serve json_schema_options any_order", param="json_schema_options")
+                raise InvalidRequest(
+                    "llguidance cannot serve json_schema_options any_order", param="json_schema_options"
+                )
             schema = json.loads(spec.text)
             if "open_objects" not in spec.options:
                 schema = close_objects(schema)
             return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
         if spec.kind == "ebnf":
-            return LLMatcher.grammar_from_lark(grammar_dialects.lark(grammar_dialects.parse_rules(spec.text)))
+            return LLMatcher.grammar_from_lark(dialects.lark(dialects.parse_rules(spec.text)))
         if spec.kind == "choices":
-            return LLMatcher.grammar_from_lark(grammar_dialects.choices_lark(json.loads(spec.text)))
+            return LLMatcher.grammar_from_lark(dialects.choices_lark(json.loads(spec.text)))
         if spec.kind == "structural_tag":
             return LLMatcher.grammar_from_lark(structural_tag_lark(spec.text))
         raise InvalidRequest(f"llguidance cannot serve a {spec.kind} constraint", param=spec.kind)
@@ -114,7 +123,7 @@ def structural_tag_lark(text: str) -> str:
     free text: tags joined by the separator."""
     spec = json.loads(text)
     limit, free_text = spec.get("max_tags"), spec.get("free_text", True)
-    triggers = grammar_dialects.minimal_triggers(spec["triggers"]) if free_text else []
+    triggers = dialects.minimal_triggers(spec["triggers"]) if free_text else []
     lines = ["%llguidance {}", "tag: " + " | ".join(_tag(s, triggers) for s in spec["structures"])]
     if free_text:
         lines.append(f"start: tag{_count(0, limit)} FREE")
@@ -143,13 +152,26 @@ def _tag(structure: dict, triggers: list[str]) -> str:
     if schema is False:
         body = "%json false"  # llguidance refuses it (unsatisfiable), naming it
     else:
-        body = "%json " + json.dumps({**(close_objects(schema) if isinstance(schema, dict) else {}), "x-guidance": JSON_OPTIONS})
+        body = "%json " + json.dumps(
+            {**(close_objects(schema) if isinstance(schema, dict) else {}), "x-guidance": JSON_OPTIONS}
+        )
     return " ".join(filter(None, [*head, body, _literal(structure["end"])]))
 
 
 # Keys after which a schema is not closed: it says how unlisted properties go, or its properties
 # are merged with or chosen among others' (closing one part would refuse another's properties).
-_LEAVE_OPEN = ("additionalProperties", "unevaluatedProperties", "patternProperties", "allOf", "$ref", "anyOf", "oneOf", "if", "not", "dependentSchemas")
+_LEAVE_OPEN = (
+    "additionalProperties",
+    "unevaluatedProperties",
+    "patternProperties",
+    "allOf",
+    "$ref",
+    "anyOf",
+    "oneOf",
+    "if",
+    "not",
+    "dependentSchemas",
+)
 
 
 def close_objects(schema):
@@ -197,7 +219,7 @@ def _merged_definitions(node) -> set[str]:
 
 
 def _literal(text: str) -> str:
-    return grammar_dialects.lark_literal(text) if text else ""
+    return dialects.lark_literal(text) if text else ""
 
 
 def _count(lo: int, hi: int | None) -> str:
@@ -228,7 +250,7 @@ class LLGuidanceGrammar:
 
 
 class LLGuidanceMatcher:
-    """One request's place in an llguidance grammar (see backend.GrammarMatcherLike)."""
+    """One request's place in an llguidance grammar (see base.GrammarMatcherLike)."""
 
     def __init__(self, grammar: LLGuidanceGrammar, matcher):
         self.grammar = grammar

@@ -1,26 +1,28 @@
 """Grammar backends (`--grammar-backend`): which engine compiles a request's grammar and tracks
 its output, behind one interface the scheduler uses.
 
-- `langrt` (default): langrt's own engine (service.GrammarService, grammar.Grammar), the only one
+- `langrt` (default): langrt's own engine (langrt_backend.py over grammar.Grammar), the only one
   with jump-forward.
 - `xgrammar`, `llguidance`: those packages, adapted in xgrammar_backend.py and
-  llguidance_backend.py and compiled in threads (threaded_service.ThreadedGrammarService).
+  llguidance_backend.py (langrt's EBNF written in their dialects by dialects.py).
 
-Light to import: the engines load in the scheduler process, when the first constrained request
-arrives (whether their packages are installed is checked by ServerArgs, at start).
+Every backend compiles through the one compile service (constrained/service.py: cache, queue,
+time limit); `create_grammar_service` picks the backend. Light to import: the engines load in the
+scheduler process, when the first constrained request arrives (whether their packages are
+installed is checked by ServerArgs, at start).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     import torch
 
+    from langrt.constrained.service import GrammarService
     from langrt.constrained.spec import GrammarSpec
     from langrt.constrained.vocab import TokenVocabulary
+
 
 class GrammarMatcherLike(Protocol):
     """One request's place in its grammar. Used by the scheduler thread alone (no locking);
@@ -49,13 +51,23 @@ class GrammarMatcherLike(Protocol):
     def allowed_ids_along(self, drafts: list[int], n_rows: int) -> list: ...
 
 
-class GrammarServiceLike(Protocol):
-    """Compiles off the scheduler thread. `submit(spec)`: a future grammar (its `matcher()` gives
-    a GrammarMatcherLike), failing with InvalidRequest (HTTP 400) naming the problem, or when the
-    compile runs past the time limit; the same future for the same spec while it is cached.
-    `close()`: stop compiling."""
+class GrammarBackend(Protocol):
+    """One engine's compiler over one vocabulary, driven by the compile service.
 
-    def submit(self, spec: GrammarSpec) -> Future: ...
+    - `compile(spec)`: the compiled grammar (its `matcher()` gives a GrammarMatcherLike), or
+      InvalidRequest naming what is wrong with the spec; any other exception is a bug in the engine
+      or its adapter (the service refuses the request with its message, and goes on).
+    - `stops_itself`: True where `compile` raises InvalidRequest on its own once past the time
+      limit (langrt kills its worker process), so the service runs compiles one after another on
+      its thread and `compile` is never called concurrently. False for native code that cannot be
+      stopped: each compile gets a thread of its own, abandoned at the limit (it runs on to its end
+      and nothing reads it), so `compile` must be thread-safe.
+    - `close()`: release what the backend holds (a worker process); no compile follows.
+    """
+
+    stops_itself: bool
+
+    def compile(self, spec: GrammarSpec) -> Any: ...
     def close(self) -> None: ...
 
 
@@ -68,22 +80,29 @@ def prechecked(backend: str) -> bool:
     return backend == "langrt"
 
 
-def make_grammar_service(
+def create_grammar_backend(
     backend: str, vocab: TokenVocabulary, encode: Callable[[str], list[int]], timeout_s: float
-) -> GrammarServiceLike:
-    """The compile service of `backend` over `vocab` (encode: the tokenizer's text -> ids)."""
+) -> GrammarBackend:
+    """The engine `backend` names, over `vocab` (encode: the tokenizer's text -> ids)."""
     if backend == "langrt":
-        from langrt.constrained.service import GrammarService
+        from langrt.constrained.backends.langrt_backend import LangrtBackend
 
-        return GrammarService(vocab, timeout_s=timeout_s)
-    from langrt.constrained.threaded_service import ThreadedGrammarService
-
+        return LangrtBackend(vocab, timeout_s)
     if backend == "xgrammar":
-        from langrt.constrained.xgrammar_backend import XGrammarBackend
+        from langrt.constrained.backends.xgrammar_backend import XGrammarBackend
 
-        return ThreadedGrammarService(XGrammarBackend(vocab).compile, timeout_s)
+        return XGrammarBackend(vocab)
     if backend == "llguidance":
-        from langrt.constrained.llguidance_backend import LLGuidanceBackend
+        from langrt.constrained.backends.llguidance_backend import LLGuidanceBackend
 
-        return ThreadedGrammarService(LLGuidanceBackend(vocab, encode).compile, timeout_s)
-    raise ValueError(f"unknown grammar backend {backend!r}")
+        return LLGuidanceBackend(vocab, encode)
+    raise ValueError(f"unknown grammar backend {backend!r}; choose from langrt, xgrammar, llguidance")
+
+
+def create_grammar_service(
+    backend: str, vocab: TokenVocabulary, encode: Callable[[str], list[int]], timeout_s: float
+) -> GrammarService:
+    """The compile service of `backend` over `vocab`, with its time limit per grammar."""
+    from langrt.constrained.service import GrammarService
+
+    return GrammarService(create_grammar_backend(backend, vocab, encode, timeout_s), timeout_s)
