@@ -1,22 +1,20 @@
-"""GGUF's K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: super-blocks of 256 weights, the form most GGUF
-files on the Hub take: Q4_K_M mixes Q4_K and Q6_K, Q3_K_M and Q2_K files the others) unpacked at
-load into langrt's rows of 32-weight blocks with float32 scales, which kernels/cpu/quant_kernels.h
-multiplies like Q4_1, Q5_1 and Q8_0 blocks.
+"""GGUF's K-quants that langrt unpacks at load: Q2_K, Q3_K and Q5_K (super-blocks of 256 weights;
+Q3_K_M and Q2_K files hold them, Q4_K_M files a few Q5_K) become langrt's rows of 32-weight blocks
+with float32 scales, which kernels/cpu/quant_kernels.h multiplies like Q4_1, Q5_1 and Q8_0 blocks.
+Q4_K and Q6_K, the bulk of Q4_K_M files, are not unpacked: the kernels repack them into
+super-blocks near the file's size (quant_kernels.h, `repack`).
 
-Q4_K: per super-block fp16 d and dmin, eight 6-bit scales and minimums packed in 12 bytes, 128
-bytes of nibbles; sub-block s (32 weights) is d * scale[s] * q - dmin * min[s]. Q5_K: the same
-with a fifth bit per weight (32 bytes of high bits). Q6_K: 128 bytes of low nibbles, 64 of high
-2-bit pairs, sixteen int8 scales, fp16 d; weight w is d * scale[w / 16] * (q - 32). Q3_K: 32 bytes
-of high bits, 64 of 2-bit lows, sixteen 6-bit scales, fp16 d; w = d * (scale - 32) * q, q in [-4,
-3]. Q2_K: sixteen 4-bit scale and minimum pairs, 64 bytes of 2-bit quants, fp16 d and dmin; w = d
-* scale * q - dmin * min per 16 weights. The unpacked scales (d * scale, -dmin * min) are exact in
-float32, so the values are exactly GGUF's (tests/numerics/test_quant_linear.py checks them against
-gguf-py's).
+Q5_K: per super-block fp16 d and dmin, eight 6-bit scales and minimums packed in 12 bytes, 32
+bytes of high bits and 128 bytes of nibbles; sub-block s (32 weights) is d * scale[s] * q - dmin *
+min[s]. Q3_K: 32 bytes of high bits, 64 of 2-bit lows, sixteen 6-bit scales, fp16 d; w = d *
+(scale - 32) * q, q in [-4, 3]. Q2_K: sixteen 4-bit scale and minimum pairs, 64 bytes of 2-bit
+quants, fp16 d and dmin; w = d * scale * q - dmin * min per 16 weights. The unpacked scales (d *
+scale, -dmin * min) are exact in float32, so the values are exactly GGUF's
+(tests/numerics/test_quant_linear.py checks them against gguf-py's).
 
-Why unpack rather than serve the super-blocks: the kernels then decode one 32-weight block shape
-with its scales already multiplied out (no 6-bit scale arithmetic per block in the inner loop), at
-the cost of bytes: per weight, GGUF -> here, Q4_K 0.56 -> 0.75, Q5_K 0.69 -> 0.88, Q6_K 0.82 ->
-1.25, Q3_K 0.43 -> 0.63, Q2_K 0.33 -> 0.75.
+Why unpack these: the kernels then decode one 32-weight block shape with its scales already
+multiplied out, at the cost of bytes: per weight, GGUF -> here, Q5_K 0.69 -> 0.88, Q3_K 0.43 ->
+0.63, Q2_K 0.33 -> 0.75.
 """
 
 from __future__ import annotations
@@ -36,7 +34,9 @@ def unpack(raw: np.ndarray, ggml_type: int, k: int) -> np.ndarray:
     if k % SUPER_BLOCK or raw.shape[1] != supers * SUPER_BYTES[ggml_type]:
         raise ValueError(f"{raw.shape[1]} bytes per row are not {k // SUPER_BLOCK} super-blocks of type {ggml_type}")
     blocks = raw.reshape(n, supers, SUPER_BYTES[ggml_type])
-    unpackers = {Q2_K: _unpack_q2_k, Q3_K: _unpack_q3_k, Q4_K: _unpack_q4_k, Q5_K: _unpack_q5_k, Q6_K: _unpack_q6_k}
+    unpackers = {Q2_K: _unpack_q2_k, Q3_K: _unpack_q3_k, Q5_K: _unpack_q5_k}
+    if ggml_type not in unpackers:
+        raise ValueError(f"type {ggml_type} is repacked by the kernels, not unpacked here")
     parts = unpackers[ggml_type](blocks)
     return np.concatenate([np.ascontiguousarray(p).view(np.uint8).reshape(n, -1) for p in parts], axis=1)
 
@@ -45,40 +45,14 @@ def _fp16(column: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(column).view(np.float16).astype(np.float32)
 
 
-def _unpack_q4_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
-    """-> (nibbles [N, supers * 8, 16] in Q4_1's order: byte i holds weights i and i + 16 of its
-    block; scales d * scale; offsets -dmin * min), the latter [N, supers * 8] float32."""
-    n, supers = blocks.shape[:2]
-    d, dmin = _fp16(blocks[..., 0:2]), _fp16(blocks[..., 2:4])
-    scale, minimum = _scales_and_mins(blocks[..., 4:16])
-    packed = blocks[..., 16:].reshape(n, supers, 4, 32)  # 4 x 64 weights: low nibbles, then high
-    q = np.stack([packed & 0x0F, packed >> 4], axis=3).reshape(n, supers * 8, 32)
-    nibbles = q[..., :16] | (q[..., 16:] << 4)
-    return nibbles, (d * scale).reshape(n, -1), (-(dmin * minimum)).reshape(n, -1)
-
-
 def _scales_and_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Q4_K's 12 bytes -> 8 scales and 8 minimums of 6 bits: bytes 0-3 hold scales 0-3 (low 6 bits)
+    """Q4_K's and Q5_K's 12 bytes -> 8 scales and 8 minimums of 6 bits: bytes 0-3 hold scales 0-3 (low 6 bits)
     and the top 2 bits of scales 4-7, bytes 4-7 the same for the minimums, bytes 8-11 the low 4
     bits of scales 4-7 (low nibble) and of minimums 4-7 (high nibble)."""
     first, second, low = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
     scale = np.concatenate([first & 0x3F, (low & 0x0F) | ((first >> 2) & 0x30)], axis=-1)
     minimum = np.concatenate([second & 0x3F, (low >> 4) | ((second >> 2) & 0x30)], axis=-1)
     return scale.astype(np.float32), minimum.astype(np.float32)
-
-
-def _unpack_q6_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
-    """-> (q - 32 as int8 [N, supers * 256] in weight order; scales d * scale [N, supers * 16])."""
-    n, supers = blocks.shape[:2]
-    low = blocks[..., :128].reshape(n, supers, 2, 64)  # per 128 weights: 64 bytes, low then high nibbles
-    high = blocks[..., 128:192].reshape(n, supers, 2, 32)  # per 128 weights: 32 bytes, 4 x 2 bits
-    lows = np.stack([low & 0x0F, low >> 4], axis=3).reshape(n, supers, 256)
-    highs = np.stack([(high >> shift) & 0x03 for shift in (0, 2, 4, 6)], axis=3).reshape(n, supers, 256)
-    q = (lows | (highs << 4)).astype(np.int8) - np.int8(32)
-    scales = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).astype(np.float32)
-    d = _fp16(blocks[..., 208:210])
-    return q.reshape(n, -1), (d * scales).reshape(n, -1)
-
 
 
 def _unpack_q5_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
