@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any
@@ -12,6 +11,7 @@ from aiohttp import web
 from langrt.entrypoints import chat_reasoning
 from langrt.entrypoints.chat_messages import chat_prompt
 from langrt.entrypoints.native_api import read_json, send_event, stream_events, wait_all
+from langrt.entrypoints.response_format import apply_response_format
 from langrt.entrypoints.tool_calls import constraint as tool_constraint
 from langrt.entrypoints.tool_calls import parse_tools, syntax_for
 from langrt.entrypoints.tool_parser import ToolCallParser
@@ -224,7 +224,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     top = _top_n(body.get("top_logprobs"), "top_logprobs")
     want_logprobs = bool(body.get("logprobs"))
     sampling = sampling_dict(body, max_tokens)
-    _apply_response_format(sampling, body.get("response_format"))
+    apply_response_format(sampling, body.get("response_format"))
     chat_reasoning.apply_reasoning(sampling, reasoning, body)
     syntax = None if tools is None or tools.choice == "none" else syntax_for(template)
     if syntax is not None:
@@ -282,27 +282,6 @@ def _chat_message(state: ReqState, syntax, reasoning=None) -> dict:
     elif message["content"] is None:
         message["content"] = ""
     return {"message": message, "finish_reason": reason}
-
-
-def _apply_response_format(sampling: dict, response_format) -> None:
-    if response_format is None:
-        return
-    kind = response_format.get("type") if isinstance(response_format, dict) else None
-    if kind == "text":
-        return
-    if kind == "json_object":
-        sampling["json_schema"] = json.dumps({"type": "object"})
-    elif kind == "json_schema":
-        spec = response_format.get("json_schema")
-        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
-            raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object", param="response_format")
-        sampling["json_schema"] = json.dumps(spec["schema"])
-    elif kind == "structural_tag":  # SGLang's: {"type", "structures", "triggers"}
-        sampling["structural_tag"] = json.dumps(response_format)
-    else:
-        raise InvalidRequest(
-            "response_format.type must be text, json_object, json_schema or structural_tag", param="response_format"
-        )
 
 
 def _chat_logprobs(tokenizer, state: ReqState) -> dict:

@@ -220,3 +220,7 @@ def test_response_format_constrains_chat_output(guarded):
                 jsonschema.validate(json.loads(choice["message"]["content"]), expected)
             else:
                 assert choice["finish_reason"] == "length"
+    strict = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": True}}
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "response_format": strict, "json_schema_options": ["any_order"]}
+    status, payload = guarded.post("/v1/chat/completions", body, headers=AUTH, check=False)
+    assert status == 400 and payload["error"]["param"] == "response_format" and "strict true" in payload["error"]["message"]
