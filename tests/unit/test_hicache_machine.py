@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tempfile
 
+import pytest
 import torch
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -45,26 +46,41 @@ class PoolTags:
 
 
 class TieredMachine(CacheManagerMachine):
+    host_blocks = 3
+    disk = True
+
     def __init__(self):
         super().__init__()
         kv = TokenToKVPool(SLOTS, 1, 1, 2, torch.float32, "cpu")
         self._dir = tempfile.TemporaryDirectory()
-        host = HostTier(3, (2, 1, BLOCK, 1, 2), torch.float32, pin=False)
-        tiers = HiCache(kv, b"t" * 16, BLOCK, host, DiskTier(self._dir.name, 1 << 20))
+        host = HostTier(self.host_blocks, (2, 1, BLOCK, 1, 2), torch.float32, pin=False) if self.host_blocks else None
+        disk = DiskTier(self._dir.name, 1 << 20) if self.disk else None
+        tiers = HiCache(kv, b"t" * 16, BLOCK, host, disk)
         self.cm = CacheManager(ReqToTokenPool(ROWS, CONTEXT, "cpu"), kv, radix=True, tiers=tiers)
         self.tags = PoolTags(kv)
 
     def teardown(self):
         c = self.cm._tiers.counters
-        LOADED["host"] += c.host_hit_tokens
-        LOADED["disk"] += c.disk_hit_tokens
+        LOADED[type(self)] = LOADED.get(type(self), 0) + c.host_hit_tokens + c.disk_hit_tokens
         super().teardown()
         self._dir.cleanup()
 
 
-LOADED = {"host": 0, "disk": 0}  # over all runs: the tiers did serve admissions
+class HostOnlyMachine(TieredMachine):
+    host_blocks, disk = 64, False  # holds every block: any prefix found is served from memory
 
 
-def test_tiered_cache_manager_keeps_every_slot_in_one_place():
-    run_state_machine_as_test(TieredMachine, settings=settings(max_examples=100, stateful_step_count=40, deadline=None))
-    assert LOADED["host"] > 0 and LOADED["disk"] > 0, LOADED
+class DiskOnlyMachine(TieredMachine):
+    host_blocks, disk = 0, True
+
+
+LOADED: dict[type, int] = {}  # per machine, over all its runs: the tiers did serve admissions
+RUNS = settings(max_examples=100, stateful_step_count=40, deadline=None, derandomize=True)
+
+
+@pytest.mark.parametrize(
+    "machine", [TieredMachine, HostOnlyMachine, DiskOnlyMachine], ids=["host+disk", "host", "disk"]
+)
+def test_tiered_cache_manager_keeps_every_slot_in_one_place(machine):
+    run_state_machine_as_test(machine, settings=RUNS)
+    assert LOADED.get(machine, 0) > 0, "no admission loaded a block from the tiers"
