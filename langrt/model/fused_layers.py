@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from langrt import envs
-from langrt.model import quant
-from langrt.model.quant import StackedQuantizedWeight
+from langrt.model.quant import Q8_0, QuantPass, StackedQuantizedWeight
 from langrt.model.layers import PACKED_MAX_ROWS, Linear, _load_cpu_kernels
 
 ENV = envs.LANGRT_CPU_FUSED_LAYERS.name
@@ -37,6 +36,48 @@ class LayerTensors:
     norms: list[torch.Tensor]
     eps: float
     sizes: list[int]  # q_size, kv_size, head_dim
+
+    def op_args(self) -> list:
+        """The C++ op's arguments from `weights` to `eps`, in its order."""
+        return [self.weights, self.qtypes, self.parts, self.packed, self.qkv_biases, self.norms, self.eps]
+
+
+@dataclass(frozen=True)
+class ProductRoutes:
+    """Which kernel each of the op's products takes, as QuantizedWeight.matmul would route it in
+    the per-layer loop (quant.QuantPass's limits, and the quantized kernels' ISA)."""
+
+    decoding: bool
+    packed_max_rows: int  # layers.PACKED_MAX_ROWS: the most rows on a packed plain weight
+    isa: int
+    fly_max_rows: int
+    fly_max_rows_q8_0: int
+    vnni_max_rows: int
+    prompt_tile_min_rows: int
+
+    @classmethod
+    def of(cls, step: QuantPass, isa: int) -> ProductRoutes:
+        return cls(
+            decoding=step.decoding,
+            packed_max_rows=PACKED_MAX_ROWS,
+            isa=isa,
+            fly_max_rows=step.fly_rows(),
+            fly_max_rows_q8_0=step.fly_rows(Q8_0),
+            vnni_max_rows=step.vnni_rows(),
+            prompt_tile_min_rows=step.prompt_tile_min_rows,
+        )
+
+    def op_args(self) -> list:
+        """The C++ op's last arguments, in its order."""
+        return [
+            self.decoding,
+            self.packed_max_rows,
+            self.isa,
+            self.fly_max_rows,
+            self.fly_max_rows_q8_0,
+            self.vnni_max_rows,
+            self.prompt_tile_min_rows,
+        ]
 
 
 def layer_tensors(model) -> LayerTensors | None:
@@ -89,24 +130,22 @@ def _parts(module: Linear) -> list[tuple[torch.Tensor, int]]:
     return [(p.data, p.ggml_type) for p in stacked]
 
 
-def run(tensors: LayerTensors | None, x: torch.Tensor, rope, attn) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(x, residual) after the last layer, or None where this pass is not one fused_layers takes."""
+def run(
+    tensors: LayerTensors | None, x: torch.Tensor, rope, attn, step: QuantPass
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(x, residual) after the last layer, or None where this pass is not one fused_layers takes.
+    `step`: the pass running now (its ModelRunner's), which routes the products."""
     if tensors is None or not envs.LANGRT_CPU_FUSED_LAYERS.get():
         return None
-    pool = getattr(attn, "pool_args", None)
-    args = pool() if pool is not None else None
-    if args is None or _load_cpu_kernels() is None:
+    pool_args = getattr(attn, "pool_args", None)
+    pool = pool_args() if pool_args is not None else None
+    if pool is None or _load_cpu_kernels() is None:
         return None
     from langrt_kernels.cpu import quant as quant_kernels, torch_ops
 
-    k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, heads, kv_heads, scale = args
-    isa = quant_kernels.op_isa()
     cos, sin = rope
-    x, residual = torch_ops().fused_layers(
-        x, tensors.weights, tensors.qtypes, tensors.parts, tensors.packed, tensors.qkv_biases, tensors.norms,
-        tensors.eps, cos, sin,
-        tensors.sizes + [heads, kv_heads], k_buffers, v_buffers, slots, req_to_token, rows, reqs, starts, ends, scale,
-        quant.is_decode_pass(), PACKED_MAX_ROWS, isa, quant.fly_max_rows(), quant.fly_max_rows(quant.Q8_0),
-        quant.vnni_max_rows(), quant.prompt_tile_min_rows(),
-    )  # fmt: skip
+    sizes = tensors.sizes + [pool.heads, pool.kv_heads]
+    routes = ProductRoutes.of(step, quant_kernels.op_isa())
+    op = torch_ops().fused_layers
+    x, residual = op(x, *tensors.op_args(), cos, sin, sizes, *pool.op_args(), *routes.op_args())
     return x, residual

@@ -19,7 +19,7 @@ from langrt.model.attention import Attention
 from langrt.model.config import ModelConfig
 from langrt.model import fused_layers
 from langrt.model.fused_layers import LayerTensors
-from langrt.model.quant import BLOCK, QuantizedWeight
+from langrt.model.quant import BLOCK, PassContext, QuantizedWeight
 from langrt.model.layers import (
     Embedding,
     Linear,
@@ -146,6 +146,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head_packed: torch.Tensor | None = None
         self.compiled = compiled
         self._layer_tensors: LayerTensors | None | bool = False  # fused_layers' tensors, once asked
+        self.pass_context = PassContext()  # its ModelRunner's, once attached (quant.attach_pass_context)
         self.tp = None  # langrt.parallel.group.TensorParallel: this model is one rank's part
 
     def make_layer(self, config: ModelConfig, layer_id: int, ops: DenseOps) -> nn.Module:
@@ -211,7 +212,7 @@ class LlamaForCausalLM(nn.Module):
         rope = self.rotary.cos_sin(positions, x.dtype)
         if self._layer_tensors is False:  # the weights are final by the first pass
             self._layer_tensors = None if self.compiled or self.tp else fused_layers.layer_tensors(self)
-        whole = fused_layers.run(self._layer_tensors, x, rope, attn) if lora is None else None
+        whole = fused_layers.run(self._layer_tensors, x, rope, attn, self.pass_context.quant) if lora is None else None
         if whole is not None:
             x, residual = whole
         elif lora is not None:

@@ -21,7 +21,14 @@ from langrt.model.cuda_graph import create_decode_graphs
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.loader import load_model
 from langrt.model.lora_pass import LoraPass
-from langrt.model.quant import describe_blocks, plain_quantization, serve_gguf_blocks, set_pass as set_quantized_pass
+from langrt.model.quant import (
+    PassContext,
+    QuantPass,
+    attach_pass_context,
+    describe_blocks,
+    plain_quantization,
+    serve_gguf_blocks,
+)
 from langrt.model.source import ModelSource
 from langrt.server_args import ServerArgs
 
@@ -69,6 +76,9 @@ class ModelRunner:
         )  # fmt: skip
         if gguf_blocks or quantize:
             logger.info("weights: %s", describe_blocks(self.model))
+        # the pass running now, as the quantized weights route their products (set per pass)
+        self.pass_context = PassContext()
+        attach_pass_context(self.model, self.pass_context)
         self.plan = plan_memory(args, config, self.dtype, self.tp)
         self.req_pool = ReqToTokenPool(self.plan.max_running_requests, self.plan.context_len, self.device)
         self.kv_pool = _kv_pool(self.plan, model_config, self.dtype, self.device)
@@ -92,7 +102,7 @@ class ModelRunner:
         if batch.adapters is None and self.graphs.can_replay(batch):
             return self.graphs.replay(batch)
         attn = self.attn_backend.prepare(batch)
-        set_quantized_pass(decode=batch.mode is ForwardMode.DECODE, decoding=batch.decoding)
+        self.pass_context.quant = QuantPass.of(decode=batch.mode is ForwardMode.DECODE, decoding=batch.decoding)
         if batch.adapters is None:
             return self.model(batch.input_ids, batch.positions, attn)
         lora = LoraPass.build(batch.adapters, batch.extend_lens, self.device)

@@ -35,7 +35,7 @@ Q4_1, Q8_0 = 3, 8
 # with their own scale (and minimum, Q4_1): finer than per-channel int8, and the LM head stays at
 # 8 bits as in llama.cpp's Q4 files, where 4-bit logits would cost the most accuracy.
 PLAIN_QUANTIZATIONS = {"int8": (Q8_0, Q8_0), "int4": (Q4_1, Q8_0)}
-# What the pass running now is, set by ModelRunner before each pass (`set_pass`): a decoding pass
+# What the pass running now is (QuantPass, given by the ModelRunner before each pass): a decoding pass
 # (running requests' tokens and drafts, no prompt rows) sends a single row to the blocks; a
 # decoding pass of 2 to FLY_MAX_ROWS bf16 rows dequantizes the blocks tile by tile on AVX512-BF16
 # CPUs. A prompt pass of PROMPT_TILE_MIN_ROWS rows or more multiplies the blocks' exact values,
@@ -43,9 +43,6 @@ PLAIN_QUANTIZATIONS = {"int8": (Q8_0, Q8_0), "int4": (Q4_1, Q8_0)}
 # copy of the weights is kept or made whole), where the int16 block kernel's products per
 # instruction are fewer than a float GEMM's; fewer rows take the block kernel. Only where a bf16
 # copy was asked for (--cpu-dense-copy, `add_dense_copy`) do bf16 prompt passes take the copy.
-_decode_pass = False
-_fly_max_rows = 0
-_prompt_tile_min_rows = 0
 PROMPT_TILE_MIN_ROWS = 128
 # Measured on SmolLM2's layers (2-core Zen 4, 30 layers' weights streamed from memory, Q4_1): the
 # tile dequantization beats the bf16 copy 2.1x at 2 rows, 1.5x at 4, 1.3x at 6, 1.1-1.25x at 9 (a
@@ -70,40 +67,52 @@ FLY_TYPES = (2, 3, 8, 12)
 # 15.0-16.9 / 15.6-17.0 / 15.2-16.6 (even there; passes of more rows take the copy).
 VNNI_MAX_ROWS = 16
 VNNI_TYPES = (2, 3, 6, 7, 12, 13)
-_vnni_max_rows = 0
 
 
-def set_pass(decode: bool, decoding: bool = False) -> None:
-    global _decode_pass, _fly_max_rows, _vnni_max_rows, _prompt_tile_min_rows
-    from langrt_kernels.cpu import quant
+@dataclass(frozen=True)
+class QuantPass:
+    """What the pass running now is, as `QuantizedWeight.matmul` routes its products (the limits
+    above say why). `QuantPass()`, no pass given: every product on the blocks or the copy."""
 
-    _decode_pass = decode or decoding  # no prompt rows: a single row of it takes the blocks
-    _fly_max_rows = FLY_MAX_ROWS if (decode or decoding) and quant.bf16_rows() else 0
-    _vnni_max_rows = VNNI_MAX_ROWS if (decode or decoding) and quant.vnni_rows() else 0
-    _prompt_tile_min_rows = 0 if decode or decoding else PROMPT_TILE_MIN_ROWS
+    decoding: bool = False  # no prompt rows (decodes, drafts): a single row takes the blocks
+    fly_max_rows: int = 0  # the most bf16 rows dequantized tile by tile (0: none)
+    vnni_max_rows: int = 0  # the most bf16 rows on the 4- and 5-bit blocks' integer kernel (0: none)
+    prompt_tile_min_rows: int = 0  # the fewest rows multiplied on dequantized panels (0: none)
+
+    @classmethod
+    def of(cls, decode: bool, decoding: bool = False) -> QuantPass:
+        """A decode pass, a pass of running requests' tokens and drafts (`decoding`), or a prompt
+        pass, on this CPU's kernels."""
+        from langrt_kernels.cpu import quant
+
+        no_prompt = decode or decoding
+        return cls(
+            decoding=no_prompt,
+            fly_max_rows=FLY_MAX_ROWS if no_prompt and quant.bf16_rows() else 0,
+            vnni_max_rows=VNNI_MAX_ROWS if no_prompt and quant.vnni_rows() else 0,
+            prompt_tile_min_rows=0 if no_prompt else PROMPT_TILE_MIN_ROWS,
+        )
+
+    def fly_rows(self, ggml_type: int | None = None) -> int:
+        """The most bf16 rows multiplied by dequantizing tiles of blocks of `ggml_type` (0: none)."""
+        if ggml_type is not None and ggml_type not in FLY_TYPES:
+            return 0
+        return min(self.fly_max_rows, FLY_MAX_ROWS_Q8_0) if ggml_type == Q8_0 else self.fly_max_rows
+
+    def vnni_rows(self, ggml_type: int | None = None) -> int:
+        """The most bf16 rows sent to the blocks' integer kernel for `ggml_type` (None: for the 4-
+        and 5-bit types; 0: none)."""
+        return self.vnni_max_rows if ggml_type is None or ggml_type in VNNI_TYPES else 0
 
 
-def is_decode_pass() -> bool:
-    return _decode_pass
+@dataclass
+class PassContext:
+    """The pass a model runs now, as its quantized weights see it. One per ModelRunner (a draft
+    model's runner has its own), handed to its model's weights at load (`attach_pass_context`);
+    the runner gives it a new QuantPass before each pass. A weight never attached keeps its own,
+    at QuantPass()."""
 
-
-def fly_max_rows(ggml_type: int | None = None) -> int:
-    """The most bf16 rows of this pass that `matmul` multiplies by dequantizing tiles of blocks
-    of `ggml_type` (0: none)."""
-    if ggml_type is not None and ggml_type not in FLY_TYPES:
-        return 0
-    return min(_fly_max_rows, FLY_MAX_ROWS_Q8_0) if ggml_type == Q8_0 else _fly_max_rows
-
-
-def vnni_max_rows(ggml_type: int | None = None) -> int:
-    """The most bf16 rows of this pass that `matmul` sends to the blocks' integer kernel for
-    `ggml_type` (None: for the 4- and 5-bit types; 0: none)."""
-    return _vnni_max_rows if ggml_type is None or ggml_type in VNNI_TYPES else 0
-
-
-def prompt_tile_min_rows() -> int:
-    """The fewest rows of this pass that `matmul` multiplies on dequantized panels (0: none)."""
-    return _prompt_tile_min_rows
+    quant: QuantPass = field(default_factory=QuantPass)
 
 
 @dataclass(eq=False)  # compared by identity (the tensors are not comparable as values)
@@ -117,6 +126,8 @@ class QuantizedWeight:
     in_features: int
     # oneDNN-packed bfloat16 values (see `add_dense_copy`) for passes of several rows, or None.
     dense: torch.Tensor | None = None
+    # the running pass (its ModelRunner's, see attach_pass_context), read by `matmul`
+    context: PassContext = field(default_factory=PassContext, repr=False)
 
     @classmethod
     def from_gguf(cls, rows: torch.Tensor, ggml_type: int, in_features: int) -> "QuantizedWeight":
@@ -166,22 +177,23 @@ class QuantizedWeight:
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, in] -> x W^T [T, out] in x's dtype (float32 or bfloat16)."""
-        single_decode_row = _decode_pass and x.shape[0] == 1
-        if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._vnni_rows():
+        step = self.context.quant
+        single_decode_row = step.decoding and x.shape[0] == 1
+        if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._vnni_rows(step):
             return self._blocks_matmul(x.contiguous() if x.stride(-1) != 1 else x)
-        if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._fly_rows():
+        if x.dtype == torch.bfloat16 and 2 <= x.shape[0] <= self._fly_rows(step):
             return self._fly_matmul(x.contiguous() if x.stride(-1) != 1 else x)
-        if 0 < _prompt_tile_min_rows <= x.shape[0] and (x.dtype == torch.float32 or self.dense is None):
+        if 0 < step.prompt_tile_min_rows <= x.shape[0] and (x.dtype == torch.float32 or self.dense is None):
             return self._tile_matmul(x.contiguous() if x.stride(-1) != 1 else x)
         if self.dense is not None and not single_decode_row and x.dtype == torch.bfloat16:
             return torch.ops.mkldnn._linear_pointwise(x, self.dense, None, "none", [], "")
         return self._blocks_matmul(x.contiguous() if x.stride(-1) != 1 else x)
 
-    def _fly_rows(self) -> int:
-        return fly_max_rows(self.ggml_type)
+    def _fly_rows(self, step: QuantPass) -> int:
+        return step.fly_rows(self.ggml_type)
 
-    def _vnni_rows(self) -> int:
-        return vnni_max_rows(self.ggml_type)
+    def _vnni_rows(self, step: QuantPass) -> int:
+        return step.vnni_rows(self.ggml_type)
 
     def _blocks_matmul(self, x: torch.Tensor) -> torch.Tensor:
         from langrt_kernels.cpu.quant import quant_linear
@@ -216,7 +228,7 @@ class QuantizedWeight:
         for row in rows.unique().tolist():
             places = (rows == row).nonzero().flatten()
             weight = self.data.index_select(0, token_ids.index_select(0, places))
-            part = QuantizedWeight(weight, self.ggml_type, self.in_features).matmul(hidden[row : row + 1])
+            part = QuantizedWeight(weight, self.ggml_type, self.in_features, context=self.context).matmul(hidden[row : row + 1])
             out[places] = part[0]
         return out
 
@@ -242,11 +254,11 @@ class StackedQuantizedWeight(QuantizedWeight):
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts)
 
-    def _fly_rows(self) -> int:
-        return min(p._fly_rows() for p in self.parts)
+    def _fly_rows(self, step: QuantPass) -> int:
+        return min(p._fly_rows(step) for p in self.parts)
 
-    def _vnni_rows(self) -> int:
-        return min(p._vnni_rows() for p in self.parts)
+    def _vnni_rows(self, step: QuantPass) -> int:
+        return min(p._vnni_rows(step) for p in self.parts)
 
     def _blocks_matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([p._blocks_matmul(x) for p in self.parts], dim=-1)
@@ -272,6 +284,21 @@ def stack_parts(parts: list[QuantizedWeight]) -> QuantizedWeight:
     if all(p.ggml_type == first.ggml_type for p in parts):
         return QuantizedWeight(torch.cat([p.data for p in parts]), first.ggml_type, first.in_features)
     return StackedQuantizedWeight(torch.empty(0, dtype=torch.uint8), first.ggml_type, first.in_features, parts=list(parts))
+
+
+def attach_pass_context(model: torch.nn.Module, context: PassContext) -> int:
+    """Hand `context` to every QuantizedWeight `model` holds (the layers' `packed`, the LM head's,
+    the experts' lists) and to the model (`pass_context`: the fused path reads it); -> how many
+    weights. After load, once the weights are final."""
+    count = 0
+    for module in model.modules():
+        for value in list(vars(module).values()):
+            for weight in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(weight, QuantizedWeight):
+                    weight.context = context
+                    count += 1
+    model.pass_context = context
+    return count
 
 
 def dense_copy_budget() -> int:

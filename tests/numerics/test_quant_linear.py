@@ -219,6 +219,10 @@ def test_tiny_models_on_blocks_match_the_dequantized_model(tmp_path, kind, qtype
     assert layer.self_attn.qkv_proj.weight.numel() == 0  # the dequantized copy is not kept
     assert isinstance(blocks.model.lm_head_packed, QuantizedWeight)
     assert not dense.model.layers[0].self_attn.qkv_proj.quantized
+    # every matrix routes its products by its own runner's pass (no state shared between runners)
+    packed = [m.packed for m in blocks.model.modules() if isinstance(getattr(m, "packed", None), QuantizedWeight)]
+    assert all(w.context is blocks.pass_context for w in [*packed, blocks.model.lm_head_packed])
+    assert blocks.pass_context is not dense.pass_context and len(packed) >= 4
     _assert_logits_agree(blocks, dense)
 
 
@@ -354,33 +358,32 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     h = torch.randn(model_quant.FLY_MAX_ROWS_Q8_0 + 1, head.in_features).bfloat16()
     head_copy = torch.ops.mkldnn._linear_pointwise(h, head.dense, None, "none", [], "")
     head_tiles = quant.dense_linear(h[:-1], head.data, head.ggml_type) if fly else head_copy[:-1]
-    try:
-        for decode, decoding in ((True, True), (False, True), (False, False)):
-            model_quant.set_pass(decode, decoding)
-            assert torch.equal(weight.matmul(x), on_copy)  # more rows than FLY_MAX_ROWS and VNNI_MAX_ROWS
-            assert torch.equal(weight.matmul(x[:5]), few_rows if decoding else on_copy[:5])
-            assert torch.equal(weight.matmul(x[:1]), on_blocks[:1] if decoding else on_copy[:1])
-            # Q8_0 blocks (the LM head) take tiles only up to FLY_MAX_ROWS_Q8_0 rows
-            assert torch.equal(head.matmul(h), head_copy)
-            assert torch.equal(head.matmul(h[:-1]), head_tiles if decoding else head_copy[:-1])
-    finally:
-        model_quant.set_pass(False)
+    assert weight.context is blocks.pass_context, "the runner's weights route by its passes"
+    for decode, decoding in ((True, True), (False, True), (False, False)):
+        # what the runner gives its weights before such a pass; the standalone head, its own
+        blocks.pass_context.quant = head.context.quant = model_quant.QuantPass.of(decode, decoding)
+        assert torch.equal(weight.matmul(x), on_copy)  # more rows than FLY_MAX_ROWS and VNNI_MAX_ROWS
+        assert torch.equal(weight.matmul(x[:5]), few_rows if decoding else on_copy[:5])
+        assert torch.equal(weight.matmul(x[:1]), on_blocks[:1] if decoding else on_copy[:1])
+        # Q8_0 blocks (the LM head) take tiles only up to FLY_MAX_ROWS_Q8_0 rows
+        assert torch.equal(head.matmul(h), head_copy)
+        assert torch.equal(head.matmul(h[:-1]), head_tiles if decoding else head_copy[:-1])
     prompts = [[5, 9, 17, 33, 2, 101, 64, 8]]
     got, want = RunnerDriver(blocks).prefill(prompts)[0], RunnerDriver(dense).prefill(prompts)[0]
     assert torch.equal(got, want)  # the same GEMM on the same values
 
 
-def test_tiles_are_only_for_the_types_dequantized_by_vector_code(monkeypatch):
+def test_tiles_are_only_for_the_types_dequantized_by_vector_code():
     """dense_linear dequantizes Q2_K / Q3_K / 5-bit tiles with the plain C++ loop (slower than
     the bfloat16 copy), so their passes never take tiles; the other types keep their limits."""
     from langrt.model import quant as model_quant
 
-    monkeypatch.setattr(model_quant, "_fly_max_rows", model_quant.FLY_MAX_ROWS)
+    step = model_quant.QuantPass(decoding=True, fly_max_rows=model_quant.FLY_MAX_ROWS)
     for qtype in ("Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K"):
-        assert model_quant.fly_max_rows(quant.GGML_TYPES[qtype]) == 0
-    assert model_quant.fly_max_rows(quant.GGML_TYPES["Q6_K"]) == 0  # its GGUF-sized layout: no vector dequantization
-    assert model_quant.fly_max_rows(quant.GGML_TYPES["Q4_K"]) == model_quant.FLY_MAX_ROWS
-    assert model_quant.fly_max_rows(quant.GGML_TYPES["Q8_0"]) == model_quant.FLY_MAX_ROWS_Q8_0
+        assert step.fly_rows(quant.GGML_TYPES[qtype]) == 0
+    assert step.fly_rows(quant.GGML_TYPES["Q6_K"]) == 0  # its GGUF-sized layout: no vector dequantization
+    assert step.fly_rows(quant.GGML_TYPES["Q4_K"]) == model_quant.FLY_MAX_ROWS
+    assert step.fly_rows(quant.GGML_TYPES["Q8_0"]) == model_quant.FLY_MAX_ROWS_Q8_0
 
 
 @pytest.mark.parametrize("qtype, kept", [("Q4_K", 148), ("Q6_K", 210)])
@@ -427,18 +430,18 @@ def test_prompts_of_many_rows_multiply_dequantized_panels():
     blocks, values = _weights("Q4_1", 40, 96, seed=5)
     weight = QuantizedWeight(blocks, quant.GGML_TYPES["Q4_1"], 96)
     x = torch.randn(model_quant.PROMPT_TILE_MIN_ROWS, 96)
-    try:
-        for dtype in (torch.float32, torch.bfloat16):
-            xd = x.to(dtype)
-            on_panels = quant.tile_linear(xd, blocks, weight.ggml_type)
-            on_blocks = quant.quant_linear(xd, blocks, weight.ggml_type)
-            model_quant.set_pass(False)
-            assert torch.equal(weight.matmul(xd), on_panels)
-            assert torch.equal(weight.matmul(xd[:-1]), on_blocks[:-1])
-            model_quant.set_pass(False, decoding=True)
-            assert torch.equal(weight.matmul(xd), on_blocks)
-    finally:
-        model_quant.set_pass(False)
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        on_panels = quant.tile_linear(xd, blocks, weight.ggml_type)
+        on_blocks = quant.quant_linear(xd, blocks, weight.ggml_type)
+        weight.context.quant = model_quant.QuantPass.of(False)
+        assert torch.equal(weight.matmul(xd), on_panels)
+        assert torch.equal(weight.matmul(xd[:-1]), on_blocks[:-1])
+        weight.context.quant = model_quant.QuantPass.of(False, decoding=True)
+        assert torch.equal(weight.matmul(xd), on_blocks)
+    # a weight no runner has given a pass (QuantPass()): the blocks, however many rows
+    fresh = QuantizedWeight(blocks, weight.ggml_type, 96)
+    assert torch.equal(fresh.matmul(x), quant.quant_linear(x, blocks, weight.ggml_type))
 
 
 @pytest.mark.parametrize("dense_copy, budget", [(True, 0), (False, 1 << 40)])

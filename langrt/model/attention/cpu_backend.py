@@ -14,6 +14,7 @@ backend.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -37,6 +38,30 @@ logger = logging.getLogger(__name__)
 # - earlier (the kernel before its transposed blocks, bf16): 300 tokens 101 vs 116 ms, 1,200 540
 #   vs 570, 1,536 864 vs 841, 2,000 1,250 vs 1,140; 4 x 64 tokens after a cached 1,236 220 vs 258.
 KERNEL_MAX_EXTEND: dict[str, int | None] = {"avx512": None, "avx2": 1024, "scalar": 1024}
+
+
+@dataclass(frozen=True)
+class PagedPoolArgs:
+    """What a caller running the layers itself (langrt.model.fused_layers) needs to attend as
+    `attend` does, every row through the kernel (the fields are the paged kernel's arguments)."""
+
+    k_buffers: list[torch.Tensor]
+    v_buffers: list[torch.Tensor]
+    slots: torch.Tensor  # where the pass's new K/V go
+    req_to_token: torch.Tensor  # each request's positions -> slots
+    rows: torch.Tensor
+    reqs: torch.Tensor  # each row's request in req_to_token
+    starts: torch.Tensor
+    ends: torch.Tensor
+    heads: int
+    kv_heads: int
+    scale: float
+
+    def op_args(self) -> list:
+        """The fused C++ op's pool arguments, from `k_buffers` to `scale` (heads and kv_heads go
+        with the layer sizes)."""
+        return [self.k_buffers, self.v_buffers, self.slots, self.req_to_token, self.rows, self.reqs, self.starts,
+                self.ends, self.scale]  # fmt: skip
 
 
 class CpuAttentionBackend(TorchAttentionBackend):
@@ -111,10 +136,9 @@ class _KernelAttention(Attention):
             return self.window_table, self.window_reqs
         return self.b.req_pool.req_to_token, self.reqs
 
-    def pool_args(self) -> tuple | None:
+    def pool_args(self) -> PagedPoolArgs | None:
         """What a caller running the layers itself (langrt.model.fused_layers) needs to do what
-        `attend` does, every row through the kernel: (k_buffers, v_buffers, slots, req_to_token,
-        rows, reqs, starts, ends, heads, kv_heads, scale); None where some rows take SDPA, or the
+        `attend` does, every row through the kernel; None where some rows take SDPA, or the
         layers' windows differ (the C++ op takes one `starts` for every layer). Where every layer
         slides and keeps its K/V in a window pool, slots and table are window slots."""
         if self.extends or not self.rows.numel() or len(self.b.windows) > 1:
@@ -124,8 +148,8 @@ class _KernelAttention(Attention):
         if b.window_kv:  # one window for all layers: every layer reads the window pool
             slots = b.kv_pool.window_slots(slots)
         table, reqs = self._table(0)
-        return (b.kv_pool.k_buffers, b.kv_pool.v_buffers, slots, table,
-                self.rows, reqs, self.starts[b.windows[0]], self.ends, b.num_heads, b.num_kv_heads, b.scale)  # fmt: skip
+        return PagedPoolArgs(b.kv_pool.k_buffers, b.kv_pool.v_buffers, slots, table,
+                             self.rows, reqs, self.starts[b.windows[0]], self.ends, b.num_heads, b.num_kv_heads, b.scale)  # fmt: skip
 
     def attend(self, layer_id, q, k, v):
         b = self.b
