@@ -103,7 +103,9 @@ class Req:
     decoder: IncrementalDecoder | None = None  # only when stop strings need the text
     stop_patterns: list | None = None  # params.stop_regex, compiled on first use
     text_end: int | None = None  # a stop string matched: the output text ends here
-    matcher: Any = None  # a grammar matcher (constrained/backends/base.GrammarMatcherLike) when the output is constrained
+    matcher: Any = (
+        None  # a grammar matcher (constrained/backends/base.GrammarMatcherLike) when the output is constrained
+    )
     draft_ids: list[int] = field(default_factory=list)  # drafts for the next pass, not yet output
     draft_source: Any = None  # the DraftSource of draft_ids, told how they fared (speculative/drafter.py)
     draft_probs: Any = None  # per draft, the [V] distribution it was sampled from (a draft model's; None: guesses)
@@ -256,8 +258,10 @@ class StopChecker:
                     req.stop_patterns = [regex.compile(r) for r in p.stop_regex]
                 m = req.stop_patterns[i].search(text, timeout=max(0.0, deadline - time.monotonic()))
             except (TimeoutError, regex.error) as e:
-                why = f"is not supported: {e}" if isinstance(e, regex.error) else (
-                    f"took over {STOP_REGEX_TIMEOUT_S:g} s to match the output (catastrophic backtracking)"
+                why = (
+                    f"is not supported: {e}"
+                    if isinstance(e, regex.error)
+                    else (f"took over {STOP_REGEX_TIMEOUT_S:g} s to match the output (catastrophic backtracking)")
                 )
                 req.finish(FinishReason.by_abort(f"stop_regex {pattern!r} {why}; simplify it"))
                 return True
