@@ -257,7 +257,9 @@ CONCATE_NOT_IMPLEMENTED = (
 
 async def concate_and_append_request(request: web.Request) -> web.Response:
     # 501 rather than a success that does nothing: a client told "done" would believe the
-    # children's KV was joined onto the parent's.
+    # children's KV was joined onto the parent's. The body is read first, so one past the size
+    # limit is a 413 as on every other route.
+    await request.read()
     return error_response(501, CONCATE_NOT_IMPLEMENTED)
 
 
