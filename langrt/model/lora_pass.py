@@ -40,6 +40,7 @@ class _Stack:
     a: torch.Tensor  # [R, in]: every adapter's A that targets the projection, in group order
     b: torch.Tensor  # [out, R]: their B, columns matching a's rows
     columns: torch.Tensor  # [R] int64: the group each column belongs to
+    layout: tuple[tuple[int, int], ...]  # (group, rank) of each part: stacks alike share masks
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class LoraGroup:
 class LoraPass:
     groups: tuple[LoraGroup, ...]
     row_group: torch.Tensor | None = None  # [T] int64: each row's group, -1 for the base model
-    _masks: dict = field(default_factory=dict, compare=False)  # id(stack columns) -> [T, R] mask
+    _masks: dict = field(default_factory=dict, compare=False)  # stack layout -> [T, R] mask
 
     def __post_init__(self):
         names = [g.adapter.name for g in self.groups]
@@ -118,9 +119,9 @@ class LoraPass:
         return by_projection[(layer, projection)]
 
     def _mask(self, stack: _Stack, dtype: torch.dtype) -> torch.Tensor:
-        mask = self._masks.get(id(stack.columns))
+        mask = self._masks.get(stack.layout)
         if mask is None:
-            mask = self._masks[id(stack.columns)] = (self.row_group[:, None] == stack.columns[None, :]).to(dtype)
+            mask = self._masks[stack.layout] = (self.row_group[:, None] == stack.columns[None, :]).to(dtype)
         return mask
 
 
@@ -134,7 +135,7 @@ def _build_stack(adapters: tuple, layer: int, projection: str) -> _Stack | None:
     columns = torch.cat([torch.full((f.a.shape[0],), i, dtype=torch.int64) for i, f in parts])
     a = torch.cat([f.a for _, f in parts])
     b = torch.cat([f.b for _, f in parts], dim=1).contiguous()
-    return _Stack(a, b, columns.to(a.device))
+    return _Stack(a, b, columns.to(a.device), tuple((i, f.a.shape[0]) for i, f in parts))
 
 
 def _as_rows(rows: list[int], device: torch.device) -> tuple[slice | torch.Tensor, tuple[slice, ...]]:
