@@ -272,3 +272,11 @@ class StopChecker:
         start, matched, end = min(hits)
         req.finish(FinishReason.by_stop(matched), text_end=len(text) if p.no_stop_trim else start)
         return True
+
+
+def eos_token_ids(config, tokenizer) -> set[int]:
+    """The tokens that end a request: the model config's and the tokenizer's end of text."""
+    ids = set(config.eos_token_ids)
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids

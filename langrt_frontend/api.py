@@ -53,16 +53,15 @@ def gen(
     the constraint holds, and `name + "_reasoning"` the thinking (langrt_frontend/reasoning.py).
     `lora_path` names the runtime's LoRA adapter to generate with (`run(lora_path=...)`: every gen
     and select of the program)."""
+    # every argument but these is a GenParams field of the same name
+    settings = {
+        k: v for k, v in locals().items() if k not in ("name", "choices", "choices_method", "max_tokens", "min_tokens")
+    }
     if choices:
-        return select(name, choices, 0.0 if temperature is None else temperature, choices_method or token_length_normalized)
-    params = GenParams(
-        max_new_tokens=max_tokens, min_new_tokens=min_tokens, n=n, stop=stop, stop_token_ids=stop_token_ids,
-        stop_regex=stop_regex, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
-        return_logprob=return_logprob, logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
-        return_text_in_logprobs=return_text_in_logprobs, regex=regex, json_schema=json_schema, ebnf=ebnf,
-        dtype=dtype, reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens, lora_path=lora_path,
-    )  # fmt: skip
+        return select(
+            name, choices, 0.0 if temperature is None else temperature, choices_method or token_length_normalized
+        )
+    params = GenParams(max_new_tokens=max_tokens, min_new_tokens=min_tokens, **settings)
     return ir.Gen(name, params)
 
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from langrt_frontend import ir
-from langrt_frontend.backends.base import Context, caches_prefixes, stream_increments, takes_native_payloads
+from langrt_frontend.backends.base import caches_prefixes, stream_increments, takes_native_payloads
 from langrt_frontend.config import global_config
 from langrt_frontend.params import GenParams
+from langrt_frontend.primitive_nodes import PrimitiveNodes
 from langrt_frontend.reasoning import gen_values
 from langrt_frontend.select import score_choices
 
@@ -40,7 +41,7 @@ class _Pending:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-class Executor:
+class Executor(PrimitiveNodes):
     def __init__(self, backend, defaults: GenParams, stream: bool = False, template=None, start: bool = True):
         self.backend = backend
         self.template = template if template is not None else backend.chat_template
@@ -85,7 +86,9 @@ class Executor:
 
     def submit(self, node: ir.Expr) -> None:
         if self.closed:
-            raise RuntimeError("this program state has ended (its program returned or it was joined); nothing more can be added")
+            raise RuntimeError(
+                "this program state has ended (its program returned or it was joined); nothing more can be added"
+            )
         with self.lock:
             for name in node.variable_names():
                 entry = self.pending.get(name)
@@ -158,7 +161,9 @@ class Executor:
 
     def _commit_prefix(self) -> None:
         try:
-            response = self.backend.generate({"text": self.text, "sampling_params": {"max_new_tokens": 0}, **self.defaults.adapter_fields()})
+            response = self.backend.generate(
+                {"text": self.text, "sampling_params": {"max_new_tokens": 0}, **self.defaults.adapter_fields()}
+            )
         except RuntimeError:
             return  # only an optimization: the children's own requests report real failures
         self._learn_tokens(self.text, response["meta_info"])
@@ -293,40 +298,24 @@ class Executor:
     def _select(self, node: ir.Select) -> None:
         if node.temperature != 0:
             raise ValueError(f"select: temperature must be 0 (choices are scored, not sampled), got {node.temperature}")
-        if self._unknown_chars() >= global_config.precache_min_chars and caches_prefixes(self.backend) and not self.images:
+        if (
+            self._unknown_chars() >= global_config.precache_min_chars
+            and caches_prefixes(self.backend)
+            and not self.images
+        ):
             # Every choice row (and the prefix row) computes all positions from the last known
             # token count, where its logprobs start: text past it would be computed k + 1 times.
             # Cache it once and learn its token count, so the rows compute only their choice.
             self._commit_prefix()
         decision, meta = score_choices(
-            self.backend, self.text, node.choices, node.method, self._known_tokens(), self._attach_images,
+            self.backend,
+            self.text,
+            node.choices,
+            node.method,
+            self._known_tokens(),
+            self._attach_images,
             self.defaults.adapter_fields(),
-        )  # fmt: skip
-        self._append(decision)
-        if node.name is not None:
-            self.set(node.name, decision, meta)
-
-    # ---- a PrimitiveBackend's gen and select ---------------------------------------------------
-
-    def context(self) -> Context:
-        with self.lock:
-            role_text = self.text[self.role_start :] if self.role is not None else ""
-            return Context(self.text, tuple(dict(m) for m in self.messages), self.role, role_text, tuple(self.images))
-
-    def _gen_primitive(self, node: ir.Gen) -> None:
-        params = node.params.over(self.defaults).with_extra_stops(self.template.stop_str)
-        if self.stream and (params.n or 1) == 1:
-            value, meta = self._stream_into(node.name, self.backend.gen_stream(self.context(), params))
-        else:
-            value, meta = self.backend.gen(self.context(), params)
-            self._append(value[0] if isinstance(value, list) else value)
-        if node.name is not None:
-            self.set(node.name, value, meta)
-
-    def _select_primitive(self, node: ir.Select) -> None:
-        if node.temperature != 0:
-            raise ValueError(f"select: temperature must be 0 (choices are scored, not sampled), got {node.temperature}")
-        decision, meta = self.backend.select(self.context(), node.choices, node.method)
+        )
         self._append(decision)
         if node.name is not None:
             self.set(node.name, decision, meta)

@@ -11,7 +11,8 @@ import torch
 from langrt.errors import ModelLoadError
 from langrt.model.config import ModelConfig
 from langrt.model.registry import model_class
-from langrt.model.quant import PLAIN_QUANTIZATIONS, dense_copy_budget
+from langrt.model.quant import PLAIN_QUANTIZATIONS
+from langrt.model.quant_choice import dense_copy_budget
 from langrt.model.source import ModelSource
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")

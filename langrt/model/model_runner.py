@@ -21,14 +21,8 @@ from langrt.model.cuda_graph import create_decode_graphs
 from langrt.model.forward_batch import ForwardBatch, ForwardMode
 from langrt.model.loader import load_model
 from langrt.model.lora_pass import LoraPass
-from langrt.model.quant import (
-    PassContext,
-    QuantPass,
-    attach_pass_context,
-    describe_blocks,
-    plain_quantization,
-    serve_gguf_blocks,
-)
+from langrt.model.quant import PassContext, QuantPass, attach_pass_context
+from langrt.model.quant_choice import describe_blocks, plain_quantization, serve_gguf_blocks
 from langrt.model.source import ModelSource
 from langrt.server_args import ServerArgs
 
@@ -65,17 +59,7 @@ class ModelRunner:
             from langrt_kernels.cpu import isa, unavailable_reason
 
             logger.info(describe_path(args.dtype, unavailable_reason(), isa()))
-        gguf_blocks, why = serve_gguf_blocks(args, source)
-        quantize, why_quantized = plain_quantization(args, source)
-        if source.is_gguf and args.load_format != "dummy" or quantize:
-            logger.info("weights: %s", why_quantized or why)
-        self.model = load_model(
-            source, model_config, args.load_format, self.dtype, self.device, seed=args.random_seed, progress=progress,
-            compiled=args.enable_torch_compile, gguf_blocks=gguf_blocks, quantize=quantize, shard=shard, tp=self.tp,
-            dense_copy=args.cpu_dense_copy,
-        )  # fmt: skip
-        if gguf_blocks or quantize:
-            logger.info("weights: %s", describe_blocks(self.model))
+        self.model = self._load(args, source, model_config, shard, progress)
         # the pass running now, as the quantized weights route their products (set per pass)
         self.pass_context = PassContext()
         attach_pass_context(self.model, self.pass_context)
@@ -86,9 +70,39 @@ class ModelRunner:
         self.graphs = create_decode_graphs(self)  # NoDecodeGraphs off CUDA or with --disable-cuda-graph
         logger.info(
             "model ready: %s (%s) %s on %s, KV pool %d tokens%s, context %d",
-            config.model_type, _IMPL_NAMES[config.impl], args.dtype, self.device, self.plan.max_total_tokens,
-            _window_note(self.plan, config), self.plan.context_len,
-        )  # fmt: skip
+            config.model_type,
+            _IMPL_NAMES[config.impl],
+            args.dtype,
+            self.device,
+            self.plan.max_total_tokens,
+            _window_note(self.plan, config),
+            self.plan.context_len,
+        )
+
+    def _load(self, args: ServerArgs, source: ModelSource, model_config: ModelConfig, shard, progress: bool):
+        """This rank's model, its weights served as the arguments and the file ask (logged)."""
+        gguf_blocks, why = serve_gguf_blocks(args, source)
+        quantize, why_quantized = plain_quantization(args, source)
+        if source.is_gguf and args.load_format != "dummy" or quantize:
+            logger.info("weights: %s", why_quantized or why)
+        model = load_model(
+            source,
+            model_config,
+            args.load_format,
+            self.dtype,
+            self.device,
+            seed=args.random_seed,
+            progress=progress,
+            compiled=args.enable_torch_compile,
+            gguf_blocks=gguf_blocks,
+            quantize=quantize,
+            shard=shard,
+            tp=self.tp,
+            dense_copy=args.cpu_dense_copy,
+        )
+        if gguf_blocks or quantize:
+            logger.info("weights: %s", describe_blocks(model))
+        return model
 
     @property
     def vocab_size(self) -> int:
@@ -141,8 +155,15 @@ def _layer_windows(config: ModelConfig) -> tuple[int | None, ...]:
 def _kv_pool(plan: MemoryPlan, config: ModelConfig, dtype: torch.dtype, device: torch.device):
     """One pool for every layer, or (plan.window_tokens) full layers' and window layers' apart."""
     if plan.window_tokens:
-        return HybridKVPool(plan.max_total_tokens, plan.window_tokens, _layer_windows(config), config.num_kv_heads,
-                            config.head_dim, dtype, device)  # fmt: skip
+        return HybridKVPool(
+            plan.max_total_tokens,
+            plan.window_tokens,
+            _layer_windows(config),
+            config.num_kv_heads,
+            config.head_dim,
+            dtype,
+            device,
+        )
     return TokenToKVPool(plan.max_total_tokens, config.num_layers, config.num_kv_heads, config.head_dim, dtype, device)
 
 
@@ -150,8 +171,10 @@ def _window_note(plan: MemoryPlan, config: ModelConfig) -> str:
     if not plan.window_tokens:
         return ""
     sliding = sum(w is not None for w in _layer_windows(config))
-    return (f" (the {config.num_layers - sliding} full-attention layers' K/V), sliding-window pool {plan.window_tokens} "
-            f"tokens (the {sliding} window layers' K/V, only each request's last window)")  # fmt: skip
+    return (
+        f" (the {config.num_layers - sliding} full-attention layers' K/V), sliding-window pool {plan.window_tokens} "
+        f"tokens (the {sliding} window layers' K/V, only each request's last window)"
+    )
 
 
 def plan_memory(args: ServerArgs, config: ModelConfig, dtype: torch.dtype, tp=None) -> MemoryPlan:

@@ -29,7 +29,7 @@ from langrt.scheduler.constraints import GrammarQueue, think_first
 from langrt.tokenizer.incremental_decoder import IncrementalDecoder
 from langrt.scheduler.logprob_collector import collect_input_logprobs
 from langrt.scheduler.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
-from langrt.request import FinishReason, Req, ReqStatus, StopChecker
+from langrt.request import FinishReason, Req, ReqStatus, StopChecker, eos_token_ids
 from langrt.scheduler.schedule_policy import SchedulePolicy
 from langrt.validation import Limits, validate_request
 from langrt.lora.registry import LoraRegistry
@@ -100,14 +100,19 @@ class Scheduler:
         self.grammar_queue = GrammarQueue(self._make_grammar_service)
         self.grammar_timeout_s = args.grammar_compile_timeout
         self.grammar_backend = args.grammar_backend
-        self.think_tokens = think_tokens_for(args.reasoning_parser, tokenizer.encode, runner.vocab_size, self.stop_checker.eos_token_ids)
+        self.think_tokens = think_tokens_for(
+            args.reasoning_parser, tokenizer.encode, runner.vocab_size, self.stop_checker.eos_token_ids
+        )
         self.failed: list[tuple[Req, InvalidRequest]] = []  # refused after arrival (grammar errors)
         self.loras = LoraRegistry.for_runner(runner, args)
         self.stats = SchedulerStats()
         self.emitter = TokenEmitter(
-            self.stop_checker, tokenizer, not args.disable_jump_forward, self.stats,
+            self.stop_checker,
+            tokenizer,
+            not args.disable_jump_forward,
+            self.stats,
             speculative=make_speculative_sources(args, runner, tokenizer),
-        )  # fmt: skip
+        )
         self._admit_seq = 0
         torch.manual_seed(args.random_seed)
 
@@ -311,7 +316,9 @@ class Scheduler:
         rows = [r.kv_row for r in reqs]
         mode = ForwardMode.EXTEND if prefill or len(ids) > len(rows) else ForwardMode.DECODE
         adapters = [r.lora for r in reqs] if any(r.lora is not None for r in reqs) else None
-        return ForwardBatch.build(mode, ids, slots, rows, seq_lens, extend_lens, self.runner.device, not prefill, adapters)
+        return ForwardBatch.build(
+            mode, ids, slots, rows, seq_lens, extend_lens, self.runner.device, not prefill, adapters
+        )
 
     # ---- after the forward pass --------------------------------------------------------
 
@@ -389,10 +396,3 @@ class Scheduler:
             "running_requests": len(self.running) + (self.chunked is not None),
             "waiting_requests": len(self.waiting),
         }
-
-
-def eos_token_ids(config, tokenizer) -> set[int]:
-    ids = set(config.eos_token_ids)
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids

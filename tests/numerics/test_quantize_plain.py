@@ -23,7 +23,9 @@ from langrt.server_args import ServerArgs
 from runner_driver import RunnerDriver, make_runner
 
 MODEL_REL = 5e-4
-needs_kernels = pytest.mark.skipif(not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)")
+needs_kernels = pytest.mark.skipif(
+    not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)"
+)
 
 
 def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -127,9 +129,13 @@ def smollm_safetensors(smollm_path, tmp_path_factory):
 @needs_kernels
 @pytest.mark.parametrize("quantization", ["int8", "int4"])
 def test_smollm_quantized_at_load_answers_paris(smollm_safetensors, new_engine, quantization, capfd):
-    engine = new_engine(smollm_safetensors, quantization=quantization, dtype="float32", max_total_tokens=4096, log_level="info")
+    engine = new_engine(
+        smollm_safetensors, quantization=quantization, dtype="float32", max_total_tokens=4096, log_level="info"
+    )
     log = capfd.readouterr().err
-    assert f"weights: quantized at load (--quantization {quantization})" in log and "matrices served as" in log, log[-2000:]
+    assert f"weights: quantized at load (--quantization {quantization})" in log and "matrices served as" in log, log[
+        -2000:
+    ]
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     out = engine.generate(engine.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
                           {"max_new_tokens": 12, "temperature": 0})  # fmt: skip
@@ -150,7 +156,7 @@ def test_what_cannot_be_served_is_refused_with_a_reason(smollm_path):
 def test_without_the_kernels_int8_and_int4_are_refused_naming_them(tiny_llama_dir, monkeypatch):
     """Where the kernels are off (LANGRT_CPU_KERNELS=0, or no compiler), --quantization int8 /
     int4 cannot be served: the load stops with the reason, not a crash later."""
-    from langrt.model.quant import plain_quantization
+    from langrt.model.quant_choice import plain_quantization
     from langrt.model.source import ModelSource
 
     monkeypatch.setenv("LANGRT_CPU_KERNELS", "0")

@@ -39,7 +39,7 @@ def hf_tokenizer(smollm_path):
 def runtime_vocabulary(path):
     """The vocabulary the scheduler builds for the model at `path` (scheduler._make_grammar_service)."""
     from langrt.constrained.vocab import vocabulary_from_decoder
-    from langrt.scheduler.scheduler import eos_token_ids
+    from langrt.request import eos_token_ids
     from langrt.model.source import ModelSource
     from langrt.tokenizer.text_decoder import load_text_decoder
 
@@ -324,7 +324,9 @@ def test_wrong_entry_point(hf_tokenizer, smollm_path):
 
     with pytest.raises(TypeError, match="from_tokenizer takes a tokenizer object, got .*PosixPath.*from_pretrained"):
         GrammarCompiler.from_tokenizer(smollm_path)
-    with pytest.raises(TypeError, match=r"a model path \(str or os.PathLike\) is needed, got a .*TokenizersBackend object"):
+    with pytest.raises(
+        TypeError, match=r"a model path \(str or os.PathLike\) is needed, got a .*TokenizersBackend object"
+    ):
         GrammarCompiler.from_pretrained(hf_tokenizer)
 
 
@@ -371,5 +373,7 @@ def test_package_exports_and_stays_light():
         "else:\n"
         "    raise AssertionError('no AttributeError')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert result.returncode == 0, result.stderr

@@ -11,7 +11,7 @@ from langrt.constrained.byte_dfa import call_marker
 from langrt.constrained.json_schema import regex as rx
 from langrt.constrained.json_schema.flat import Flat, Node, check_pending, json_equal, json_type
 from langrt.constrained.json_schema.keys import key_not_in
-from langrt.constrained.json_schema.literals import pinned_values, valid_values
+from langrt.constrained.json_schema.literals import compact_texts, pinned_values, valid_values
 from langrt.constrained.json_schema.normalize import Normalizer
 from langrt.constrained.json_schema.numeric import number_regex
 from langrt.constrained.json_schema.objects import ObjectMixin
@@ -90,9 +90,13 @@ def _checked(schema, whitespace: str):
     if not isinstance(schema, (dict, bool)):
         raise InvalidRequest("json_schema must be a JSON object or a boolean", param="json_schema")
     if whitespace not in WHITESPACE_POLICIES:
-        raise InvalidRequest(f"whitespace must be one of {', '.join(WHITESPACE_POLICIES)}, got {whitespace!r}", param="whitespace")
+        raise InvalidRequest(
+            f"whitespace must be one of {', '.join(WHITESPACE_POLICIES)}, got {whitespace!r}", param="whitespace"
+        )
     if schema is False:
-        raise UnsupportedSchema("the schema is false: no value is valid, there is nothing to generate", param="json_schema")
+        raise UnsupportedSchema(
+            "the schema is false: no value is valid, there is nothing to generate", param="json_schema"
+        )
     return schema
 
 
@@ -113,7 +117,9 @@ class _Compiler(ObjectMixin, StringMixin):
     def root_value(self) -> str:
         regex = self.value([Node(self.root, self.root)], ())
         if regex is None:
-            hint = f" (recursion through $ref stops at max_ref_depth={self.max_ref_depth})" if self.norm.depth_hit else ""
+            hint = (
+                f" (recursion through $ref stops at max_ref_depth={self.max_ref_depth})" if self.norm.depth_hit else ""
+            )
             raise UnsupportedSchema(f"the schema admits no value langrt can generate{hint}", param="json_schema")
         return regex
 
@@ -209,14 +215,17 @@ class _Compiler(ObjectMixin, StringMixin):
             elif t in ("boolean", "string"):
                 (bools.add if t == "boolean" else strings.append)(v)
             else:
-                raise UnsupportedSchema(f"'{f.excluded_by}' excludes the {t} {json.dumps(v)[:40]}: leaving out one {t} is not supported", param=f.excluded_by)
+                raise UnsupportedSchema(
+                    f"'{f.excluded_by}' excludes the {t} {json.dumps(v)[:40]}: leaving out one {t} is not supported",
+                    param=f.excluded_by,
+                )
         return g, strings, bools
 
     def _string_not_in(self, f: Flat, strings: list) -> str | None:
         # Raw strings other than the excluded ones, or strings with an escape of a character no
         # excluded one holds (so they cannot decode to one of them).
         held = set("".join(s for s in strings if isinstance(s, str)))
-        escapes = rx.alt(e for e, c in _SIMPLE_ESCAPES if c not in held)
+        escapes = rx.alt(e for e, c in rx.SIMPLE_ESCAPES if c not in held)
         escaped = None if escapes is None else f'"{rx.JSON_CHAR}*{escapes}{rx.JSON_CHAR}*"'
         others = rx.alt([key_not_in(strings), escaped])
         if not (f.patterns or f.formats or f.min_length or f.max_length is not None):
@@ -225,8 +234,14 @@ class _Compiler(ObjectMixin, StringMixin):
         if string is None:
             return None
         if self.book is None or calls_any(string):
-            raise UnsupportedSchema(f"'{f.excluded_by}' excludes strings of a string with pattern, format or lengths", param=f.excluded_by)
-        return self.book.rule_for(intersection_body([string, others], why=f"'{f.excluded_by}' excluding strings of a string with pattern, format or lengths"))
+            raise UnsupportedSchema(
+                f"'{f.excluded_by}' excludes strings of a string with pattern, format or lengths", param=f.excluded_by
+            )
+        return self.book.rule_for(
+            intersection_body(
+                [string, others], why=f"'{f.excluded_by}' excluding strings of a string with pattern, format or lengths"
+            )
+        )
 
     # -- literals (const, enum) -------------------------------------------------------------
 
@@ -247,7 +262,7 @@ class _Compiler(ObjectMixin, StringMixin):
         for v in f.enum:
             if json_type(v) not in rest.types:
                 continue
-            if check is None or any(re.fullmatch(check, text) for text in _compact_texts(v)):
+            if check is None or any(re.fullmatch(check, text) for text in compact_texts(v)):
                 kept.append(self.literal(v))
         return rx.alt(kept)
 
@@ -262,7 +277,7 @@ class _Compiler(ObjectMixin, StringMixin):
     def fits(self, nodes, refs: tuple, v) -> bool:
         """`v` is proved valid against every schema of `nodes` (False: not proved)."""
         check = self.checker().value(nodes, refs)
-        return check is not None and any(re.fullmatch(check, text) for text in _compact_texts(v))
+        return check is not None and any(re.fullmatch(check, text) for text in compact_texts(v))
 
     def literal(self, v) -> str | None:
         if v is None:
@@ -358,7 +373,9 @@ class _Compiler(ObjectMixin, StringMixin):
             more_lo = max(lo - count, 0)
             more_hi = None if hi is None else hi - count
             if count == 0:
-                rest = tail + rx.repeat(self.comma + tail, max(more_lo - 1, 0), None if more_hi is None else more_hi - 1)
+                rest = tail + rx.repeat(
+                    self.comma + tail, max(more_lo - 1, 0), None if more_hi is None else more_hi - 1
+                )
             else:
                 rest = rx.repeat(self.comma + tail, more_lo, more_hi)
         else:
@@ -367,14 +384,3 @@ class _Compiler(ObjectMixin, StringMixin):
             head = elems[i] if i == 0 else self.comma + elems[i]
             rest = head + (rest if i + 1 < lo else rx.opt(rest))
         return self.container("\\[", "\\]", rest, optional=lo == 0)
-
-
-# (JSON escape as regex, the character it stands for)
-_SIMPLE_ESCAPES = [(r'\\"', '"'), (r"\\\\", "\\"), (r"\\/", "/"), (r"\\b", "\b"), (r"\\f", "\f"), (r"\\n", "\n"), (r"\\r", "\r"), (r"\\t", "\t")]
-
-
-def _compact_texts(v) -> list[str]:
-    texts = [json.dumps(v, separators=(",", ":"), ensure_ascii=False)]
-    if isinstance(v, float) and v.is_integer():
-        texts.append(str(int(v)))
-    return texts

@@ -8,6 +8,7 @@ into the standard keywords they stand for first, since jsonschema would ignore t
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from langrt.constrained.json_schema.flat import EXCLUDE, FORBID, json_equal
@@ -65,3 +66,11 @@ def standard(schema: Any) -> Any:
     if not extra and len(out) == len(schema) and all(out[k] is schema[k] for k in out):
         return schema
     return {**out, "allOf": out.get("allOf", []) + extra} if extra else out
+
+
+def compact_texts(v) -> list[str]:
+    """The compact JSON texts of a value (a whole float also as an integer), as the compiler writes them."""
+    texts = [json.dumps(v, separators=(",", ":"), ensure_ascii=False)]
+    if isinstance(v, float) and v.is_integer():
+        texts.append(str(int(v)))
+    return texts

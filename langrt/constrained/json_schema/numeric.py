@@ -10,6 +10,7 @@ from functools import reduce
 
 from langrt.constrained.json_schema import regex as rx
 from langrt.constrained.json_schema.flat import Flat
+from langrt.constrained.json_schema.number_range import number_range
 from langrt.errors import UnsupportedSchema
 
 # Why 256: multipleOf (other than 1 or a divisor of 100) is enforced by listing the multiples.
@@ -29,11 +30,11 @@ def number_regex(f: Flat) -> str | None:
         return _multiples(step, int_lo, int_hi)
     if lo is None and hi is None:
         return rx.INTEGER if integer_only else rx.NUMBER
-    parts = [rx.number_range(_dec(int_lo), _dec(int_hi), fraction=False)]
+    parts = [number_range(_dec(int_lo), _dec(int_hi), fraction=False)]
     if not integer_only:
         dec_lo, dec_hi = _float_bound(lo, +1), _float_bound(hi, -1)
         if not (dec_lo is not None and dec_lo.is_infinite() or dec_hi is not None and dec_hi.is_infinite()):
-            parts.append(rx.number_range(dec_lo, dec_hi, fraction=True))
+            parts.append(number_range(dec_lo, dec_hi, fraction=True))
     return rx.alt(parts)
 
 
@@ -63,7 +64,11 @@ def _float_bound(bound, direction: int) -> Decimal | None:
     value, exclusive = bound
     f = float(value)
     if Decimal(f) != value:
-        keyword = ("exclusiveMinimum" if exclusive else "minimum") if direction > 0 else ("exclusiveMaximum" if exclusive else "maximum")
+        keyword = (
+            ("exclusiveMinimum" if exclusive else "minimum")
+            if direction > 0
+            else ("exclusiveMaximum" if exclusive else "maximum")
+        )
         raise UnsupportedSchema(f"a number bound of {value} is not exactly representable as a float", param=keyword)
     if exclusive:
         # A few digits past the bound (the literals between are left out, which is sound): the

@@ -24,20 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from langrt.constrained.json_schema import regex as rx
+from langrt.constrained.json_schema.char_sets import BMP, NON_ASCII, DIGIT, WORD, SPACE_LO, SPACE_HI, LINE_END
 from langrt.errors import UnsupportedSchema
-
-ALL = [(0, rx.MAX_CP)]
-BMP = [(0, 0xFFFF)]
-ASCII = [(0, 0x7F)]
-NON_ASCII = [(0x80, rx.MAX_CP)]
-DIGIT = [(0x30, 0x39)]
-WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
-# White space both engines agree on, and every character either engine (or an older Unicode
-# version of Python) counts as white space.
-SPACE_LO = [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
-            (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]  # fmt: skip
-SPACE_HI = SPACE_LO + [(0x1C, 0x1F), (0x85, 0x85), (0x180E, 0x180E), (0x200B, 0x200B), (0xFEFF, 0xFEFF)]
-LINE_END = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
 
 _CLASS_ESCAPES = {  # name -> (lo, hi)
     "d": (DIGIT, DIGIT + NON_ASCII),

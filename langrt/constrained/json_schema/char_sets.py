@@ -1,0 +1,26 @@
+"""Character sets of the pattern rewrite (pattern.py), as code point ranges: the classes ECMA-262
+and Python's `re` name, kept where both agree (`_LO`) and where either does (`_HI`)."""
+
+from __future__ import annotations
+
+from langrt.constrained.json_schema import regex as rx
+
+BMP = [(0, 0xFFFF)]
+NON_ASCII = [(0x80, rx.MAX_CP)]
+DIGIT = [(0x30, 0x39)]
+WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
+# White space both engines agree on, and every character either engine (or an older Unicode
+# version of Python) counts as white space.
+SPACE_LO = [
+    (0x09, 0x0D),
+    (0x20, 0x20),
+    (0xA0, 0xA0),
+    (0x1680, 0x1680),
+    (0x2000, 0x200A),
+    (0x2028, 0x2029),
+    (0x202F, 0x202F),
+    (0x205F, 0x205F),
+    (0x3000, 0x3000),
+]
+SPACE_HI = SPACE_LO + [(0x1C, 0x1F), (0x85, 0x85), (0x180E, 0x180E), (0x200B, 0x200B), (0xFEFF, 0xFEFF)]
+LINE_END = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
