@@ -22,12 +22,17 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
-PACKAGES = find_packages(include=["langrt", "langrt.*", "langrt_frontend", "langrt_frontend.*"]) + ["langrt_kernels", "langrt_kernels.cpu"]
+PACKAGES = find_packages(include=["langrt", "langrt.*", "langrt_frontend", "langrt_frontend.*"]) + [
+    "langrt_kernels",
+    "langrt_kernels.cpu",
+]
 
 
 def _build_sources():
     """kernels/cpu/build_sources.py, loaded by its path: the package is not importable yet."""
-    spec = importlib.util.spec_from_file_location("_langrt_build_sources", ROOT / "kernels" / "cpu" / "build_sources.py")
+    spec = importlib.util.spec_from_file_location(
+        "_langrt_build_sources", ROOT / "kernels" / "cpu" / "build_sources.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)
@@ -73,7 +78,10 @@ def _kernel_build():
             import torch
 
             paths = [Path(self.get_ext_fullpath(extension.name)) for extension in extensions]
-            entries = [sources.manifest_entry(library, path.name, torch.__version__, str(torch.version.git_version)) for library, path in zip(libraries, paths)]
+            entries = [
+                sources.manifest_entry(library, path.name, torch.__version__, str(torch.version.git_version))
+                for library, path in zip(libraries, paths)
+            ]
             sources.write_manifest(paths[0].parent, entries)
 
     return extensions, {"build_ext": BuildKernels}

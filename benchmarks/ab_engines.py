@@ -27,11 +27,16 @@ from results_meta import write_results  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 
 
-def workloads(tokenizer, quick: bool, few_shot_tokens: int, decode_name: str, decode_prompts: int) -> dict[str, tuple[list[str], dict]]:
+def workloads(
+    tokenizer, quick: bool, few_shot_tokens: int, decode_name: str, decode_prompts: int
+) -> dict[str, tuple[list[str], dict]]:
     """bench_prefix's few-shot wave (64 questions after a 1,205-token preamble; 16 with --quick),
     bench_json's 16-request extraction wave, and `decode_prompts` random prompts x 64 tokens."""
     rng = random.Random(0)
-    extraction = [chat(tokenizer, [{"role": "user", "content": f"Extract the person's details as JSON.\n\n{d}"}]) for d in documents(16)]
+    extraction = [
+        chat(tokenizer, [{"role": "user", "content": f"Extract the person's details as JSON.\n\n{d}"}])
+        for d in documents(16)
+    ]
     return {
         "few_shot": (few_shot_prompts(tokenizer, 16 if quick else 64), {"max_new_tokens": few_shot_tokens, "temperature": 0}),
         "json_extraction": (extraction, {"json_schema": SCHEMA, "max_new_tokens": 160, "temperature": 0}),
@@ -54,7 +59,10 @@ def compare(engines: dict, candidate: str, baseline: str, prompts: list[str], pa
             outputs[side] = engines[side].generate(prompts, params)
             seconds[side].append(time.perf_counter() - start)
     tokens = sum(o["meta_info"]["completion_tokens"] for o in outputs[candidate])
-    row = {side: {"seconds": s, "median_s": statistics.median(s), "output_tok_s": tokens / statistics.median(s)} for side, s in seconds.items()}
+    row = {
+        side: {"seconds": s, "median_s": statistics.median(s), "output_tok_s": tokens / statistics.median(s)}
+        for side, s in seconds.items()
+    }
     row["requests"], row["output_tokens"] = len(prompts), tokens
     row["speedup"] = row[baseline]["median_s"] / row[candidate]["median_s"]
     row["identical_outputs"] = sum(a["text"] == b["text"] for a, b in zip(outputs[candidate], outputs[baseline]))
@@ -67,7 +75,9 @@ def describe(name: str, row: dict, candidate: str, baseline: str) -> str:
             f"{row['identical_outputs']}/{row['requests']}")  # fmt: skip
 
 
-def main(doc: str, name: str, sides: dict[str, dict], few_shot_tokens: int, decode_name: str, decode_prompts: int) -> None:
+def main(
+    doc: str, name: str, sides: dict[str, dict], few_shot_tokens: int, decode_name: str, decode_prompts: int
+) -> None:
     """A benchmark's whole run: `sides` is {label: Engine options}, candidate first, baseline
     second; results/<name>[_quick].json."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,7 +89,9 @@ def main(doc: str, name: str, sides: dict[str, dict], few_shot_tokens: int, deco
     results = {"quick": args.quick, "rounds": rounds, "workloads": {}}
     with langrt.Engine(**common, **candidate_options) as first, langrt.Engine(**common, **baseline_options) as second:
         engines = {candidate: first, baseline: second}
-        for workload, (prompts, params) in workloads(first.tokenizer, args.quick, few_shot_tokens, decode_name, decode_prompts).items():
+        for workload, (prompts, params) in workloads(
+            first.tokenizer, args.quick, few_shot_tokens, decode_name, decode_prompts
+        ).items():
             row = results["workloads"][workload] = compare(engines, candidate, baseline, prompts, params, rounds)
             print(describe(workload, row, candidate, baseline), flush=True)
     out = RESULTS / f"{name}{'_quick' if args.quick else ''}.json"

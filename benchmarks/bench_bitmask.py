@@ -49,7 +49,9 @@ def main() -> None:
     from langrt_kernels.grammar_bitmask import apply_token_bitmask_reference
 
     dtype = getattr(torch, args.dtype)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype} logits; ms per call, median / best")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype} logits; ms per call, median / best"
+    )
     print(f"{'shape':>14} {'apply':>15} {'indices':>15} {'reference':>15}")
     for rows, vocab in SHAPES:
         logits = torch.randn(rows, vocab).to(dtype)
@@ -60,7 +62,9 @@ def main() -> None:
             (functools.partial(apply_token_bitmask, logits, bitmask, indices), args.repeats),
             (functools.partial(apply_token_bitmask_reference, logits, bitmask), max(5, args.repeats // 5)),
         ]
-        cells = " ".join(f"{median * 1e3:7.3f}/{best * 1e3:7.3f}" for median, best in (time_call(fn, logits, n) for fn, n in calls))
+        cells = " ".join(
+            f"{median * 1e3:7.3f}/{best * 1e3:7.3f}" for median, best in (time_call(fn, logits, n) for fn, n in calls)
+        )
         print(f"{[rows, vocab]!s:>14} {cells}")
 
 

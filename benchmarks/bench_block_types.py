@@ -47,7 +47,9 @@ def matrices(qtype: str, count: int) -> list:
         first = QuantizedWeight.from_gguf(raw, int(t), SIDE)
     else:
         values = np.random.default_rng(0).standard_normal((SIDE, SIDE)).astype(np.float32)
-        first = QuantizedWeight.from_gguf(torch.from_numpy(gguf.quants.quantize(values, t).reshape(SIDE, -1)), int(t), SIDE)
+        first = QuantizedWeight.from_gguf(
+            torch.from_numpy(gguf.quants.quantize(values, t).reshape(SIDE, -1)), int(t), SIDE
+        )
     return [first] + [QuantizedWeight(first.data.clone(), first.ggml_type, SIDE) for _ in range(count - 1)]
 
 
@@ -94,7 +96,9 @@ def measure(types: list[str], count: int, passes: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--isa", choices=["avx2", "scalar"], default=None, help="force the kernels' ISA (default: the CPU's best)")
+    parser.add_argument(
+        "--isa", choices=["avx2", "scalar"], default=None, help="force the kernels' ISA (default: the CPU's best)"
+    )
     parser.add_argument("--quick", action="store_true", help="4 matrices, 5 passes")
     parser.add_argument("--types", nargs="*", default=TYPES)
     parser.add_argument("--threads", type=int, default=None, help="torch's threads (default: torch's own choice)")

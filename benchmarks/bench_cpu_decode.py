@@ -53,7 +53,9 @@ TOPICS = ["the sea", "a robot", "winter", "a small town", "music", "the moon", "
 # langrt configurations besides the default (`--variants`): what each switches, and why it is worth a row.
 VARIANTS = {
     "layer_loop": EngineSpec("langrt", "langrt_layer_loop", env={FUSED_LAYERS_ENV: "0"}),  # per-layer Python loop
-    "torch_layers": EngineSpec("langrt", "langrt_torch_layers", env={LAYER_DISABLE_ENV: "0"}),  # attention, norms in torch
+    "torch_layers": EngineSpec(
+        "langrt", "langrt_torch_layers", env={LAYER_DISABLE_ENV: "0"}
+    ),  # attention, norms in torch
     "dequantized": EngineSpec("langrt", "langrt_dequantized", quantization="none"),  # blocks expanded at load
     "float32": EngineSpec("langrt", "langrt_float32", dtype="float32"),
     "bfloat16": EngineSpec("langrt", "langrt_bfloat16", dtype="bfloat16"),
@@ -62,7 +64,11 @@ VARIANTS = {
 
 def engine_specs(args) -> list[EngineSpec]:
     specs = [EngineSpec("langrt", "langrt")] + [VARIANTS[v] for v in args.variants]
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [args.llama_cpp, os.environ.get("PYTHONPATH")]))} if args.llama_cpp else {}
+    env = (
+        {"PYTHONPATH": os.pathsep.join(filter(None, [args.llama_cpp, os.environ.get("PYTHONPATH")]))}
+        if args.llama_cpp
+        else {}
+    )
     if args.no_llama_cpp:
         print("--no-llama-cpp: llama.cpp's rows are skipped")
     elif importlib.util.find_spec("llama_cpp") is None:
@@ -77,16 +83,24 @@ def engine_specs(args) -> list[EngineSpec]:
 def chat_ids(tokenizer, text: str) -> list[int]:
     """`text` as a user turn in the model's chat template (plain text where it has none)."""
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
     return tokenizer.encode(text, add_special_tokens=False)
 
 
 def round_prompts(tokenizer, round_no: int, args) -> dict:
     """Prompts of this round only: a new round shares no prefix with an earlier one."""
     story = chat_ids(tokenizer, f"Round {round_no}: write a long story about {TOPICS[round_no % len(TOPICS)]}.")
-    text = " ".join(f"Report {round_no}, paragraph {i}: the committee met on a rainy Tuesday to discuss the budget." for i in range(args.prompt_tokens // 8))
+    text = " ".join(
+        f"Report {round_no}, paragraph {i}: the committee met on a rainy Tuesday to discuss the budget."
+        for i in range(args.prompt_tokens // 8)
+    )
     long_ids = tokenizer.encode(text, add_special_tokens=False)[: args.prompt_tokens]
-    batch = [chat_ids(tokenizer, f"Round {round_no}, story {i}: write about {TOPICS[i % len(TOPICS)]}.") for i in range(args.batch)]
+    batch = [
+        chat_ids(tokenizer, f"Round {round_no}, story {i}: write about {TOPICS[i % len(TOPICS)]}.")
+        for i in range(args.batch)
+    ]
     return {"story": story, "long": long_ids, "batch": batch}
 
 
@@ -126,7 +140,9 @@ def run_rounds(specs: list[EngineSpec], tokenizer, args) -> list[dict]:
             ref = rows["llama_cpp"]["decode"]["output_ids"]
             for name, row in rows.items():
                 row["greedy_tokens_agreeing_with_llama_cpp"] = common_prefix(row["decode"]["output_ids"], ref)
-        rounds.append({"prompt_tokens": {"story": len(prompts["story"]), "long": len(prompts["long"])}, "engines": rows})
+        rounds.append(
+            {"prompt_tokens": {"story": len(prompts["story"]), "long": len(prompts["long"])}, "engines": rows}
+        )
     return rounds
 
 
@@ -161,15 +177,22 @@ def ratios(engines: dict) -> dict:
     for suffix in ("", "_median"):
         out["decode" + suffix] = ours["decode_tok_s" + suffix] / theirs["decode_tok_s" + suffix]
         out["ttft_speedup" + suffix] = theirs["ttft_s" + suffix] / ours["ttft_s" + suffix]
-        out["start_to_first_answer_langrt_over_llama_cpp" + suffix] = ours["start_to_first_answer_s" + suffix] / theirs["start_to_first_answer_s" + suffix]
-        out["pss_after_load_langrt_over_llama_cpp" + suffix] = ours["pss_after_load_bytes" + suffix] / theirs["pss_after_load_bytes" + suffix]
+        out["start_to_first_answer_langrt_over_llama_cpp" + suffix] = (
+            ours["start_to_first_answer_s" + suffix] / theirs["start_to_first_answer_s" + suffix]
+        )
+        out["pss_after_load_langrt_over_llama_cpp" + suffix] = (
+            ours["pss_after_load_bytes" + suffix] / theirs["pss_after_load_bytes" + suffix]
+        )
     return out
 
 
 def summarize(results: dict, cost: ModelCost) -> dict:
     names = results["rounds"][0]["engines"].keys()
     prompt_tokens = results["rounds"][0]["prompt_tokens"]["long"]
-    engines = {n: engine_summary([r["engines"][n] for r in results["rounds"]], cost, results["limits"], prompt_tokens) for n in names}
+    engines = {
+        n: engine_summary([r["engines"][n] for r in results["rounds"]], cost, results["limits"], prompt_tokens)
+        for n in names
+    }
     summary = {"engines": engines}
     if "llama_cpp" in engines:
         summary["langrt_vs_llama_cpp"] = ratios(engines)
@@ -178,19 +201,37 @@ def summarize(results: dict, cost: ModelCost) -> dict:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="a GGUF file or an HF directory (default: the built-in SmolLM2-135M)")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="both engines' threads (default: this process's cores)")
+    parser.add_argument(
+        "--model", default=None, help="a GGUF file or an HF directory (default: the built-in SmolLM2-135M)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="both engines' threads (default: this process's cores)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompt-tokens", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=32, help="langrt's batched-decode row (0: none)")
-    parser.add_argument("--ctx", type=int, default=4096, help="KV capacity in tokens, both engines (langrt's --max-total-tokens, llama.cpp's n_ctx)")
+    parser.add_argument(
+        "--ctx",
+        type=int,
+        default=4096,
+        help="KV capacity in tokens, both engines (langrt's --max-total-tokens, llama.cpp's n_ctx)",
+    )
     parser.add_argument("--variants", default="", help=f"extra langrt rows, comma-separated: {', '.join(VARIANTS)}")
     parser.add_argument("--no-llama-cpp", action="store_true", help="langrt's rows only")
     parser.add_argument("--quick", action="store_true", help="1 round, 16 tokens, a 200-token prompt, batch 8")
-    parser.add_argument("--avx2", action="store_true", help="cap torch, oneDNN and MKL at AVX2 (langrt); see --llama-cpp")
-    parser.add_argument("--llama-cpp", metavar="DIR", help="import llama-cpp-python from DIR (pip install --target DIR ...)")
-    parser.add_argument("--out", default=None, help="results JSON (default: results/bench_cpu_decode_<model>[_avx2][_quick].json)")
+    parser.add_argument(
+        "--avx2", action="store_true", help="cap torch, oneDNN and MKL at AVX2 (langrt); see --llama-cpp"
+    )
+    parser.add_argument(
+        "--llama-cpp", metavar="DIR", help="import llama-cpp-python from DIR (pip install --target DIR ...)"
+    )
+    parser.add_argument(
+        "--out", default=None, help="results JSON (default: results/bench_cpu_decode_<model>[_avx2][_quick].json)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.new_tokens, args.prompt_tokens, args.batch = 1, 16, 200, min(args.batch, 8)
@@ -230,7 +271,10 @@ def main() -> None:
     print(f"{results['cpu_model']} {results['cpu_flags']}, {args.threads} threads, load {results['load_average']}; "
           f"read {results['limits']['read_bandwidth_gbs']:.1f} GB/s, GEMM {results['limits']['gemm_peak_gflops']:.0f} GFLOP/s", flush=True)  # fmt: skip
     results["rounds"] = run_rounds(engine_specs(args), load_tokenizer(model_path), args)
-    results["engines_info"] = {n: {"system_info": r["system_info"], "version": r["version"]} for n, r in results["rounds"][0]["engines"].items()}
+    results["engines_info"] = {
+        n: {"system_info": r["system_info"], "version": r["version"]}
+        for n, r in results["rounds"][0]["engines"].items()
+    }
     if "llama_cpp" in results["engines_info"]:  # the version the worker imported (--llama-cpp DIR, say)
         results["llama_cpp_python"] = results["engines_info"]["llama_cpp"]["version"]
     results["load_average_after"] = list(os.getloadavg())
@@ -238,7 +282,11 @@ def main() -> None:
     print(json.dumps(results["summary"], indent=2))
     RESULTS.mkdir(exist_ok=True)
     stem = model_path.stem if model_path.is_file() else model_path.name
-    out = Path(args.out) if args.out else RESULTS / f"bench_cpu_decode_{stem}{'_avx2' if args.avx2 else ''}{'_quick' if args.quick else ''}.json"
+    out = (
+        Path(args.out)
+        if args.out
+        else RESULTS / f"bench_cpu_decode_{stem}{'_avx2' if args.avx2 else ''}{'_quick' if args.quick else ''}.json"
+    )
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")
 

@@ -168,7 +168,9 @@ def main() -> None:
     results = {"schemas": n, "vocabulary": "SmolLM2 (49,152)"}
     results["langrt"] = run_langrt(schemas, instances, decoder, vocab)
     print("langrt  ", json.dumps(results["langrt"]), flush=True)
-    results["outlines_core"] = run_outlines(schemas, instances, decoder, vocab, 30.0 if args.quick else args.outlines_budget)
+    results["outlines_core"] = run_outlines(
+        schemas, instances, decoder, vocab, 30.0 if args.quick else args.outlines_budget
+    )
     print("outlines", json.dumps(results["outlines_core"]), flush=True)
     for side in ("langrt", "outlines_core"):
         r = results[side]

@@ -118,7 +118,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="4 documents, waves of 1 and 4, one round")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--batches", default=None, help="comma-separated requests per wave (default 1,4,16; --quick: 1,4)")
+    parser.add_argument(
+        "--batches", default=None, help="comma-separated requests per wave (default 1,4,16; --quick: 1,4)"
+    )
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"some of {', '.join(CONFIGS)}")
     args = parser.parse_args()
     n = 4 if args.quick else 16
@@ -130,7 +132,10 @@ def main() -> None:
         results["configs"][name] = run_config(CONFIGS[name], n, args.dtype, rounds, batches, variants)
     add_ratios(results)
     report(results)
-    out = Path(RESULTS) / f"bench_grammar_backends{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
+    out = (
+        Path(RESULTS)
+        / f"bench_grammar_backends{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
+    )
     write_results(out, results, dtype=args.dtype)
     print(f"wrote {out}")
 

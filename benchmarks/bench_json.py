@@ -73,7 +73,9 @@ def chat_prompts(tokenizer, n: int) -> list[str]:
     template."""
     return [
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"Extract the person's details as JSON.\n\n{doc}"}], tokenize=False, add_generation_prompt=True
+            [{"role": "user", "content": f"Extract the person's details as JSON.\n\n{doc}"}],
+            tokenize=False,
+            add_generation_prompt=True,
         )
         for doc in documents(n)
     ]
@@ -88,7 +90,12 @@ def run_waves(engine, prompts: list[str], params: dict, batch: int, counters: tu
     seconds = time.perf_counter() - start
     after = engine.cache_stats()
     tokens = sum(o["meta_info"]["completion_tokens"] for o in outs)
-    row = {"texts": [o["text"] for o in outs], "seconds": seconds, "output_tokens": tokens, "output_tok_s": tokens / seconds}
+    row = {
+        "texts": [o["text"] for o in outs],
+        "seconds": seconds,
+        "output_tokens": tokens,
+        "output_tok_s": tokens / seconds,
+    }
     return outs, {**row, **{k: after[k] - before[k] for k in counters}}
 
 
@@ -108,7 +115,10 @@ def run_both(
     params = {"json_schema": SCHEMA, "max_new_tokens": max_tokens, "temperature": 0}
     common = dict(log_level="warning", max_total_tokens=32768, dtype=dtype)
     results = {}
-    with langrt.Engine(**common, **(on_args or {})) as on_engine, langrt.Engine(**common, disable_jump_forward=True) as off_engine:
+    with (
+        langrt.Engine(**common, **(on_args or {})) as on_engine,
+        langrt.Engine(**common, disable_jump_forward=True) as off_engine,
+    ):
         engines = {"on": on_engine, "off": off_engine}
         for engine in engines.values():
             # warm-up: the whole workload once, so that first-use work (compiling the grammar,
@@ -117,7 +127,7 @@ def run_both(
         for batch in batches:
             runs = {"on": [], "off": []}
             for r in range(rounds):
-                for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
+                for side in ("on", "off") if r % 2 == 0 else ("off", "on"):
                     engines[side].flush_cache()
                     runs[side].append(timed(engines[side], prompts, params, batch))
             median = lambda rs: sorted(rs, key=lambda x: x["output_tok_s"])[len(rs) // 2]  # noqa: E731
@@ -141,7 +151,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on this CPU) or float32: bf16 matmuls are not batch-invariant "
                         "here, so jump-forward's different batches can flip a near-tie; float32 shows the outputs identical")  # fmt: skip
-    parser.add_argument("--batches", default=None, help="comma-separated requests per wave (default 1,4,16; --quick: 1,4)")
+    parser.add_argument(
+        "--batches", default=None, help="comma-separated requests per wave (default 1,4,16; --quick: 1,4)"
+    )
     parser.add_argument("--ngram", action="store_true", help="n-gram drafts too on the jump-forward side")
     parser.add_argument("--avx2", action="store_true", help="run everything as an AVX2-only CPU does")
     args = parser.parse_args()
@@ -169,7 +181,10 @@ def main() -> None:
             "speedup_output_tok_s": on["output_tok_s"] / off["output_tok_s"],
             "pass_ratio": off["forward_passes"] / on["forward_passes"],
             # what a pass costs with the drafts' rows in it, against one without
-            "tokens_per_pass": [on["forward_tokens"] / on["forward_passes"], off["forward_tokens"] / off["forward_passes"]],
+            "tokens_per_pass": [
+                on["forward_tokens"] / on["forward_passes"],
+                off["forward_tokens"] / off["forward_passes"],
+            ],
             "pass_cost_ratio": (on["seconds"] / on["forward_passes"]) / (off["seconds"] / off["forward_passes"]),
             "drafts_kept": (on["jump_forward_tokens"] + on["spec_accepted_tokens"]) / max(1, on["drafted_tokens"]),
         }
@@ -183,7 +198,12 @@ def main() -> None:
               f"a pass {row['pass_cost_ratio']:.2f}x as long; {on['drafted_tokens']} drafts, {row['drafts_kept']:.0%} kept")  # fmt: skip
     results["sample_output"] = measured[batches[0]][0]["texts"][0]
     print("sample:", results["sample_output"])
-    suffix = ("_ngram" if args.ngram else "") + ("_avx2" if args.avx2 else "") + ("_quick" if args.quick else "") + ("" if args.dtype == "auto" else "_" + args.dtype)
+    suffix = (
+        ("_ngram" if args.ngram else "")
+        + ("_avx2" if args.avx2 else "")
+        + ("_quick" if args.quick else "")
+        + ("" if args.dtype == "auto" else "_" + args.dtype)
+    )
     out = RESULTS / f"bench_json{suffix}.json"
     write_results(out, results, dtype=args.dtype)
     print(f"wrote {out}")

@@ -80,10 +80,16 @@ def copy_bandwidth_gbs() -> float:
     return 2 * src.numel() / (ms * 1e-3) / 1e9
 
 
-def bench_decode_attention(batch: int, context: int, ceilings: dict, heads=32, kv_heads=8, dim=128, device="cuda") -> dict:
+def bench_decode_attention(
+    batch: int, context: int, ceilings: dict, heads=32, kv_heads=8, dim=128, device="cuda"
+) -> dict:
     import triton.testing
 
-    from langrt_kernels.decode_attention import decode_attention_reference, decode_attention_triton, default_num_kv_splits
+    from langrt_kernels.decode_attention import (
+        decode_attention_reference,
+        decode_attention_triton,
+        default_num_kv_splits,
+    )
 
     device, dtype = torch.device(device), torch.bfloat16
     slots = batch * context
@@ -131,7 +137,14 @@ def step_bytes(runner, seq_len: int) -> int:
     weights = sum(p.numel() * p.element_size() for name, p in model.named_parameters() if name != "embed_tokens.weight")
     if config.tie_word_embeddings:  # the table is the LM head too: read whole
         weights += model.embed_tokens.weight.numel() * model.embed_tokens.weight.element_size()
-    kv = 2 * config.num_layers * seq_len * config.num_kv_heads * config.head_dim * runner.kv_pool.k_buffers[0].element_size()
+    kv = (
+        2
+        * config.num_layers
+        * seq_len
+        * config.num_kv_heads
+        * config.head_dim
+        * runner.kv_pool.k_buffers[0].element_size()
+    )
     return weights + kv
 
 
@@ -201,8 +214,12 @@ def bench_bitmask(rows: int, vocab: int, dtype: torch.dtype, ceilings: dict, dev
     if not torch.equal(got, expected):
         sys.exit(f"the bitmask kernel disagrees with the reference at {rows} x {vocab} {dtype}")
     banned = torch.isinf(expected)
-    ms = triton.testing.do_bench(lambda: apply_token_bitmask_triton(got, bitmask), warmup=25, rep=100, return_mode="median")
-    fill_ms = triton.testing.do_bench(lambda: got.masked_fill_(banned, float("-inf")), warmup=25, rep=100, return_mode="median")
+    ms = triton.testing.do_bench(
+        lambda: apply_token_bitmask_triton(got, bitmask), warmup=25, rep=100, return_mode="median"
+    )
+    fill_ms = triton.testing.do_bench(
+        lambda: got.masked_fill_(banned, float("-inf")), warmup=25, rep=100, return_mode="median"
+    )
     nbytes = bitmask.numel() * 4 + int(banned.sum()) * logits.element_size()
     gbs = nbytes / (ms * 1e-3) / 1e9
     return {"rows": rows, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."), "us": ms * 1e3,
@@ -216,13 +233,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--peak-gbs", type=float, default=None, help="peak HBM bandwidth in GB/s (default: detected)")
     parser.add_argument("--context", type=int, default=1024, help="prompt tokens before the timed decode steps")
     parser.add_argument("--steps", type=int, default=None, help="timed decode steps per way (default 100, --quick 20)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["attention", "step", "bitmask"], help="parts not to run")
-    parser.add_argument("--out", type=Path, default=None, help="results JSON (default: benchmarks/results/bench_kernels[_quick].json)")
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["attention", "step", "bitmask"], help="parts not to run"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="results JSON (default: benchmarks/results/bench_kernels[_quick].json)"
+    )
     return parser.parse_args()
 
 
 def run_attention(results: dict, quick: bool) -> None:
-    shapes = [(1, 8192), (32, 4096), (64, 8192)] if quick else [(1, 1024), (1, 8192), (1, 32768), (8, 4096), (32, 1024), (32, 4096), (64, 8192)]
+    shapes = (
+        [(1, 8192), (32, 4096), (64, 8192)]
+        if quick
+        else [(1, 1024), (1, 8192), (1, 32768), (8, 4096), (32, 1024), (32, 4096), (64, 8192)]
+    )
     for batch, context in shapes:
         r = bench_decode_attention(batch, context, results)
         results["decode_attention"].append(r)
@@ -254,7 +279,9 @@ def run_bitmask(results: dict) -> None:
 def main() -> None:
     args = parse_args()
     if not torch.cuda.is_available():
-        sys.exit("bench_kernels.py measures the Triton kernels on a CUDA GPU, and torch sees none here; run it on a GPU machine")
+        sys.exit(
+            "bench_kernels.py measures the Triton kernels on a CUDA GPU, and torch sees none here; run it on a GPU machine"
+        )
     import triton
 
     peak, peak_source = peak_bandwidth_gbs(args.peak_gbs)

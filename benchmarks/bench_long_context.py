@@ -86,7 +86,9 @@ class LlamaCpp:
 
         # e.g. "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 0 | ...": the instructions this build uses
         self.system_info = llama_cpp.llama_print_system_info().decode()
-        self.llm = llama_cpp.Llama(str(builtin_model_path()), n_threads=threads, n_threads_batch=threads, n_ctx=8192, verbose=False)
+        self.llm = llama_cpp.Llama(
+            str(builtin_model_path()), n_threads=threads, n_threads_batch=threads, n_ctx=8192, verbose=False
+        )
 
     def measure(self, ids: list[int]) -> tuple[float, float]:
         """As langrt's: from an empty cache (reset: `generate` would reuse the last prompt's KV)."""
@@ -124,7 +126,11 @@ def main() -> None:
     for n in lengths:
         row = {}
         for name, measured in runs[n].items():
-            row[name] = {"ttft_s": min(m[0] for m in measured), "decode_tok_s": max(m[1] for m in measured), "runs": measured}
+            row[name] = {
+                "ttft_s": min(m[0] for m in measured),
+                "decode_tok_s": max(m[1] for m in measured),
+                "runs": measured,
+            }
         for name in list(runs[n]):
             if name != "langrt":
                 row[f"decode_langrt_over_{name}"] = row["langrt"]["decode_tok_s"] / row[name]["decode_tok_s"]

@@ -48,7 +48,15 @@ if str(ROOT) not in sys.path:  # run as a script
 
 from benchmarks.maskbench.data import Case, sample_cases  # noqa: E402
 from benchmarks.maskbench.engines import DEFAULT_ENGINES, DISTRIBUTIONS, MODULES  # noqa: E402
-from benchmarks.maskbench.results import Decode, EngineResult, format_pairs, format_reasons, format_table, pair_rows, summarize  # noqa: E402
+from benchmarks.maskbench.results import (  # noqa: E402
+    Decode,
+    EngineResult,
+    format_pairs,
+    format_reasons,
+    format_table,
+    pair_rows,
+    summarize,
+)
 from benchmarks.maskbench.run_meta import run_meta  # noqa: E402
 from benchmarks.maskbench.vocabs import VOCABS, load_vocab_tokenizer, vocab_label  # noqa: E402
 from benchmarks.maskbench.worker import EngineUnavailable, EngineWorker, Limits  # noqa: E402
@@ -58,16 +66,24 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, required=True, help="MaskBench's data folder (jsonschemabench/maskbench/data)")
+    parser.add_argument(
+        "--data", type=Path, required=True, help="MaskBench's data folder (jsonschemabench/maskbench/data)"
+    )
     engines = f"comma list of {', '.join(MODULES)} (default: those of the first four installed)"
     parser.add_argument("--engines", default=",".join(DEFAULT_ENGINES), help=engines)
-    parser.add_argument("--sample", type=int, default=300, help="schemas to draw (with instances, spread across sources)")
+    parser.add_argument(
+        "--sample", type=int, default=300, help="schemas to draw (with instances, spread across sources)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (0: the one langrt was tuned on)")
     parser.add_argument("--vocab", default="smollm2", choices=sorted(VOCABS), help="the tokenizer every engine uses")
     parser.add_argument("--limit", type=int, help="draw this many schemas instead of --sample (a quick run)")
     parser.add_argument("--out", type=Path, help="default: results/bench_maskbench[_VOCAB][_seedN].json")
-    parser.add_argument("--compile-timeout", type=float, default=30.0, help="seconds; past it the schema counts as refused")
-    parser.add_argument("--walk-timeout", type=float, default=120.0, help="seconds for one schema's instances; past it the schema fails")
+    parser.add_argument(
+        "--compile-timeout", type=float, default=30.0, help="seconds; past it the schema counts as refused"
+    )
+    parser.add_argument(
+        "--walk-timeout", type=float, default=120.0, help="seconds for one schema's instances; past it the schema fails"
+    )
     parser.add_argument("--memory-gb", type=float, default=8.0, help="address-space limit per worker (0: none)")
     parser.add_argument("--progress-every", type=int, default=10, help="print progress every N schemas")
     args = parser.parse_args(argv)
@@ -112,7 +128,9 @@ def start_workers(names: list[str], limits: Limits, log: BinaryIO) -> dict[str, 
     return workers
 
 
-def run_cases(cases: list[Case], workers: dict[str, EngineWorker], decode: Decode, every: int) -> dict[str, list[EngineResult]]:
+def run_cases(
+    cases: list[Case], workers: dict[str, EngineWorker], decode: Decode, every: int
+) -> dict[str, list[EngineResult]]:
     """Each schema through every engine in turn (one at a time: timings without contention)."""
     results: dict[str, list[EngineResult]] = {name: [] for name in workers}
     start = time.monotonic()
@@ -131,13 +149,20 @@ def run(args: argparse.Namespace) -> dict:
     tokenizer = load_vocab_tokenizer(args.vocab)
     args.vocab_label = vocab_label(args.vocab, tokenizer)
     args.load_before = os.getloadavg()
-    cases = sample_cases(args.data, args.limit or args.sample, args.seed, lambda text: tokenizer.encode(text, add_special_tokens=False))
-    print(f"{len(cases)} schemas from {args.data} ({len({c.source for c in cases})} sources); engines: {', '.join(engines)}", flush=True)
+    cases = sample_cases(
+        args.data, args.limit or args.sample, args.seed, lambda text: tokenizer.encode(text, add_special_tokens=False)
+    )
+    print(
+        f"{len(cases)} schemas from {args.data} ({len({c.source for c in cases})} sources); engines: {', '.join(engines)}",
+        flush=True,
+    )
     # the engines' own warnings (xgrammar logs one per keyword it approximates) go to a file
     log_path = Path(tempfile.gettempdir()) / f"bench_maskbench-workers-{os.getpid()}.log"
     print(f"engines' stderr: {log_path}", flush=True)
     with open(log_path, "wb") as log:
-        workers = start_workers(engines, Limits(args.compile_timeout, args.walk_timeout, args.memory_gb, args.vocab), log)
+        workers = start_workers(
+            engines, Limits(args.compile_timeout, args.walk_timeout, args.memory_gb, args.vocab), log
+        )
         try:
             results = run_cases(cases, workers, tokenizer.decode, args.progress_every)
         finally:
@@ -154,12 +179,26 @@ def report(args: argparse.Namespace, cases: list[Case], results: dict[str, list[
     if "langrt" in summaries:
         print(format_reasons("langrt", summaries["langrt"]))
     rows = [
-        {"id": c.id, "source": c.source, "valid": sum(i.valid for i in c.instances), "invalid": sum(not i.valid for i in c.instances)}
+        {
+            "id": c.id,
+            "source": c.source,
+            "valid": sum(i.valid for i in c.instances),
+            "invalid": sum(not i.valid for i in c.instances),
+        }
         | {"engines": {name: rs[k].row() for name, rs in results.items()}}
         for k, c in enumerate(cases)
     ]
-    settings = {"data": str(args.data), "schemas": len(cases), "seed": args.seed, "compile_timeout_s": args.compile_timeout}
-    settings |= {"walk_timeout_s": args.walk_timeout, "versions": versions(list(results)), "vocabulary": args.vocab_label}
+    settings = {
+        "data": str(args.data),
+        "schemas": len(cases),
+        "seed": args.seed,
+        "compile_timeout_s": args.compile_timeout,
+    }
+    settings |= {
+        "walk_timeout_s": args.walk_timeout,
+        "versions": versions(list(results)),
+        "vocabulary": args.vocab_label,
+    }
     settings |= {"tuning_sample": args.seed == 0, "meta": run_meta(args.load_before)}
     out = {"settings": settings, "engines": summaries, "pairs": pair_rows(summaries), "schemas": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,8 @@ def run_capped_at_avx2() -> None:
     capability once, at start (the children the run starts inherit the cap)."""
     if any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})
+
+
 TOPICS = ["the sea", "a robot", "winter", "a small town", "music", "the moon", "a garden", "trains"]
 
 
@@ -53,7 +55,12 @@ def prompts(tokenizer, n: int, round_: int = 0) -> list[str]:
     timed round never finds a prompt of an earlier round in any cache."""
     return [
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]} (#{i}, round {round_})."}],
+            [
+                {
+                    "role": "user",
+                    "content": f"Write a long story about {TOPICS[i % len(TOPICS)]} (#{i}, round {round_}).",
+                }
+            ],
             tokenize=False,
             add_generation_prompt=True,
         )
@@ -150,7 +157,9 @@ def cpu_flags_summary() -> list[str]:
     """The CPU's flags that decide langrt's path (which CPU the figures came from)."""
     from langrt.cpu_features import cpu_flags
 
-    return sorted(f for f in cpu_flags() if f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16"))
+    return sorted(
+        f for f in cpu_flags() if f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16")
+    )
 
 
 def kernels_isa() -> str:
@@ -170,7 +179,9 @@ def model_weight_bytes(dtype: str) -> int:
     from langrt.model.source import ModelSource
 
     c = ModelSource.resolve(None).model_config()
-    per_layer = c.hidden_size * (c.q_size + 2 * c.kv_size) + c.q_size * c.hidden_size + 3 * c.hidden_size * c.intermediate_size
+    per_layer = (
+        c.hidden_size * (c.q_size + 2 * c.kv_size) + c.q_size * c.hidden_size + 3 * c.hidden_size * c.intermediate_size
+    )
     params = c.num_layers * per_layer + c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2)
     return params * (2 if dtype == "bfloat16" else 4)
 
@@ -178,9 +189,13 @@ def model_weight_bytes(dtype: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short outputs, one repeat")
-    parser.add_argument("--dtype", choices=["bfloat16", "float32"], help="langrt's (default: bfloat16; float32 with --avx2)")
+    parser.add_argument(
+        "--dtype", choices=["bfloat16", "float32"], help="langrt's (default: bfloat16; float32 with --avx2)"
+    )
     parser.add_argument("--avx2", action="store_true", help="run everything as an AVX2-only CPU does")
-    parser.add_argument("--batches", default="1,32", help="comma-separated batch sizes (batch 1 is needed for the bandwidth figure)")
+    parser.add_argument(
+        "--batches", default="1,32", help="comma-separated batch sizes (batch 1 is needed for the bandwidth figure)"
+    )
     args = parser.parse_args()
     if "1" not in args.batches.split(","):
         parser.error("--batches must include 1: the bandwidth figure is batch 1's decode step")

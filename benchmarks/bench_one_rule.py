@@ -51,7 +51,9 @@ def main() -> None:
     ids = tokenizer.encode(json.dumps(INSTANCE))
     rows = {
         "regex DFA": measure(lambda: compiler.compile_regex(regex), ids, compiler),
-        "one-rule PDA": measure(lambda: compiler._grammar(RuleSet(["root"], [regex]), regex, "json_schema"), ids, compiler),
+        "one-rule PDA": measure(
+            lambda: compiler._grammar(RuleSet(["root"], [regex]), regex, "json_schema"), ids, compiler
+        ),
     }
     for name, r in rows.items():
         print(f"{name:13} compile {r['compile_ms_min']:7.1f} ms   first mask p50 {r['fresh_mask_us_p50']:7.1f} us   "

@@ -43,7 +43,13 @@ def few_shot_prompts(tokenizer, n: int) -> list[str]:
         a, b = (i * 7) % 23, (i * 5) % 19
         shots.append(f"Q: What is {a} plus {b}?\nA: {a + b}.")
     preamble = "Answer each arithmetic question with a number.\n\n" + "\n\n".join(shots)
-    return [chat(tokenizer, [{"role": "system", "content": preamble}, {"role": "user", "content": f"Q: What is {i} plus {i + 3}?"}]) for i in range(n)]
+    return [
+        chat(
+            tokenizer,
+            [{"role": "system", "content": preamble}, {"role": "user", "content": f"Q: What is {i} plus {i + 3}?"}],
+        )
+        for i in range(n)
+    ]
 
 
 def random_text(rng: random.Random, words: int) -> str:
@@ -94,7 +100,9 @@ def run_chat(on, off, conversations: int) -> dict:
         for turn in range(4):
             for h, turns in zip(histories, user_turns):
                 h.append({"role": "user", "content": turns[turn]})
-            seconds, outs = timed(engine, [chat(engine.tokenizer, h) for h in histories], {"max_new_tokens": 8, "temperature": 0})
+            seconds, outs = timed(
+                engine, [chat(engine.tokenizer, h) for h in histories], {"max_new_tokens": 8, "temperature": 0}
+            )
             total += seconds
             outs_all += outs
             for h, o in zip(histories, outs):
@@ -112,7 +120,9 @@ def run_no_reuse(on, off, n: int, rounds: int) -> dict:
     for r in range(rounds):
         rng = random.Random(100 + r)
         prompts = [f"{i} {random_text(rng, 60)}" for i in range(n)]  # distinct from the first token
-        for name, engine in (("cache_on", on), ("cache_off", off)) if r % 2 == 0 else (("cache_off", off), ("cache_on", on)):
+        for name, engine in (
+            (("cache_on", on), ("cache_off", off)) if r % 2 == 0 else (("cache_off", off), ("cache_on", on))
+        ):
             flush(engine)
             seconds, outs_round = timed(engine, prompts, {"max_new_tokens": 32, "temperature": 0, "ignore_eos": True})
             times[name].append(seconds)

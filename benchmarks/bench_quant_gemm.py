@@ -61,7 +61,9 @@ def variants(weights):
         "blocks": lambda xs: [quant.quant_linear(xs[w.in_features], w.data, w.ggml_type) for w in ws],
         "panels": lambda xs: [quant.tile_linear(xs[w.in_features], w.data, w.ggml_type) for w in ws],
         "copy": lambda xs: [torch.nn.functional.linear(xs[w.in_features], c) for w, c in zip(ws, copies)],
-        "reference": lambda xs: [torch.nn.functional.linear(xs[w.in_features], w.dequantize(torch.float32)) for w in ws],
+        "reference": lambda xs: [
+            torch.nn.functional.linear(xs[w.in_features], w.dequantize(torch.float32)) for w in ws
+        ],
     }
 
 
@@ -78,7 +80,10 @@ def measure(run, rows: int, widths: set[int], repeats: int) -> dict:
             start = time.perf_counter()
             fn(xs)
             times[name].append((time.perf_counter() - start) * 1e3)
-    return {name: {"ms": statistics.median(t), "rel_error": rel_error(outs[name], outs["reference"])} for name, t in times.items()}
+    return {
+        name: {"ms": statistics.median(t), "rel_error": rel_error(outs[name], outs["reference"])}
+        for name, t in times.items()
+    }
 
 
 def main() -> None:
@@ -96,13 +101,17 @@ def main() -> None:
     rows = {}
     for count in (int(r) for r in args.rows.split(",")):
         rows[count] = measure(run, count, widths, args.repeats)
-        print(count, {name: f"{v['ms']:.1f} ms, err {v['rel_error']:.1e}" for name, v in rows[count].items()}, flush=True)
+        print(
+            count, {name: f"{v['ms']:.1f} ms, err {v['rel_error']:.1e}" for name, v in rows[count].items()}, flush=True
+        )
     results = {
         "command": " ".join(sys.argv),
         "model": path.name,
         "layer": args.layer,
         "threads": torch.get_num_threads(),
-        "matrices": {n: {"type": w.type_name, "shape": list(w.shape), "bytes": w.nbytes, "file_bytes": f} for n, w, f in weights},
+        "matrices": {
+            n: {"type": w.type_name, "shape": list(w.shape), "bytes": w.nbytes, "file_bytes": f} for n, w, f in weights
+        },
         "bytes": {
             "blocks": sum(w.nbytes for _, w, _ in weights),
             "file": sum(f for _, _, f in weights),

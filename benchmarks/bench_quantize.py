@@ -81,7 +81,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="16 tokens, one repeat")
     args = parser.parse_args()
     new_tokens, repeats = (16, 1) if args.quick else (128, 2)
-    results = {"cpu_flags": cpu_flags_summary(), "threads": torch.get_num_threads(), "new_tokens": new_tokens, "runs": {}}
+    results = {
+        "cpu_flags": cpu_flags_summary(),
+        "threads": torch.get_num_threads(),
+        "new_tokens": new_tokens,
+        "runs": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         path = save_plain_copy(Path(tmp))
         for dtype in ("bfloat16", "float32"):
@@ -100,7 +105,9 @@ def main() -> None:
     for dtype in ("bfloat16", "float32"):
         base = results["runs"][f"none_{dtype}"]["tok_s"]
         for quantization in ("int8", "int4"):
-            results["runs"][f"{quantization}_{dtype}"]["speedup_vs_none"] = results["runs"][f"{quantization}_{dtype}"]["tok_s"] / base
+            results["runs"][f"{quantization}_{dtype}"]["speedup_vs_none"] = (
+                results["runs"][f"{quantization}_{dtype}"]["tok_s"] / base
+            )
     out = RESULTS / f"bench_quantize{'_quick' if args.quick else ''}.json"
     write_results(out, results)
     print(f"wrote {out}")

@@ -35,14 +35,25 @@ from server_utils import LaunchedRouter, LaunchedServer  # noqa: E402
 from results_meta import write_results  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-TOPICS = ["bakery", "bicycle repair", "tax forms", "garden plants", "train tickets", "museum tours", "phone plans", "pet care"]
+TOPICS = [
+    "bakery",
+    "bicycle repair",
+    "tax forms",
+    "garden plants",
+    "train tickets",
+    "museum tours",
+    "phone plans",
+    "pet care",
+]
 
 
 def preamble(tenant: int, shots: int) -> str:
     topic = TOPICS[tenant % len(TOPICS)]
     lines = [f"Tenant {tenant}. You answer customers of a {topic} business in one short sentence.\n"]
     for k in range(shots):
-        lines.append(f"Q: What about {topic} item number {k} on the {tenant}th list?\nA: Item {k} of {topic} is in stock and costs {k + tenant} dollars.\n")
+        lines.append(
+            f"Q: What about {topic} item number {k} on the {tenant}th list?\nA: Item {k} of {topic} is in stock and costs {k + tenant} dollars.\n"
+        )
     return "".join(lines)
 
 
@@ -109,7 +120,9 @@ def with_workers(n: int, pool_tokens: int, threads: int, fn) -> dict:
 
 def routed(policy: str, prompts, args, kill_at: int | None = None):
     def fn(workers):
-        router = LaunchedRouter("--worker-urls", *(w.url for w in workers), "--policy", policy, "--health-check-interval", "1")
+        router = LaunchedRouter(
+            "--worker-urls", *(w.url for w in workers), "--policy", policy, "--health-check-interval", "1"
+        )
         killed = []
 
         def progress(done):
@@ -140,14 +153,18 @@ def main() -> None:
     parser.add_argument("--shots", type=int, default=12, help="few-shot examples per preamble (~25 tokens each)")
     parser.add_argument("--concurrency", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=8)
-    parser.add_argument("--pool-tokens", type=int, default=1400, help="KV pool per replica (the single replica gets twice this)")
+    parser.add_argument(
+        "--pool-tokens", type=int, default=1400, help="KV pool per replica (the single replica gets twice this)"
+    )
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.tenants, args.per_tenant = 4, 4
     prompts = workload(args.tenants, args.per_tenant, args.shots)
     rows = {}
-    rows["single"] = with_workers(1, 2 * args.pool_tokens, 2, lambda ws: run(ws[0], prompts, args.concurrency, args.max_new_tokens))
+    rows["single"] = with_workers(
+        1, 2 * args.pool_tokens, 2, lambda ws: run(ws[0], prompts, args.concurrency, args.max_new_tokens)
+    )
     print("single", json.dumps(rows["single"]), flush=True)
     for policy in ("cache_aware", "round_robin"):
         rows[policy] = routed(policy, prompts, args)

@@ -61,10 +61,15 @@ def main() -> None:
         ms = {name: median_ms(lambda: draw(probs, gens), 5 if args.quick else 51 if batch < 32 else 21) for name, draw in
               (("uniform_log", race), ("exponential", race_exponential))}  # fmt: skip
         rows.append({"rows": batch, "ms": ms, "speedup": ms["exponential"] / ms["uniform_log"]})
-        print(f"{batch:2d} rows: -log U {ms['uniform_log']:.3f} ms, exponential_ {ms['exponential']:.3f} ms ({rows[-1]['speedup']:.2f}x)")
+        print(
+            f"{batch:2d} rows: -log U {ms['uniform_log']:.3f} ms, exponential_ {ms['exponential']:.3f} ms ({rows[-1]['speedup']:.2f}x)"
+        )
     draws = 4000 if args.quick else 20000
-    errors = {name: frequency_error(draw, [None] * 4, draws) for name, draw in (("uniform_log", race), ("exponential", race_exponential))}
-    print(f"largest pick-rate error over {draws:,} draws (standard error ~{0.46 / draws ** 0.5:.3f}): {errors}")
+    errors = {
+        name: frequency_error(draw, [None] * 4, draws)
+        for name, draw in (("uniform_log", race), ("exponential", race_exponential))
+    }
+    print(f"largest pick-rate error over {draws:,} draws (standard error ~{0.46 / draws**0.5:.3f}): {errors}")
     out = RESULTS / f"bench_sampling{'_quick' if args.quick else ''}.json"
     write_results(out, {"threads": args.threads, "vocab": VOCAB, "rows": rows, "pick_rate_error": errors})
     print(f"wrote {out}")

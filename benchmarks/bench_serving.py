@@ -65,8 +65,12 @@ def make_prompts(n: int, words: int, seed: int, workload: str = "random") -> lis
     ~200 words) and a user turn of CHAT_USER_WORDS words, lengths mixed."""
     rng = random.Random(seed)
     if workload == "random":
-        return [[{"role": "user", "content": f"Request {i}. Continue this text: " + _words(rng, words)}] for i in range(n)]
-    systems = [f"You are assistant {k} of the records office. Rules: " + _words(rng, 200) for k in range(SYSTEM_PROMPTS)]
+        return [
+            [{"role": "user", "content": f"Request {i}. Continue this text: " + _words(rng, words)}] for i in range(n)
+        ]
+    systems = [
+        f"You are assistant {k} of the records office. Rules: " + _words(rng, 200) for k in range(SYSTEM_PROMPTS)
+    ]
     return [
         [{"role": "system", "content": systems[i % SYSTEM_PROMPTS]},
          {"role": "user", "content": f"Request {i}. Summarize: " + _words(rng, rng.choice(CHAT_USER_WORDS))}]
@@ -220,7 +224,11 @@ def serve_and_sweep(args, server: str, port: int) -> dict:
     args.url = proc.url
     try:
         print(f"{server}: healthy {proc.start_to_health_s:.1f} s after start", flush=True)
-        row = {"command": spec.command(), "start_to_health_s": proc.start_to_health_s, "memory_after_load": proc.memory()}
+        row = {
+            "command": spec.command(),
+            "start_to_health_s": proc.start_to_health_s,
+            "memory_after_load": proc.memory(),
+        }
         row["sweep"] = sweep(args, server)
         row["memory_after_runs"] = proc.memory()
     finally:
@@ -247,19 +255,36 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer KEY'")
     parser.add_argument("--model-name", "--served-model", default="default", help="the request's model field")
     parser.add_argument("--num-requests", type=int, default=64, help="per concurrency")
-    parser.add_argument("--concurrency", default="8", help="requests in flight at most; several, comma-separated, run one after another")
+    parser.add_argument(
+        "--concurrency", default="8", help="requests in flight at most; several, comma-separated, run one after another"
+    )
     parser.add_argument("--request-rate", type=float, default=0.0, help="Poisson arrivals per second (0: all at once)")
     parser.add_argument("--workload", choices=["random", "chat"], default="random")
     parser.add_argument("--input-words", type=int, default=60, help="words of random text per prompt (workload random)")
     parser.add_argument("--output-len", type=int, default=64, help="max_tokens per request")
-    parser.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (langrt, llama-server, vLLM, SGLang) for exact lengths")
+    parser.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="send ignore_eos (langrt, llama-server, vLLM, SGLang) for exact lengths",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--launch", nargs="?", const="langrt", default="",
-                        help="servers to start for the run, comma-separated: langrt, llama-server, llama-cpp-python (bare --launch: langrt)")
-    parser.add_argument("--model", default=None, help="model file or directory for launched servers (default: the built-in model)")
+    parser.add_argument(
+        "--launch",
+        nargs="?",
+        const="langrt",
+        default="",
+        help="servers to start for the run, comma-separated: langrt, llama-server, llama-cpp-python (bare --launch: langrt)",
+    )
+    parser.add_argument(
+        "--model", default=None, help="model file or directory for launched servers (default: the built-in model)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="launched servers' threads")
-    parser.add_argument("--ctx", type=int, default=8192, help="launched servers' KV capacity in tokens, all requests together")
-    parser.add_argument("--parallel", type=int, default=16, help="llama-server's slots (requests decoded together at most)")
+    parser.add_argument(
+        "--ctx", type=int, default=8192, help="launched servers' KV capacity in tokens, all requests together"
+    )
+    parser.add_argument(
+        "--parallel", type=int, default=16, help="llama-server's slots (requests decoded together at most)"
+    )
     parser.add_argument("--llama-server", default=None, help="the llama-server binary (default: on PATH)")
     parser.add_argument("--launch-args", default="", help="extra flags for langrt launch")
     parser.add_argument("--out", default=None, help="results JSON (default benchmarks/results/bench_serving.json)")

@@ -85,7 +85,9 @@ def free_prompts(tokenizer, n: int, seed: int = 0) -> list[str]:
     there for n-gram drafts to copy (the workload measures what speculation costs)."""
     pairs = [(form, topic) for form in FREE_FORMS for topic in TOPICS]
     if n > len(pairs):
-        raise ValueError(f"{n} free-text prompts asked for, {len(pairs)} distinct ones exist: fewer --requests or --rounds")
+        raise ValueError(
+            f"{n} free-text prompts asked for, {len(pairs)} distinct ones exist: fewer --requests or --rounds"
+        )
     random.Random(seed).shuffle(pairs)
     return [chat(tokenizer, form.format(topic)) for form, topic in pairs[:n]]
 
@@ -97,7 +99,9 @@ def by_round(prompts: list[str], rounds: int) -> list[list[str]]:
 
 
 def chat(tokenizer, content: str) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def timed(engine, prompts: list[str], params: dict, batch: int) -> dict:
@@ -118,7 +122,9 @@ def side_settings(args, drafts: dict[str, str]) -> dict[str, dict]:
     sides = {"ngram": dict(speculative_algorithm="NGRAM", speculative_num_draft_tokens=args.draft_tokens)}
     for name, path in drafts.items():
         sides[f"draft_{name}"] = dict(
-            speculative_algorithm="DRAFT", speculative_draft_model_path=path, speculative_num_draft_tokens=args.draft_tokens
+            speculative_algorithm="DRAFT",
+            speculative_draft_model_path=path,
+            speculative_num_draft_tokens=args.draft_tokens,
         )
     return {**sides, "off": {}}
 
@@ -136,7 +142,9 @@ def run_both(workloads: dict[str, list[list[str]]], args, drafts: dict[str, str]
     with contextlib.ExitStack() as stack:
         engines = {side: stack.enter_context(langrt.Engine(**common, **spec)) for side, spec in settings.items()}
         for engine in engines.values():
-            engine.generate(extraction_prompts(engine.tokenizer, 2, seed=-1), params)  # warm-up, on prompts no round uses
+            engine.generate(
+                extraction_prompts(engine.tokenizer, 2, seed=-1), params
+            )  # warm-up, on prompts no round uses
         order = list(engines)
         for name, rounds in workloads.items():
             for batch in args.batches:
@@ -194,7 +202,9 @@ def total(runs: list[dict]) -> dict:
     """The waves' figures summed (texts of the first round, rates recomputed)."""
     out = {k: sum(r[k] for r in runs) for k in runs[0] if isinstance(runs[0][k], (int, float)) and k != "output_tok_s"}
     out["output_tok_s"] = out["output_tokens"] / out["seconds"]
-    out["acceptance_rate"] = out["spec_accepted_tokens"] / out["spec_draft_tokens"] if out["spec_draft_tokens"] else None
+    out["acceptance_rate"] = (
+        out["spec_accepted_tokens"] / out["spec_draft_tokens"] if out["spec_draft_tokens"] else None
+    )
     n = out["spec_verifications"]
     out["accept_length"] = (out["spec_accepted_tokens"] + n) / n if n else None
     out["texts"] = [t for r in runs for t in r["texts"]]
@@ -212,7 +222,9 @@ def print_side(name: str, batch: int, side: str, on: dict, off: dict, n: int) ->
 
 def cpu_name() -> str:
     out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "unknown")
+    return next(
+        (line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "unknown"
+    )
 
 
 def main() -> None:
@@ -223,10 +235,20 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default: each algorithm's)")
-    parser.add_argument("--draft-models", default="random,truncated", help="draft-model sides: random, truncated (comma-separated; '' for none)")
-    parser.add_argument("--draft-layers", type=int, default=24, help="layers of the built-in model the truncated draft keeps")
-    parser.add_argument("--max-total-tokens", type=int, default=8192, help="KV pool per engine (one per side, all up at once)")
+    parser.add_argument(
+        "--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default: each algorithm's)"
+    )
+    parser.add_argument(
+        "--draft-models",
+        default="random,truncated",
+        help="draft-model sides: random, truncated (comma-separated; '' for none)",
+    )
+    parser.add_argument(
+        "--draft-layers", type=int, default=24, help="layers of the built-in model the truncated draft keeps"
+    )
+    parser.add_argument(
+        "--max-total-tokens", type=int, default=8192, help="KV pool per engine (one per side, all up at once)"
+    )
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
     args.draft_models = [k for k in args.draft_models.split(",") if k]
@@ -268,7 +290,10 @@ def main() -> None:
             if side != "off":
                 print_side(name, batch, side, row[side], off, len(off["texts"]))
     print(f"CPU: {results['cpu']} ({', '.join(results['cpu_flags'])}), dtype {args.dtype}")
-    out = RESULTS / f"bench_speculative{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
+    out = (
+        RESULTS
+        / f"bench_speculative{'_quick' if args.quick else ''}{'' if args.dtype == 'auto' else '_' + args.dtype}.json"
+    )
     write_results(out, results, dtype=args.dtype)
     print(f"wrote {out}")
 

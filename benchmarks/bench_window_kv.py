@@ -104,7 +104,9 @@ class Side:
         pool, config = self.kv_pool, self.runner.config
         windows = tuple(config.window_of(i) for i in range(config.num_layers))
         if pool.window is None:
-            per_token = TokenToKVPool.bytes_per_token(config.num_layers, config.num_kv_heads, config.head_dim, pool.dtype)
+            per_token = TokenToKVPool.bytes_per_token(
+                config.num_layers, config.num_kv_heads, config.head_dim, pool.dtype
+            )
             return {"full_slots": len(slots), "window_slots": 0, "bytes": len(slots) * per_token}
         split = KVSplit.of(windows, config.num_kv_heads, config.head_dim, pool.dtype)
         held = int((pool.full_to_window[slots] >= 0).sum())
@@ -161,7 +163,9 @@ def main() -> None:
                              max_total_tokens=args.context + 64 * (args.steps * args.blocks + 1), max_running_requests=2)  # fmt: skip
     report["pools"] = {"full_tokens": runner.plan.max_total_tokens, "window_tokens": runner.plan.window_tokens}
     config = runner.config
-    plain = TokenToKVPool(runner.plan.max_total_tokens, config.num_layers, config.num_kv_heads, config.head_dim, runner.dtype, "cpu")
+    plain = TokenToKVPool(
+        runner.plan.max_total_tokens, config.num_layers, config.num_kv_heads, config.head_dim, runner.dtype, "cpu"
+    )
     sides = {"window_pool": Side(runner, runner.kv_pool, args), "one_pool": Side(runner, plain, args)}
     times = {name: [] for name in sides}
     for _ in range(args.blocks):
@@ -171,7 +175,9 @@ def main() -> None:
     report["median_step_ms"] = {name: 1e3 * statistics.median(t) for name, t in times.items()}
     kv = report["kv_bytes_per_request"]
     report["kv_bytes_ratio_window_over_one_pool"] = kv["window_pool"]["bytes"] / kv["one_pool"]["bytes"]
-    report["step_time_ratio_window_over_one_pool"] = report["median_step_ms"]["window_pool"] / report["median_step_ms"]["one_pool"]
+    report["step_time_ratio_window_over_one_pool"] = (
+        report["median_step_ms"]["window_pool"] / report["median_step_ms"]["one_pool"]
+    )
     report["load_average_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
     write_results(Path(args.out), report, dtype=args.dtype)

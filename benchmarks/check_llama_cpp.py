@@ -82,11 +82,15 @@ def measure(model_path: Path, prompts: list[str], threads: int = 1) -> list[Dist
     runners = {q: make_runner(model_path, quantization=q, max_total_tokens=2048) for q in ("auto", "none")}
     out = []
     for text in prompts:
-        chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+        chat = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
         ids = tokenizer.encode(chat, add_special_tokens=False)
         theirs = llama_cpp_logits(llm, ids)
         ours = langrt_logits(runners, ids)
-        out.append(Distances(text, len(ids), relative_distance(ours["auto"], theirs), relative_distance(ours["none"], theirs)))
+        out.append(
+            Distances(text, len(ids), relative_distance(ours["auto"], theirs), relative_distance(ours["none"], theirs))
+        )
     return out
 
 

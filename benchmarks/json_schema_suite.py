@@ -72,7 +72,9 @@ def run_file(path: Path, verbose: bool = False, compiler: str = "grammar") -> di
                 row["valid_total"] += 1
                 row["valid_accepted"] += matched
                 if verbose and not matched:
-                    print(f"  narrowed {path.name} / {group['description']} / {test['description']}: {json.dumps(test['data'])[:80]}")
+                    print(
+                        f"  narrowed {path.name} / {group['description']} / {test['description']}: {json.dumps(test['data'])[:80]}"
+                    )
             else:
                 row["invalid_total"] += 1
                 row["invalid_accepted"] += matched
@@ -84,15 +86,21 @@ def run_file(path: Path, verbose: bool = False, compiler: str = "grammar") -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--verbose", action="store_true", help="list refusals and narrowed valid instances")
-    parser.add_argument("--compiler", choices=("grammar", "regex"), default="grammar",
-                        help="grammar: the runtime's (rules where needed); regex: round 1's one regex per schema")
+    parser.add_argument(
+        "--compiler",
+        choices=("grammar", "regex"),
+        default="grammar",
+        help="grammar: the runtime's (rules where needed); regex: round 1's one regex per schema",
+    )
     args = parser.parse_args()
     rows = {str(p.relative_to(SUITE)): run_file(p, args.verbose, args.compiler) for p in suite_files()}
     keys = ("groups", "compiled", "refused", "valid_total", "valid_accepted", "invalid_total", "invalid_accepted")
     total = {k: sum(r[k] for r in rows.values()) for k in keys}
     refused = sum((r["refused_keywords"] for r in rows.values()), Counter())
     times = [t for r in rows.values() for t in r["compile_ms"]]
-    print(f"{'file':40} {'groups':>6} {'compiled':>8} {'refused':>7} {'valid acc':>11} {'invalid acc':>11}  refused keywords")
+    print(
+        f"{'file':40} {'groups':>6} {'compiled':>8} {'refused':>7} {'valid acc':>11} {'invalid acc':>11}  refused keywords"
+    )
     for name, r in rows.items():
         share = f"{r['valid_accepted']}/{r['valid_total']}"
         print(f"{name:40} {r['groups']:6} {r['compiled']:8} {r['refused']:7} {share:>11} {r['invalid_accepted']:11}  "
@@ -105,8 +113,11 @@ def main() -> None:
         "total": {**total, "valid_accepted_pct": round(pct, 2), "refused_keywords": dict(refused.most_common())},
         "compile_ms": {"median": round(statistics.median(times), 3), "max": round(max(times), 2)},
         "files": {
-            name: {**{k: r[k] for k in keys}, "refused_keywords": dict(r["refused_keywords"].most_common()),
-                   "invalid_examples": r["invalid_examples"]}  # fmt: skip
+            name: {
+                **{k: r[k] for k in keys},
+                "refused_keywords": dict(r["refused_keywords"].most_common()),
+                "invalid_examples": r["invalid_examples"],
+            }  # fmt: skip
             for name, r in rows.items()
         },
     }

@@ -20,7 +20,19 @@ from pathlib import Path
 
 import torch
 
-FLAGS_OF_INTEREST = ("avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+FLAGS_OF_INTEREST = (
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx_vnni",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def _best_seconds(fn, repeats: int) -> float:

@@ -60,7 +60,9 @@ def _tensors_safetensors(directory: Path) -> list[tuple[str, tuple[int, ...], in
             if name != "__metadata__":
                 found.append((name, tuple(t["shape"]), t["data_offsets"][1] - t["data_offsets"][0]))
     if not found:
-        raise FileNotFoundError(f"{directory} has no .safetensors files: give a GGUF file or an HF directory with safetensors weights")
+        raise FileNotFoundError(
+            f"{directory} has no .safetensors files: give a GGUF file or an HF directory with safetensors weights"
+        )
     return found
 
 

@@ -61,14 +61,20 @@ def benchmark_of(stem: str, repo: Path) -> str:
     """The script or folder under benchmarks/ whose name is the longest prefix of `stem`
     (bench_json_avx2 -> bench_json.py, stress_load -> stress/)."""
     bench = repo / "benchmarks"
-    names = [p.stem for p in bench.glob("*.py")] + [p.name for p in bench.iterdir() if p.is_dir() and p.name != "results"]
+    names = [p.stem for p in bench.glob("*.py")] + [
+        p.name for p in bench.iterdir() if p.is_dir() and p.name != "results"
+    ]
     matches = [n for n in names if stem == n or stem.startswith(n + "_")]
     return max(matches, key=len, default="")
 
 
 def source_paths(benchmark: str, repo: Path) -> list[str]:
     """The paths whose commits make a result of `benchmark` stale."""
-    own = [f"benchmarks/{benchmark}.py" if (repo / "benchmarks" / f"{benchmark}.py").exists() else f"benchmarks/{benchmark}"]
+    own = [
+        f"benchmarks/{benchmark}.py"
+        if (repo / "benchmarks" / f"{benchmark}.py").exists()
+        else f"benchmarks/{benchmark}"
+    ]
     return (own if benchmark else []) + list(MEASURES.get(benchmark, RUNTIME))
 
 
@@ -159,7 +165,9 @@ def table(rows: list[Row]) -> str:
         )
     current = sum(r.status == "current" for r in rows)
     lines.append("")
-    lines.append(f"{current} of {len(rows)} results current; the others are older than the code they measure or record no commit.")
+    lines.append(
+        f"{current} of {len(rows)} results current; the others are older than the code they measure or record no commit."
+    )
     return "\n".join(lines)
 
 
@@ -175,7 +183,9 @@ def with_table(readme: str, body: str) -> str:
 
 def main(argv: list[str] | None = None, repo: Path = REPO) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where the README's table is out of date")
+    parser.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 where the README's table is out of date"
+    )
     args = parser.parse_args(argv)
     readme_path = repo / "benchmarks" / "README.md"
     readme = readme_path.read_text()

@@ -29,7 +29,18 @@ PACKAGES = (
     "xgrammar", "llguidance", "outlines_core", "outlines", "llama_cpp_python", "vllm", "sglang",
 )  # fmt: skip
 # The flags that decide which path langrt's CPU code takes.
-PATH_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+PATH_FLAGS = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def git(*args: str) -> str | None:

@@ -51,7 +51,10 @@ def main(argv=None) -> None:
     try:
         start = time.perf_counter()
         states = extract.run_batch(
-            [{"document": d, "max_tokens": 64} for d in documents], temperature=0, backend=backend, progress_bar=not args.quick
+            [{"document": d, "max_tokens": 64} for d in documents],
+            temperature=0,
+            backend=backend,
+            progress_bar=not args.quick,
         )
         elapsed = time.perf_counter() - start
         for document, state in zip(documents, states):

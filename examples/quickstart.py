@@ -46,7 +46,9 @@ def main(argv=None) -> None:
         print(f"river:   {state['river']}  (choice scores {scores})")
         for i, sight in enumerate(state["sight"]):
             print(f"sight {i + 1}: {sight.strip()}")
-        cached = [state.get_meta_info("country")["cached_tokens"]] + [m["cached_tokens"] for m in state.get_meta_info("sight")]
+        cached = [state.get_meta_info("country")["cached_tokens"]] + [
+            m["cached_tokens"] for m in state.get_meta_info("sight")
+        ]
         print(f"program ran in {time.perf_counter() - start:.1f} s; cached prompt tokens per gen: {cached}")
     finally:
         if isinstance(backend, sgl.EngineBackend):

@@ -1,8 +1,8 @@
 """A streaming chat: with `stream=True`, `text_iter` yields the reply as it is generated.
 
-    .venv/bin/python examples/streaming_chat.py                 # launches the built-in model
-    .venv/bin/python examples/streaming_chat.py --interactive   # type your own turns
-    .venv/bin/python examples/streaming_chat.py --url http://127.0.0.1:30000 --quick
+.venv/bin/python examples/streaming_chat.py                 # launches the built-in model
+.venv/bin/python examples/streaming_chat.py --interactive   # type your own turns
+.venv/bin/python examples/streaming_chat.py --url http://127.0.0.1:30000 --quick
 """
 
 from __future__ import annotations

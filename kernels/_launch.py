@@ -26,7 +26,9 @@ def check_device(kernel, launcher: str, cpu_alternative: str, **tensors: torch.T
     first_name, first = next(iter(devices.items()))
     for name, device in devices.items():
         if device != first:
-            raise ValueError(f"{launcher}: {name} is on {device} but {first_name} is on {first}; move them to one device")
+            raise ValueError(
+                f"{launcher}: {name} is on {device} but {first_name} is on {first}; move them to one device"
+            )
     if interpreted(kernel) and first.type != "cpu":
         raise ValueError(
             f"{launcher}: the Triton interpreter (TRITON_INTERPRET=1) runs on CPU tensors, got {first}; "

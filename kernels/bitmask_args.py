@@ -31,7 +31,9 @@ def check_token_bitmask_args(logits: torch.Tensor, bitmask: torch.Tensor, indice
         )
     check_bitmask_tensor(bitmask, "bitmask")
     if bitmask.device != logits.device:
-        raise ValueError(f"bitmask is on {bitmask.device} but logits are on {logits.device}; move the bitmask with .to(logits.device)")
+        raise ValueError(
+            f"bitmask is on {bitmask.device} but logits are on {logits.device}; move the bitmask with .to(logits.device)"
+        )
     if indices is None:
         if bitmask.shape[0] != logits.shape[0]:
             raise ValueError(
@@ -49,7 +51,9 @@ def check_bitmask_tensor(bitmask: torch.Tensor, name: str) -> None:
     if bitmask.dim() != 2:
         raise ValueError(f"{name} must be 2-D [batch, ceil(vocab/32)], got shape {tuple(bitmask.shape)}")
     if bitmask.shape[1] > 1 and bitmask.stride(1) != 1:
-        raise ValueError(f"{name} must be contiguous along its word dimension (stride {bitmask.stride(1)}); pass {name}.contiguous()")
+        raise ValueError(
+            f"{name} must be contiguous along its word dimension (stride {bitmask.stride(1)}); pass {name}.contiguous()"
+        )
 
 
 def _check_indices(indices: torch.Tensor, logits: torch.Tensor, bitmask: torch.Tensor) -> None:
@@ -59,7 +63,9 @@ def _check_indices(indices: torch.Tensor, logits: torch.Tensor, bitmask: torch.T
     if indices.dim() != 1:
         raise ValueError(f"indices must be 1-D, got shape {tuple(indices.shape)}")
     if indices.device != logits.device:
-        raise ValueError(f"indices are on {indices.device} but logits are on {logits.device}; move them with .to(logits.device)")
+        raise ValueError(
+            f"indices are on {indices.device} but logits are on {logits.device}; move them with .to(logits.device)"
+        )
     if indices.shape[0] != bitmask.shape[0]:
         raise ValueError(
             f"bitmask has {bitmask.shape[0]} rows but indices has {indices.shape[0]} entries; bitmask row k applies "

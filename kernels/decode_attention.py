@@ -33,13 +33,37 @@ _NO_WINDOW = 2**30  # a window longer than any sequence: every key visible
 
 @triton.jit
 def _decode_split_kernel(
-    q_ptr, k_ptr, v_ptr, req_to_token_ptr, req_idx_ptr, seq_lens_ptr, mid_o_ptr, mid_lse_ptr,
-    scale_log2, window, num_splits,
-    stride_qb, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_rt,
-    stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    req_to_token_ptr,
+    req_idx_ptr,
+    seq_lens_ptr,
+    mid_o_ptr,
+    mid_lse_ptr,
+    scale_log2,
+    window,
+    num_splits,
+    stride_qb,
+    stride_qh,
+    stride_kn,
+    stride_kh,
+    stride_vn,
+    stride_vh,
+    stride_rt,
+    stride_ob,
+    stride_oh,
+    stride_os,
+    stride_lb,
+    stride_lh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     # Program (b, g, s): request b, KV head g (query heads g*GROUP ..), key range s.
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -69,7 +93,9 @@ def _decode_split_kernel(
         p_mask = pos < end
         slot = tl.load(req_to_token_ptr + row * stride_rt + pos, mask=p_mask, other=0).to(tl.int64)
         k_mask = p_mask[None, :] & d_mask[:, None]
-        k = tl.load(k_ptr + slot[None, :] * stride_kn + kv_head * stride_kh + d[:, None], mask=k_mask, other=0.0)  # [D, N]
+        k = tl.load(
+            k_ptr + slot[None, :] * stride_kn + kv_head * stride_kh + d[:, None], mask=k_mask, other=0.0
+        )  # [D, N]
         if DOT_F32:
             k = k.to(tl.float32)
         scores = tl.dot(q, k, input_precision=DOT_PRECISION) * scale_log2
@@ -98,10 +124,20 @@ def _decode_split_kernel(
 
 @triton.jit
 def _decode_merge_kernel(
-    mid_o_ptr, mid_lse_ptr, out_ptr, num_splits,
-    stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_outb, stride_outh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    mid_o_ptr,
+    mid_lse_ptr,
+    out_ptr,
+    num_splits,
+    stride_ob,
+    stride_oh,
+    stride_os,
+    stride_lb,
+    stride_lh,
+    stride_outb,
+    stride_outh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     # Program (b, h): merge request b's ranges for query head h.
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -150,10 +186,17 @@ def decode_attention_triton(
     if num_kv_splits is not None and num_kv_splits < 1:
         raise ValueError(f"{_LAUNCHER}: num_kv_splits must be >= 1, got {num_kv_splits}")
     check_device(
-        _decode_split_kernel, _LAUNCHER, "decode_attention_reference", q=q, k_buffer=k_buffer, v_buffer=v_buffer,
-        req_to_token=req_to_token, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
+        _decode_split_kernel,
+        _LAUNCHER,
+        "decode_attention_reference",
+        q=q,
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        req_to_token=req_to_token,
+        req_pool_indices=req_pool_indices,
+        seq_lens=seq_lens,
         **({} if out is None else {"out": out}),
-    )  # fmt: skip
+    )
     batch, heads, head_dim = q.shape
     kv_heads = k_buffer.shape[1]
     if out is None:
@@ -176,21 +219,53 @@ def decode_attention_triton(
         mid_strides = (mid.stride(0), mid.stride(1), mid.stride(2))
     scale = head_dim**-0.5 if scale is None else scale
     _decode_split_kernel[(batch, kv_heads, num_kv_splits)](
-        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, mid, lse,
-        scale * _LOG2E, sliding_window or _NO_WINDOW, num_kv_splits,
-        q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        req_to_token.stride(0), *mid_strides, lse.stride(0), lse.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d,
+        q,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        mid,
+        lse,
+        scale * _LOG2E,
+        sliding_window or _NO_WINDOW,
+        num_kv_splits,
+        q.stride(0),
+        q.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        req_to_token.stride(0),
+        *mid_strides,
+        lse.stride(0),
+        lse.stride(1),
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_H=block_h,
+        BLOCK_N=block_n,
+        BLOCK_D=block_d,
         # The interpreter multiplies bfloat16 tiles as their raw bits: give tl.dot float32 there.
-        DOT_F32=in_interpreter, DOT_PRECISION=dot_precision(q.dtype),
+        DOT_F32=in_interpreter,
+        DOT_PRECISION=dot_precision(q.dtype),
         **({} if in_interpreter else {"num_warps": 4, "num_stages": 2}),
-    )  # fmt: skip
+    )
     if num_kv_splits > 1:
         _decode_merge_kernel[(batch, heads)](
-            mid, lse, out, num_kv_splits,
-            mid.stride(0), mid.stride(1), mid.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, BLOCK_D=block_d,
-        )  # fmt: skip
+            mid,
+            lse,
+            out,
+            num_kv_splits,
+            mid.stride(0),
+            mid.stride(1),
+            mid.stride(2),
+            lse.stride(0),
+            lse.stride(1),
+            out.stride(0),
+            out.stride(1),
+            HEAD_DIM=head_dim,
+            BLOCK_D=block_d,
+        )
     return out
 
 
@@ -246,7 +321,9 @@ def _check_args(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens,
     check_index(_LAUNCHER, "seq_lens", seq_lens, 1, "[batch]")
     batch, heads, head_dim = q.shape
     if k_buffer.shape != v_buffer.shape:
-        raise ValueError(f"{_LAUNCHER}: k_buffer {tuple(k_buffer.shape)} and v_buffer {tuple(v_buffer.shape)} differ in shape")
+        raise ValueError(
+            f"{_LAUNCHER}: k_buffer {tuple(k_buffer.shape)} and v_buffer {tuple(v_buffer.shape)} differ in shape"
+        )
     if k_buffer.shape[2] != head_dim:
         raise ValueError(f"{_LAUNCHER}: q has head_dim {head_dim} but the KV buffers {k_buffer.shape[2]}")
     kv_heads = k_buffer.shape[1]

@@ -30,12 +30,33 @@ _NO_WINDOW = 2**30  # a window longer than any sequence: every earlier key visib
 
 @triton.jit
 def _extend_attention_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, req_to_token_ptr, req_idx_ptr, seq_lens_ptr, qo_indptr_ptr,
-    scale_log2, window,
-    stride_qt, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_ot, stride_oh, stride_rt,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    out_ptr,
+    req_to_token_ptr,
+    req_idx_ptr,
+    seq_lens_ptr,
+    qo_indptr_ptr,
+    scale_log2,
+    window,
+    stride_qt,
+    stride_qh,
+    stride_kn,
+    stride_kh,
+    stride_vn,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    stride_rt,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     # Program (b, h, j): request b, query head h, new tokens [j * BLOCK_M, (j + 1) * BLOCK_M).
     b = tl.program_id(0)
     head = tl.program_id(1)
@@ -71,7 +92,9 @@ def _extend_attention_kernel(
         n_mask = k_pos < hi
         slot = tl.load(req_to_token_ptr + row * stride_rt + k_pos, mask=n_mask, other=0).to(tl.int64)
         k_mask = n_mask[None, :] & d_mask[:, None]
-        k = tl.load(k_ptr + slot[None, :] * stride_kn + kv_head * stride_kh + d[:, None], mask=k_mask, other=0.0)  # [D, N]
+        k = tl.load(
+            k_ptr + slot[None, :] * stride_kn + kv_head * stride_kh + d[:, None], mask=k_mask, other=0.0
+        )  # [D, N]
         if DOT_F32:
             k = k.to(tl.float32)
         scores = tl.dot(q, k, input_precision=DOT_PRECISION) * scale_log2
@@ -124,10 +147,18 @@ def extend_attention_triton(
     """
     _check_args(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, qo_indptr, sliding_window, out)
     check_device(
-        _extend_attention_kernel, _LAUNCHER, "extend_attention_reference", q=q, k_buffer=k_buffer,
-        v_buffer=v_buffer, req_to_token=req_to_token, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
-        qo_indptr=qo_indptr, **({} if out is None else {"out": out}),
-    )  # fmt: skip
+        _extend_attention_kernel,
+        _LAUNCHER,
+        "extend_attention_reference",
+        q=q,
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        req_to_token=req_to_token,
+        req_pool_indices=req_pool_indices,
+        seq_lens=seq_lens,
+        qo_indptr=qo_indptr,
+        **({} if out is None else {"out": out}),
+    )
     tokens, heads, head_dim = q.shape
     batch, kv_heads = seq_lens.shape[0], k_buffer.shape[1]
     if max_extend_len < 1 and tokens > 0:
@@ -145,14 +176,35 @@ def extend_attention_triton(
         launch = {"num_warps": 4, "num_stages": 2}
     scale = head_dim**-0.5 if scale is None else scale
     _extend_attention_kernel[(batch, heads, triton.cdiv(max_extend_len, block_m))](
-        q, k_buffer, v_buffer, out, req_to_token, req_pool_indices, seq_lens, qo_indptr,
-        scale * _LOG2E, sliding_window or _NO_WINDOW,
-        q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        out.stride(0), out.stride(1), req_to_token.stride(0),
-        GROUP=heads // kv_heads, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        q,
+        k_buffer,
+        v_buffer,
+        out,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        qo_indptr,
+        scale * _LOG2E,
+        sliding_window or _NO_WINDOW,
+        q.stride(0),
+        q.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        out.stride(0),
+        out.stride(1),
+        req_to_token.stride(0),
+        GROUP=heads // kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_D=block_d,
         # The interpreter multiplies bfloat16 tiles as their raw bits: give tl.dot float32 there.
-        DOT_F32=in_interpreter, DOT_PRECISION=dot_precision(q.dtype), **launch,
-    )  # fmt: skip
+        DOT_F32=in_interpreter,
+        DOT_PRECISION=dot_precision(q.dtype),
+        **launch,
+    )
     return out
 
 
@@ -197,7 +249,9 @@ def is_interpreted() -> bool:
     return interpreted(_extend_attention_kernel)
 
 
-def _check_args(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, qo_indptr, sliding_window, out) -> None:
+def _check_args(
+    q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, qo_indptr, sliding_window, out
+) -> None:
     check_float(_LAUNCHER, "q", q, 3, "[tokens, heads, head_dim]")
     check_float(_LAUNCHER, "k_buffer", k_buffer, 3, "[slots, kv_heads, head_dim]")
     check_float(_LAUNCHER, "v_buffer", v_buffer, 3, "[slots, kv_heads, head_dim]")
@@ -208,7 +262,9 @@ def _check_args(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens,
     check_index(_LAUNCHER, "qo_indptr", qo_indptr, 1, "[batch + 1]")
     heads, head_dim = q.shape[1:]
     if k_buffer.shape != v_buffer.shape:
-        raise ValueError(f"{_LAUNCHER}: k_buffer {tuple(k_buffer.shape)} and v_buffer {tuple(v_buffer.shape)} differ in shape")
+        raise ValueError(
+            f"{_LAUNCHER}: k_buffer {tuple(k_buffer.shape)} and v_buffer {tuple(v_buffer.shape)} differ in shape"
+        )
     if k_buffer.shape[2] != head_dim or head_dim == 0:
         raise ValueError(f"{_LAUNCHER}: q has head_dim {head_dim} but the KV buffers {k_buffer.shape[2]}")
     kv_heads = k_buffer.shape[1]

@@ -55,7 +55,9 @@ def _apply_token_bitmask_kernel(
     tl.store(logits_ptr + row * logits_row_stride + cols, neg_inf, mask=banned & (cols < vocab_size))
 
 
-def apply_token_bitmask_triton(logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None) -> None:
+def apply_token_bitmask_triton(
+    logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None
+) -> None:
     """Set the logits of tokens `bitmask` disallows to -inf, in place, with the Triton kernel.
 
     logits: float32/float16/bfloat16 [B, V], last dimension contiguous (rows may be strided).
@@ -88,7 +90,9 @@ def apply_token_bitmask_triton(logits: torch.Tensor, bitmask: torch.Tensor, indi
     )
 
 
-def apply_token_bitmask_reference(logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None) -> None:
+def apply_token_bitmask_reference(
+    logits: torch.Tensor, bitmask: torch.Tensor, indices: torch.Tensor | None = None
+) -> None:
     """The definition, in plain torch: unpack each mask row to bools and masked_fill_ in place."""
     check_token_bitmask_args(logits, bitmask, indices)
     vocab = logits.shape[1]

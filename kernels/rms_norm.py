@@ -26,10 +26,20 @@ _MAX_HIDDEN = 65536
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, residual_ptr, weight_ptr, out_ptr, sum_ptr, hidden, eps,
-    stride_x, stride_r, stride_o, stride_s,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    sum_ptr,
+    hidden,
+    eps,
+    stride_x,
+    stride_r,
+    stride_o,
+    stride_s,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
@@ -52,9 +62,13 @@ def rms_norm_triton(
     (norm(x + residual), x + residual). Rows may be strided; last dimensions contiguous."""
     _check_args(x, weight, residual)
     check_device(
-        _rms_norm_kernel, _LAUNCHER, "langrt.model.layers.rms_norm", x=x, weight=weight,
+        _rms_norm_kernel,
+        _LAUNCHER,
+        "langrt.model.layers.rms_norm",
+        x=x,
+        weight=weight,
         **({} if residual is None else {"residual": residual}),
-    )  # fmt: skip
+    )
     rows, hidden = x.shape
     out = torch.empty((rows, hidden), dtype=x.dtype, device=x.device)
     summed = out if residual is None else torch.empty_like(out)
@@ -62,9 +76,21 @@ def rms_norm_triton(
         block = triton.next_power_of_2(hidden)
         r = x if residual is None else residual
         _rms_norm_kernel[(rows,)](
-            x, r, weight, out, summed, hidden, eps, x.stride(0), r.stride(0), out.stride(0), summed.stride(0),
-            HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=min(16, max(1, block // 512)),
-        )  # fmt: skip
+            x,
+            r,
+            weight,
+            out,
+            summed,
+            hidden,
+            eps,
+            x.stride(0),
+            r.stride(0),
+            out.stride(0),
+            summed.stride(0),
+            HAS_RESIDUAL=residual is not None,
+            BLOCK=block,
+            num_warps=min(16, max(1, block // 512)),
+        )
     return out if residual is None else (out, summed)
 
 

@@ -26,7 +26,9 @@ _LAUNCHER = "rotary_embedding_triton"
 
 
 @triton.jit
-def _rotate_heads(ptr, stride_t, stride_h, t, n_heads, c, s, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def _rotate_heads(
+    ptr, stride_t, stride_h, t, n_heads, c, s, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr
+):
     h = tl.arange(0, BLOCK_H)
     i = tl.arange(0, BLOCK_HALF)
     mask = (h < n_heads)[:, None] & (i < HALF)[None, :]
@@ -47,10 +49,23 @@ def _rotate_heads(ptr, stride_t, stride_h, t, n_heads, c, s, HALF: tl.constexpr,
 
 @triton.jit
 def _rotary_kernel(
-    q_ptr, k_ptr, cos_ptr, sin_ptr, n_q_heads, n_k_heads,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_ct, stride_st,
-    HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    k_ptr,
+    cos_ptr,
+    sin_ptr,
+    n_q_heads,
+    n_k_heads,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_ct,
+    stride_st,
+    HALF: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     t = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, BLOCK_HALF)
     c = tl.load(cos_ptr + t * stride_ct + i, mask=i < HALF, other=0.0).to(tl.float32)
@@ -75,11 +90,24 @@ def rotary_embedding_triton(q: torch.Tensor, k: torch.Tensor | None, cos: torch.
     k = q if k is None else k  # with no k heads, never read
     block_hq, block_hk = triton.next_power_of_2(q_heads), triton.next_power_of_2(max(1, k_heads))
     _rotary_kernel[(tokens,)](
-        q, k, cos, sin, q_heads, k_heads,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0), sin.stride(0),
-        HALF=half, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, BLOCK_HALF=triton.next_power_of_2(half),
+        q,
+        k,
+        cos,
+        sin,
+        q_heads,
+        k_heads,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        cos.stride(0),
+        sin.stride(0),
+        HALF=half,
+        BLOCK_HQ=block_hq,
+        BLOCK_HK=block_hk,
+        BLOCK_HALF=triton.next_power_of_2(half),
         num_warps=4 if block_hq * half >= 1024 else 1,
-    )  # fmt: skip
+    )
 
 
 def rotary_embedding_reference(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor) -> None:

@@ -22,4 +22,3 @@ def __getattr__(name: str):
 
         return ServerArgs
     raise AttributeError(f"module 'langrt' has no attribute {name!r}")
-

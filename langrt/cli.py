@@ -1,9 +1,9 @@
 """The `langrt` command. Server flags are generated from ServerArgs, so they cannot drift.
 
-    langrt launch [--model-path PATH] [--port 30000]     # the HTTP server
-    langrt router --worker-urls http://127.0.0.1:30001 http://127.0.0.1:30002 --port 30000
-    langrt generate "What is the capital of France?" --chat --max-new-tokens 32
-    langrt doctor                                        # versions, CPU path, kernels, caches
+langrt launch [--model-path PATH] [--port 30000]     # the HTTP server
+langrt router --worker-urls http://127.0.0.1:30001 http://127.0.0.1:30002 --port 30000
+langrt generate "What is the capital of France?" --chat --max-new-tokens 32
+langrt doctor                                        # versions, CPU path, kernels, caches
 """
 
 from __future__ import annotations
@@ -77,7 +77,14 @@ def _router(ns: argparse.Namespace) -> int:
 
     health = HealthSettings(interval_s=ns.health_check_interval, failure_threshold=ns.health_failure_threshold)
     args = RouterArgs(
-        tuple(ns.worker_urls), ns.policy, ns.host, ns.port, health, ns.max_attempts, log_level=ns.log_level, api_key=ns.api_key
+        tuple(ns.worker_urls),
+        ns.policy,
+        ns.host,
+        ns.port,
+        health,
+        ns.max_attempts,
+        log_level=ns.log_level,
+        api_key=ns.api_key,
     )
     return launch(args)
 
@@ -85,22 +92,46 @@ def _router(ns: argparse.Namespace) -> int:
 def add_router_args(parser: argparse.ArgumentParser) -> None:
     from langrt.router.policies import POLICIES
 
-    parser.add_argument("--worker-urls", nargs="*", default=[], help="worker base URLs (more can be added with POST /add_worker?url=)")
-    parser.add_argument("--policy", default="cache_aware", choices=POLICIES, help="cache_aware: longest prefix match unless the load is imbalanced")
+    parser.add_argument(
+        "--worker-urls", nargs="*", default=[], help="worker base URLs (more can be added with POST /add_worker?url=)"
+    )
+    parser.add_argument(
+        "--policy",
+        default="cache_aware",
+        choices=POLICIES,
+        help="cache_aware: longest prefix match unless the load is imbalanced",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP address to bind")
     parser.add_argument("--port", type=int, default=30000, help="HTTP port")
-    parser.add_argument("--health-check-interval", type=float, default=5.0, help="seconds between health checks of each worker")
-    parser.add_argument("--health-failure-threshold", type=int, default=2, help="failed health checks in a row before a worker is taken out")
-    parser.add_argument("--max-attempts", type=int, default=3, help="workers a request is tried on at most when they die")
-    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health (passed on to the workers)")
+    parser.add_argument(
+        "--health-check-interval", type=float, default=5.0, help="seconds between health checks of each worker"
+    )
+    parser.add_argument(
+        "--health-failure-threshold",
+        type=int,
+        default=2,
+        help="failed health checks in a row before a worker is taken out",
+    )
+    parser.add_argument(
+        "--max-attempts", type=int, default=3, help="workers a request is tried on at most when they die"
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on every route but /health (passed on to the workers)",
+    )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="langrt", description="langrt: a prefix-caching LLM runtime")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("launch", help="serve the native and OpenAI-compatible HTTP APIs",
-                                epilog=envs.help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve = commands.add_parser(
+        "launch",
+        help="serve the native and OpenAI-compatible HTTP APIs",
+        epilog=envs.help_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_server_args(serve)
     serve.set_defaults(handler=_launch)
     gen = commands.add_parser("generate", help="generate a completion offline (no server)")
@@ -113,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     router = commands.add_parser("router", help="route requests over langrt workers (cache-aware by prefix)")
     add_router_args(router)
     router.set_defaults(handler=_router)
-    doctor = commands.add_parser("doctor", help="print the CPU path, kernels, versions and cache locations (for bug reports)")
+    doctor = commands.add_parser(
+        "doctor", help="print the CPU path, kernels, versions and cache locations (for bug reports)"
+    )
     doctor.set_defaults(handler=_doctor)
     return parser
 

@@ -93,8 +93,15 @@ def describe_path(dtype: str, kernels_off: str | None, kernels_isa: str | None =
     else:
         line = f"CPU path: AVX2 ({reason})" if avx2_reason is None else f"CPU path: plain C++ ({avx2_reason})"
     if dtype == "float16":
-        return line + ": float16 in plain torch ops (the C++ kernels take bfloat16 and float32; --dtype float32 is faster on a CPU)"
-    line += f": C++ kernels on ({kernels_isa})" if kernels_off is None else f": C++ kernels off ({kernels_off}), plain torch ops"
+        return (
+            line
+            + ": float16 in plain torch ops (the C++ kernels take bfloat16 and float32; --dtype float32 is faster on a CPU)"
+        )
+    line += (
+        f": C++ kernels on ({kernels_isa})"
+        if kernels_off is None
+        else f": C++ kernels off ({kernels_off}), plain torch ops"
+    )
     if dtype == "bfloat16":
         if bf16_gemm_packing():
             line += ", bfloat16 weights packed for oneDNN"

@@ -38,7 +38,9 @@ class Engine:
     def __init__(self, model_path: str | None = None, **server_args: Any):
         self.args = ServerArgs(model_path=model_path, **server_args)  # resolved by the scheduler
         if self.args.dp_size != 1:
-            raise ValueError("dp_size: an Engine runs one replica; `langrt launch --dp-size N` serves N behind a router")
+            raise ValueError(
+                "dp_size: an Engine runs one replica; `langrt launch --dp-size N` serves N behind a router"
+            )
         logging.basicConfig(level=self.args.log_level.upper(), format="[langrt] %(message)s")
         check_model_servable(self.args)
         self._loop = asyncio.new_event_loop()
@@ -92,8 +94,18 @@ class Engine:
         and results of a batch carry their "index". Closing the iterator early aborts the
         requests. `lora_path` names a loaded LoRA adapter (per prompt or for all; None: the base
         model)."""
-        call = _call_of(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                        return_text_in_logprobs, rid, stream, lora_path)  # fmt: skip
+        call = _call_of(
+            prompt,
+            sampling_params,
+            input_ids,
+            return_logprob,
+            logprob_start_len,
+            top_logprobs_num,
+            return_text_in_logprobs,
+            rid,
+            stream,
+            lora_path,
+        )
         if stream:
             return self._stream_sync(call)
         return self._call(self._generate(call))
@@ -111,8 +123,17 @@ class Engine:
         lora_path=None,
     ) -> dict | list[dict]:
         """`generate` for callers on an event loop (runs on the engine's own loop)."""
-        call = _call_of(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                        return_text_in_logprobs, rid, lora_path=lora_path)  # fmt: skip
+        call = _call_of(
+            prompt,
+            sampling_params,
+            input_ids,
+            return_logprob,
+            logprob_start_len,
+            top_logprobs_num,
+            return_text_in_logprobs,
+            rid,
+            lora_path=lora_path,
+        )
         if asyncio.get_running_loop() is not self._loop:
             return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._generate(call), self._loop))
         return await self._generate(call)
@@ -131,8 +152,17 @@ class Engine:
         """`generate(..., stream=True)` as an async iterator, on the engine's own loop."""
         if asyncio.get_running_loop() is not self._loop:
             raise RuntimeError("async_generate_stream runs on the engine's loop; use generate(..., stream=True)")
-        call = _call_of(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
-                        return_text_in_logprobs, rid, stream=True)  # fmt: skip
+        call = _call_of(
+            prompt,
+            sampling_params,
+            input_ids,
+            return_logprob,
+            logprob_start_len,
+            top_logprobs_num,
+            return_text_in_logprobs,
+            rid,
+            stream=True,
+        )
         async for result in self._generate_stream(call):
             yield result
 
@@ -190,13 +220,17 @@ class Engine:
 
     # ---- embeddings (--is-embedding) ------------------------------------------------------
 
-    def encode(self, prompt: str | list[int] | list[str] | list[list[int]], dimensions: int | None = None) -> dict | list[dict]:
+    def encode(
+        self, prompt: str | list[int] | list[str] | list[list[int]], dimensions: int | None = None
+    ) -> dict | list[dict]:
         """One input (text or token ids) -> {"embedding": [floats], "meta_info": {"prompt_tokens",
         "cached_tokens"}};
         a list of inputs -> a list of those. Bad input raises InvalidRequest naming the field."""
         result = self._call(create_embeddings(self.manager, prompt, dimensions))
-        out = [{"embedding": v.tolist(), "meta_info": {"prompt_tokens": n, "cached_tokens": c}}
-               for v, n, c in zip(result.vectors, result.prompt_tokens, result.cached_tokens)]  # fmt: skip
+        out = [
+            {"embedding": v.tolist(), "meta_info": {"prompt_tokens": n, "cached_tokens": c}}
+            for v, n, c in zip(result.vectors, result.prompt_tokens, result.cached_tokens)
+        ]
         single = isinstance(prompt, str) or bool(prompt) and all(isinstance(t, int) for t in prompt)
         return out[0] if single else out
 
@@ -258,13 +292,27 @@ def _listify(input_ids):
 
 
 def _call_of(
-    prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid,
-    stream=False, lora_path=None,
-) -> GenerateCall:  # fmt: skip
+    prompt,
+    sampling_params,
+    input_ids,
+    return_logprob,
+    logprob_start_len,
+    top_logprobs_num,
+    return_text_in_logprobs,
+    rid,
+    stream=False,
+    lora_path=None,
+) -> GenerateCall:
     """generate's arguments as one GenerateCall (a tuple of prompts becomes a list)."""
     return GenerateCall(
         text=prompt if isinstance(prompt, (str, list)) or prompt is None else list(prompt),
-        input_ids=_listify(input_ids), sampling_params=sampling_params, rid=rid, return_logprob=return_logprob,
-        logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
-        return_text_in_logprobs=return_text_in_logprobs, stream=stream, lora_path=lora_path,
-    )  # fmt: skip
+        input_ids=_listify(input_ids),
+        sampling_params=sampling_params,
+        rid=rid,
+        return_logprob=return_logprob,
+        logprob_start_len=logprob_start_len,
+        top_logprobs_num=top_logprobs_num,
+        return_text_in_logprobs=return_text_in_logprobs,
+        stream=stream,
+        lora_path=lora_path,
+    )

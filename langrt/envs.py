@@ -41,9 +41,7 @@ class EnvVar:
     owner: str = "langrt"  # "langrt", or the tool that defines it (torch, triton, ...) for variables langrt only reads
 
     def __post_init__(self) -> None:
-        assert self.kind in ("flag", "str", "float"), (
-            f"{self.name}: unknown kind {self.kind!r}"
-        )
+        assert self.kind in ("flag", "str", "float"), f"{self.name}: unknown kind {self.kind!r}"
 
     def raw(self) -> str | None:
         """The text as set, or None where unset."""
@@ -73,9 +71,7 @@ class EnvVar:
         os.environ.setdefault(self.name, value)
 
 
-def _var(
-    name: str, kind: str, default: Value, doc: str, owner: str = "langrt"
-) -> EnvVar:
+def _var(name: str, kind: str, default: Value, doc: str, owner: str = "langrt") -> EnvVar:
     var = EnvVar(name, kind, default, doc, owner)
     REGISTRY[name] = var
     return var
@@ -246,18 +242,14 @@ def markdown() -> str:
     ]
     for var in REGISTRY.values():
         default = "(unset)" if var.default in (None, "") else str(var.default)
-        lines.append(
-            f"| `{var.name}` | {var.kind} | {default} | {var.owner} | {var.doc} |"
-        )
+        lines.append(f"| `{var.name}` | {var.kind} | {default} | {var.owner} | {var.doc} |")
     return "\n".join(lines) + "\n"
 
 
 def help_epilog() -> str:
     """The langrt variables, one line each, for `langrt launch --help`."""
     own = [var for var in REGISTRY.values() if var.owner == "langrt"]
-    return "environment variables (docs/configuration.md):\n" + "\n".join(
-        f"  {v.name}: {v.doc}" for v in own
-    )
+    return "environment variables (docs/configuration.md):\n" + "\n".join(f"  {v.name}: {v.doc}" for v in own)
 
 
 if __name__ == "__main__":

@@ -40,53 +40,156 @@ def _flag(help: str, choices: tuple[str, ...] | None = None, **kw):
 
 @dataclass(frozen=True)
 class ServerArgs:
-    model_path: str | None = _flag("HF model directory or .gguf file (default: the built-in SmolLM2-135M-Instruct)", default=None)
+    model_path: str | None = _flag(
+        "HF model directory or .gguf file (default: the built-in SmolLM2-135M-Instruct)", default=None
+    )
     tokenizer_path: str | None = _flag("tokenizer directory or .gguf file (default: the model's)", default=None)
     load_format: str = _flag("weights format; dummy = seeded random weights", LOAD_FORMATS, default="auto")
-    model_impl: str = _flag("code that runs the model: langrt = its native module (docs/models.md lists them); transformers = the model's own transformers code with langrt's paged attention (any causal LM transformers has; no --tp-size or --quantization int8/int4); auto = native where langrt has the architecture, else transformers", MODEL_IMPLS, default="auto")
-    dtype: str = _flag("serving dtype; auto = bfloat16 where the device runs it fast, else float32/float16", DTYPES, default="auto")
+    model_impl: str = _flag(
+        "code that runs the model: langrt = its native module (docs/models.md lists them); transformers = the model's own transformers code with langrt's paged attention (any causal LM transformers has; no --tp-size or --quantization int8/int4); auto = native where langrt has the architecture, else transformers",
+        MODEL_IMPLS,
+        default="auto",
+    )
+    dtype: str = _flag(
+        "serving dtype; auto = bfloat16 where the device runs it fast, else float32/float16", DTYPES, default="auto"
+    )
     device: str = _flag("auto = cuda when present, else cpu", DEVICES, default="auto")
-    attention_backend: str = _flag("attention implementation; auto = triton on cuda, cpu (torch with langrt's C++ kernel for decode rows) on cpu", ATTENTION_BACKENDS, default="auto")
-    context_length: int | None = _flag("maximum tokens per request (prompt + output); default: the model's", default=None)
+    attention_backend: str = _flag(
+        "attention implementation; auto = triton on cuda, cpu (torch with langrt's C++ kernel for decode rows) on cpu",
+        ATTENTION_BACKENDS,
+        default="auto",
+    )
+    context_length: int | None = _flag(
+        "maximum tokens per request (prompt + output); default: the model's", default=None
+    )
     max_total_tokens: int | None = _flag("KV pool size in tokens; default: from --mem-fraction-static", default=None)
-    mem_fraction_static: float | None = _flag("fraction of free device memory (CPU: available RAM) for the KV pool; default 0.85 cuda, 0.1 cpu", default=None)
-    max_running_requests: int | None = _flag("requests decoded together at most; default 256 cpu, 1024 cuda", default=None)
-    chunked_prefill_size: int | None = _flag("prompt tokens computed per forward pass at most; longer prompts are prefilled in chunks (-1: no limit); default 8192 cuda, 2048 cpu", default=None)
+    mem_fraction_static: float | None = _flag(
+        "fraction of free device memory (CPU: available RAM) for the KV pool; default 0.85 cuda, 0.1 cpu", default=None
+    )
+    max_running_requests: int | None = _flag(
+        "requests decoded together at most; default 256 cpu, 1024 cuda", default=None
+    )
+    chunked_prefill_size: int | None = _flag(
+        "prompt tokens computed per forward pass at most; longer prompts are prefilled in chunks (-1: no limit); default 8192 cuda, 2048 cpu",
+        default=None,
+    )
     disable_radix_cache: bool = _flag("do not reuse KV across requests (the baseline for benchmarks)", default=False)
-    hicache_size: float = _flag("GB of host memory for K/V the radix cache evicts, loaded back when a request's prefix returns instead of computed again (0: none; docs/hicache.md)", default=0.0)
-    hicache_dir: str | None = _flag("directory for a disk tier below --hicache-size: evicted K/V written as checked files, found again after a restart (keyed by the model's files and settings and the token prefix; docs/hicache.md)", default=None)
-    hicache_disk_size: float = _flag("GB the --hicache-dir files may take at most (least recently used removed first)", default=16.0)
-    grammar_compile_timeout: float = _flag("seconds a grammar may take to compile before its request fails (a regex whose automaton explodes)", default=10.0)
-    grammar_backend: str = _flag("engine for regex / json_schema / ebnf / choices / structural_tag constraints: langrt's own (the only one with jump-forward), or the xgrammar or llguidance package (docs/grammar_backends.md)", GRAMMAR_BACKENDS, default="langrt")
-    reasoning_parser: str | None = _flag("reasoning models: split the output's thinking (<think>...</think>) into reasoning_content on /v1/chat/completions, and hold response_format / regex / tool-call grammars to the answer after it (qwen3, deepseek-r1; docs/reasoning.md)", default=None)
-    lora_paths: tuple[str, ...] = _flag("LoRA adapters to serve beside the base model, each NAME=DIR (a PEFT adapter directory: adapter_config.json + adapter_model.safetensors) or DIR (named DIR); a request picks one with lora_path (native) or model='BASE:NAME' (OpenAI); docs/lora.md", default=())
-    max_loras_per_batch: int = _flag("different LoRA adapters one forward pass holds at most (requests for others wait for a later pass)", default=8)
-    disable_jump_forward: bool = _flag("decode grammar-forced text token by token instead of appending it in one step", default=False)
-    speculative_algorithm: str | None = _flag("speculative decoding: NGRAM = drafts copied from where the request's last tokens occurred before (its prompt and output, recent outputs); DRAFT = drafts a smaller model with the same tokenizer generates (--speculative-draft-model-path); verified in the next pass, outputs are what they would be without it (docs/architecture.md)", default=None)
-    speculative_draft_model_path: str | None = _flag("the draft model of --speculative-algorithm DRAFT: an HF directory or .gguf file of a model with the target's tokenizer", default=None)
-    speculative_num_draft_tokens: int | None = _flag("drafts per request and pass at most (with --speculative-algorithm; each request's length adapts below it to how its drafts fare; default 16 for NGRAM, 8 for DRAFT)", default=None)
+    hicache_size: float = _flag(
+        "GB of host memory for K/V the radix cache evicts, loaded back when a request's prefix returns instead of computed again (0: none; docs/hicache.md)",
+        default=0.0,
+    )
+    hicache_dir: str | None = _flag(
+        "directory for a disk tier below --hicache-size: evicted K/V written as checked files, found again after a restart (keyed by the model's files and settings and the token prefix; docs/hicache.md)",
+        default=None,
+    )
+    hicache_disk_size: float = _flag(
+        "GB the --hicache-dir files may take at most (least recently used removed first)", default=16.0
+    )
+    grammar_compile_timeout: float = _flag(
+        "seconds a grammar may take to compile before its request fails (a regex whose automaton explodes)",
+        default=10.0,
+    )
+    grammar_backend: str = _flag(
+        "engine for regex / json_schema / ebnf / choices / structural_tag constraints: langrt's own (the only one with jump-forward), or the xgrammar or llguidance package (docs/grammar_backends.md)",
+        GRAMMAR_BACKENDS,
+        default="langrt",
+    )
+    reasoning_parser: str | None = _flag(
+        "reasoning models: split the output's thinking (<think>...</think>) into reasoning_content on /v1/chat/completions, and hold response_format / regex / tool-call grammars to the answer after it (qwen3, deepseek-r1; docs/reasoning.md)",
+        default=None,
+    )
+    lora_paths: tuple[str, ...] = _flag(
+        "LoRA adapters to serve beside the base model, each NAME=DIR (a PEFT adapter directory: adapter_config.json + adapter_model.safetensors) or DIR (named DIR); a request picks one with lora_path (native) or model='BASE:NAME' (OpenAI); docs/lora.md",
+        default=(),
+    )
+    max_loras_per_batch: int = _flag(
+        "different LoRA adapters one forward pass holds at most (requests for others wait for a later pass)", default=8
+    )
+    disable_jump_forward: bool = _flag(
+        "decode grammar-forced text token by token instead of appending it in one step", default=False
+    )
+    speculative_algorithm: str | None = _flag(
+        "speculative decoding: NGRAM = drafts copied from where the request's last tokens occurred before (its prompt and output, recent outputs); DRAFT = drafts a smaller model with the same tokenizer generates (--speculative-draft-model-path); verified in the next pass, outputs are what they would be without it (docs/architecture.md)",
+        default=None,
+    )
+    speculative_draft_model_path: str | None = _flag(
+        "the draft model of --speculative-algorithm DRAFT: an HF directory or .gguf file of a model with the target's tokenizer",
+        default=None,
+    )
+    speculative_num_draft_tokens: int | None = _flag(
+        "drafts per request and pass at most (with --speculative-algorithm; each request's length adapts below it to how its drafts fare; default 16 for NGRAM, 8 for DRAFT)",
+        default=None,
+    )
     schedule_policy: str = _flag("admission order of waiting requests", SCHEDULE_POLICIES, default="lpm")
-    max_queued_requests: int = _flag("requests waiting beyond the running batch at most; more get HTTP 503", default=4096)
+    max_queued_requests: int = _flag(
+        "requests waiting beyond the running batch at most; more get HTTP 503", default=4096
+    )
     host: str = _flag("HTTP address to bind (127.0.0.1: this machine only)", default="127.0.0.1")
     port: int = _flag("HTTP port", default=30000)
     api_key: str | None = _flag("require 'Authorization: Bearer KEY' on every route but /health", default=None)
-    served_model_name: str | None = _flag("model name reported by the OpenAI API (default: the model path)", default=None)
-    chat_template: str | None = _flag("chat template for /v1/chat/completions: a name (chatml, llama-3-instruct, qwen, default) or a .jinja file (default: the tokenizer's)", default=None)
+    served_model_name: str | None = _flag(
+        "model name reported by the OpenAI API (default: the model path)", default=None
+    )
+    chat_template: str | None = _flag(
+        "chat template for /v1/chat/completions: a name (chatml, llama-3-instruct, qwen, default) or a .jinja file (default: the tokenizer's)",
+        default=None,
+    )
     max_request_bytes: int = _flag("largest HTTP request body accepted; larger get 413", default=16 * 1024 * 1024)
-    body_read_timeout: float = _flag("seconds a client may take to send its request body; slower ones get 408 (a stalled upload must not hold a connection forever)", default=30.0)
-    tp_size: int = _flag("tensor parallel ranks: the model's heads, MLP rows and vocabulary split over N processes (torch.distributed: gloo on CPU, NCCL on CUDA, one GPU each); rank 0 schedules, the others run their part of each pass (langrt/parallel/)", default=1)
-    dp_size: int = _flag("data parallel replicas: N whole servers (each its own scheduler, KV pool and radix cache) on private ports behind a cache-aware router on --port (langrt/router/)", default=1)
-    quantization: str = _flag("weight format; auto = a GGUF file's Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and Q2_K-Q6_K blocks served as stored on CPU (where langrt's kernels build), else weights in --dtype; none = always --dtype; int8 / int4 = plain weights quantized at load (CPU) to int8 / int4 in groups of 32 (the LM head at int8); fp8 = not on CPUs", QUANTIZATIONS, default="auto")
-    cpu_dense_copy: bool = _flag("also keep a bfloat16 copy of every quantized matrix (GGUF blocks, --quantization int8/int4) for prompts and passes of many rows in bfloat16 on CPU: oneDNN's GEMM on it is faster where the CPU has AVX512-BF16/AMX, at 2 bytes a weight beside the blocks (~3 GB for a 1.5B model, 3.5x a Q4_K_M file); without it those passes multiply the blocks (skipped where the copies exceed a quarter of the available RAM)", default=False)
-    enable_torch_compile: bool = _flag("compile each layer's attention-free halves with torch.compile (slower start; see benchmarks/README.md for when it pays)", default=False)
-    disable_cuda_graph: bool = _flag("decode without CUDA graphs (on CUDA with --attention-backend triton, each decode batch size up to --cuda-graph-max-bs is captured once at start and replayed, taking the step's kernel launches off the host)", default=False)
-    cuda_graph_max_bs: int | None = _flag("largest decode batch replayed as a CUDA graph (smaller ones are padded to the next captured size; larger ones run eagerly); default 160, at most --max-running-requests", default=None)
+    body_read_timeout: float = _flag(
+        "seconds a client may take to send its request body; slower ones get 408 (a stalled upload must not hold a connection forever)",
+        default=30.0,
+    )
+    tp_size: int = _flag(
+        "tensor parallel ranks: the model's heads, MLP rows and vocabulary split over N processes (torch.distributed: gloo on CPU, NCCL on CUDA, one GPU each); rank 0 schedules, the others run their part of each pass (langrt/parallel/)",
+        default=1,
+    )
+    dp_size: int = _flag(
+        "data parallel replicas: N whole servers (each its own scheduler, KV pool and radix cache) on private ports behind a cache-aware router on --port (langrt/router/)",
+        default=1,
+    )
+    quantization: str = _flag(
+        "weight format; auto = a GGUF file's Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and Q2_K-Q6_K blocks served as stored on CPU (where langrt's kernels build), else weights in --dtype; none = always --dtype; int8 / int4 = plain weights quantized at load (CPU) to int8 / int4 in groups of 32 (the LM head at int8); fp8 = not on CPUs",
+        QUANTIZATIONS,
+        default="auto",
+    )
+    cpu_dense_copy: bool = _flag(
+        "also keep a bfloat16 copy of every quantized matrix (GGUF blocks, --quantization int8/int4) for prompts and passes of many rows in bfloat16 on CPU: oneDNN's GEMM on it is faster where the CPU has AVX512-BF16/AMX, at 2 bytes a weight beside the blocks (~3 GB for a 1.5B model, 3.5x a Q4_K_M file); without it those passes multiply the blocks (skipped where the copies exceed a quarter of the available RAM)",
+        default=False,
+    )
+    enable_torch_compile: bool = _flag(
+        "compile each layer's attention-free halves with torch.compile (slower start; see benchmarks/README.md for when it pays)",
+        default=False,
+    )
+    disable_cuda_graph: bool = _flag(
+        "decode without CUDA graphs (on CUDA with --attention-backend triton, each decode batch size up to --cuda-graph-max-bs is captured once at start and replayed, taking the step's kernel launches off the host)",
+        default=False,
+    )
+    cuda_graph_max_bs: int | None = _flag(
+        "largest decode batch replayed as a CUDA graph (smaller ones are padded to the next captured size; larger ones run eagerly); default 160, at most --max-running-requests",
+        default=None,
+    )
     random_seed: int = _flag("seed for dummy weights and unseeded sampling", default=0)
-    num_threads: int | None = _flag("torch CPU threads in each model process (each tensor-parallel rank); default: the cores it may use, shared out over the --tp-size ranks", default=None)
-    disable_malloc_tuning: bool = _flag("leave the C allocator of the model process at its defaults (by default it keeps freed memory for the next pass, so CPU passes stop refaulting their activations; it holds on to its peak heap)", default=False)
-    disable_dashboard: bool = _flag("do not serve the live dashboard (GET /dashboard, /dashboard/state, /dashboard/events; docs/dashboard.md)", default=False)
-    is_embedding: bool = _flag("serve embeddings (/v1/embeddings, /encode, Engine.encode) instead of generation: encoder models (BERT family) always, decoder models with --pooling (docs/embeddings.md)", default=False)
-    pooling: str | None = _flag("how --is-embedding pools a model's hidden states: last (token), mean, cls; default: the model directory's sentence-transformers settings, else mean for encoders and last for decoders", ("last", "mean", "cls", None), default=None)
+    num_threads: int | None = _flag(
+        "torch CPU threads in each model process (each tensor-parallel rank); default: the cores it may use, shared out over the --tp-size ranks",
+        default=None,
+    )
+    disable_malloc_tuning: bool = _flag(
+        "leave the C allocator of the model process at its defaults (by default it keeps freed memory for the next pass, so CPU passes stop refaulting their activations; it holds on to its peak heap)",
+        default=False,
+    )
+    disable_dashboard: bool = _flag(
+        "do not serve the live dashboard (GET /dashboard, /dashboard/state, /dashboard/events; docs/dashboard.md)",
+        default=False,
+    )
+    is_embedding: bool = _flag(
+        "serve embeddings (/v1/embeddings, /encode, Engine.encode) instead of generation: encoder models (BERT family) always, decoder models with --pooling (docs/embeddings.md)",
+        default=False,
+    )
+    pooling: str | None = _flag(
+        "how --is-embedding pools a model's hidden states: last (token), mean, cls; default: the model directory's sentence-transformers settings, else mean for encoders and last for decoders",
+        ("last", "mean", "cls", None),
+        default=None,
+    )
     log_level: str = _flag("logging level", ("debug", "info", "warning", "error"), default="info")
 
     def __post_init__(self):
@@ -95,7 +198,17 @@ class ServerArgs:
             value = getattr(self, f.name)
             if choices and value not in choices:
                 raise ValueError(f"--{_flag_name(f.name)} must be one of {', '.join(choices)}; got {value!r}")
-        _check_positive(self, "context_length", "max_total_tokens", "max_running_requests", "num_threads", "max_request_bytes", "dp_size", "tp_size", "cuda_graph_max_bs")
+        _check_positive(
+            self,
+            "context_length",
+            "max_total_tokens",
+            "max_running_requests",
+            "num_threads",
+            "max_request_bytes",
+            "dp_size",
+            "tp_size",
+            "cuda_graph_max_bs",
+        )
         if not self.body_read_timeout > 0:
             raise ValueError(f"--body-read-timeout must be positive; got {self.body_read_timeout}")
         if self.max_queued_requests < 0:
@@ -108,7 +221,9 @@ class ServerArgs:
                 "use --quantization int8 or int4 (CPU)"
             )
         if self.quantization in ("int8", "int4") and self.enable_torch_compile:
-            raise ValueError(f"--quantization {self.quantization} and --enable-torch-compile: the compiled layers take plain weights; choose one")
+            raise ValueError(
+                f"--quantization {self.quantization} and --enable-torch-compile: the compiled layers take plain weights; choose one"
+            )
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535; got {self.port}")
         if not self.grammar_compile_timeout > 0:
@@ -119,7 +234,9 @@ class ServerArgs:
         _check_speculative(self)
         _check_hicache(self)
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
-            raise ValueError(f"--reasoning-parser must be one of {', '.join(REASONING_PARSERS)}; got {self.reasoning_parser!r}")
+            raise ValueError(
+                f"--reasoning-parser must be one of {', '.join(REASONING_PARSERS)}; got {self.reasoning_parser!r}"
+            )
         _check_positive(self, "max_loras_per_batch")
         self.lora_adapters  # a malformed --lora-paths entry fails here, before the model loads
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
@@ -147,7 +264,9 @@ class ServerArgs:
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
         if device == "cuda" and self.tp_size > 1 and self.tp_size > torch.cuda.device_count():
-            raise ValueError(f"--tp-size {self.tp_size} on CUDA needs a GPU per rank; torch sees {torch.cuda.device_count()}")
+            raise ValueError(
+                f"--tp-size {self.tp_size} on CUDA needs a GPU per rank; torch sees {torch.cuda.device_count()}"
+            )
         dtype = self.dtype if self.dtype != "auto" else _best_dtype(device)
         if self.quantization in ("int8", "int4") and (device != "cpu" or dtype not in ("float32", "bfloat16")):
             raise ValueError(
@@ -225,13 +344,19 @@ def _check_speculative(args: ServerArgs) -> None:
 
 def _check_hicache(args: ServerArgs) -> None:
     if args.hicache_size < 0 or not args.hicache_disk_size > 0:
-        raise ValueError(f"--hicache-size must be >= 0 and --hicache-disk-size positive; got {args.hicache_size}, {args.hicache_disk_size}")
+        raise ValueError(
+            f"--hicache-size must be >= 0 and --hicache-disk-size positive; got {args.hicache_size}, {args.hicache_disk_size}"
+        )
     if not args.hicache_size and args.hicache_dir is None:
         return
     if args.disable_radix_cache:
-        raise ValueError("--hicache-size / --hicache-dir keep what the radix cache evicts; they need it: drop --disable-radix-cache")
+        raise ValueError(
+            "--hicache-size / --hicache-dir keep what the radix cache evicts; they need it: drop --disable-radix-cache"
+        )
     if args.tp_size > 1:
-        raise ValueError("--hicache-size / --hicache-dir: the tiers copy one pool's K/V, not tensor-parallel ranks' parts; use --tp-size 1")
+        raise ValueError(
+            "--hicache-size / --hicache-dir: the tiers copy one pool's K/V, not tensor-parallel ranks' parts; use --tp-size 1"
+        )
 
 
 def _attention_backend(asked: str, device: str) -> str:

@@ -37,7 +37,9 @@ def validate_request(input_ids: Sequence[int], params: SamplingParams, limits: L
         raise InvalidRequest(f"stop_token_ids contain token ids outside [0, {vocab})", param="stop_token_ids")
     prompt_len = len(input_ids)
     if prompt_len >= limits.context_len:
-        raise InvalidRequest(f"the prompt has {prompt_len} tokens; the context length is {limits.context_len}", param="prompt")
+        raise InvalidRequest(
+            f"the prompt has {prompt_len} tokens; the context length is {limits.context_len}", param="prompt"
+        )
     if prompt_len + params.max_new_tokens > limits.context_len:
         raise InvalidRequest(
             f"prompt ({prompt_len} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the context "

@@ -77,11 +77,16 @@ class UnconditionalLikelihoodNormalized:
 
     requires_unconditional = True
 
-    def __call__(self, conditional: list[TokenLogprobs], unconditional: list[TokenLogprobs] | None = None) -> ChoiceResult:
+    def __call__(
+        self, conditional: list[TokenLogprobs], unconditional: list[TokenLogprobs] | None = None
+    ) -> ChoiceResult:
         if unconditional is None:
             raise ValueError("unconditional_likelihood_normalized needs each choice's unconditional logprobs")
         scores = [mean_logprob(c) - mean_logprob(u) for c, u in zip(conditional, unconditional, strict=True)]
-        meta = {"unconditional_token_logprobs": [list(u) for u in unconditional], "normalized_unconditional_prompt_logprobs": scores}
+        meta = {
+            "unconditional_token_logprobs": [list(u) for u in unconditional],
+            "normalized_unconditional_prompt_logprobs": scores,
+        }
         return ChoiceResult(_first_argmax(scores), meta)
 
     def __repr__(self) -> str:

@@ -22,7 +22,9 @@ from langrt_frontend.tracing import shared_prefix
 class SglFunction:
     def __init__(self, func: Callable, num_api_spec_tokens: int | None = None, bind_arguments: dict | None = None):
         params = list(inspect.signature(func).parameters)
-        assert params and params[0] == "s", f'the first parameter of an @function program must be named "s", got {params[:1]}'
+        assert params and params[0] == "s", (
+            f'the first parameter of an @function program must be named "s", got {params[:1]}'
+        )
         self.func = func
         self.num_api_spec_tokens = num_api_spec_tokens  # accepted for SGLang compatibility
         self.arg_names = params[1:]
@@ -51,7 +53,10 @@ class SglFunction:
             # The body runs on its own thread so that the caller can iterate the text now;
             # an exception there is recorded on the state.
             threading.Thread(
-                target=self._run_body, args=(state, args, program_kwargs, True), name="langrt-frontend-body", daemon=True
+                target=self._run_body,
+                args=(state, args, program_kwargs, True),
+                name="langrt-frontend-body",
+                daemon=True,
             ).start()
             return state
         return self._run_body(state, args, program_kwargs, False)
@@ -152,7 +157,9 @@ def _backend(backend):
     if backend is None:
         raise RuntimeError("no backend: pass backend=... or call set_default_backend(RuntimeEndpoint(url))")
     if not isinstance(backend, (Backend, PrimitiveBackend)):
-        raise TypeError(f"not a backend: {backend!r}; use RuntimeEndpoint(url), Runtime(...), EngineBackend(...) or OpenAI(model)")
+        raise TypeError(
+            f"not a backend: {backend!r}; use RuntimeEndpoint(url), Runtime(...), EngineBackend(...) or OpenAI(model)"
+        )
     return backend
 
 
@@ -186,5 +193,3 @@ def _progress(enabled: bool, total: int):
     from tqdm.auto import tqdm  # only when a progress bar is asked for
 
     return tqdm(total=total)
-
-

@@ -34,20 +34,47 @@ _DTYPES = {
 
 # Fields sent inside `sampling_params`; the logprob fields travel at the top of the request.
 _SAMPLING_FIELDS = (
-    "max_new_tokens", "min_new_tokens", "n", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
-    "top_k", "min_p", "frequency_penalty", "presence_penalty", "ignore_eos", "regex", "json_schema", "ebnf",
-    "reasoning", "max_reasoning_tokens",
-)  # fmt: skip
+    "max_new_tokens",
+    "min_new_tokens",
+    "n",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "ignore_eos",
+    "regex",
+    "json_schema",
+    "ebnf",
+    "reasoning",
+    "max_reasoning_tokens",
+)
 LOGPROB_FIELDS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 # Fields at the top of the request besides the logprob ones: the LoRA adapter (docs/lora.md)
 _REQUEST_FIELDS = (*LOGPROB_FIELDS, "lora_path")
 
 # `run`/`run_batch` keyword arguments that are sampling settings (docs/programs.md, run and forks), and their defaults.
 RUN_DEFAULTS: dict[str, Any] = dict(
-    max_new_tokens=128, stop=(), stop_token_ids=(), temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0,
-    frequency_penalty=0.0, presence_penalty=0.0, ignore_eos=False, return_logprob=None, logprob_start_len=None,
-    top_logprobs_num=None, return_text_in_logprobs=None, lora_path=None,
-)  # fmt: skip
+    max_new_tokens=128,
+    stop=(),
+    stop_token_ids=(),
+    temperature=1.0,
+    top_p=1.0,
+    top_k=-1,
+    min_p=0.0,
+    frequency_penalty=0.0,
+    presence_penalty=0.0,
+    ignore_eos=False,
+    return_logprob=None,
+    logprob_start_len=None,
+    top_logprobs_num=None,
+    return_text_in_logprobs=None,
+    lora_path=None,
+)
 
 
 @dataclass(frozen=True)

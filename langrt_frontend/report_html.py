@@ -36,14 +36,19 @@ def _label(i: int, call, names: dict[int, str]) -> str:
 
 
 def render_page(calls, names: dict[int, str], groups) -> str:
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>langrt program report</title><style>{STYLE}</style></head><body>"]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>langrt program report</title><style>{STYLE}</style></head><body>"
+    ]
     parts += [_summary(calls), _timeline(calls, names), _shared(calls, names, groups), _requests(calls, names)]
     return "\n".join(parts) + "</body></html>\n"
 
 
 def _summary(calls) -> str:
     wall = max((c.end for c in calls), default=0.0) - min((c.start for c in calls), default=0.0)
-    prompt, cached = sum(_meta_sum(c, "prompt_tokens") for c in calls), sum(_meta_sum(c, "cached_tokens") for c in calls)
+    prompt, cached = (
+        sum(_meta_sum(c, "prompt_tokens") for c in calls),
+        sum(_meta_sum(c, "cached_tokens") for c in calls),
+    )
     by_kind = defaultdict(lambda: [0, 0.0, 0, 0])
     for c in calls:
         row = by_kind[c.kind]
@@ -85,7 +90,9 @@ def _timeline(calls, names) -> str:
     t0 = min((c.start for c in calls), default=0.0)
     span = max(1e-6, max((c.end for c in calls), default=1.0) - t0)
     width, lane_h, left = 900, 26, 150
-    svg = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{left + width + 20}' height='{lane_h * len(lanes) + 30}' id='timeline'>"]
+    svg = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{left + width + 20}' height='{lane_h * len(lanes) + 30}' id='timeline'>"
+    ]
     for k, lane in enumerate(lanes):
         svg.append(f"<text x='4' y='{lane_h * k + 18}' font-size='12'>{html.escape(labels[lane][:22])}</text>")
     for i, c in enumerate(calls):
@@ -94,13 +101,21 @@ def _timeline(calls, names) -> str:
         y = lane_h * lanes.index(c.lane) + 4
         prompt = _meta_sum(c, "prompt_tokens")
         cached_w = w * _meta_sum(c, "cached_tokens") / prompt if prompt else 0
-        title = html.escape(f"{_label(i, c, names)}: {1e3 * (c.end - c.start):.0f} ms, {prompt} prompt tokens, {_meta_sum(c, 'cached_tokens')} cached")
-        svg.append(f"<g><title>{title}</title><rect class='kind-{c.kind}' x='{x:.1f}' y='{y}' width='{w:.1f}' height='18' rx='2'/>"
-                   f"<rect class='cached' x='{x:.1f}' y='{y + 14}' width='{cached_w:.1f}' height='4'/></g>")  # fmt: skip
-    svg.append(f"<text x='{left}' y='{lane_h * len(lanes) + 22}' font-size='11'>0 s</text>"
-               f"<text x='{left + width - 40}' y='{lane_h * len(lanes) + 22}' font-size='11'>{span:.3f} s</text></svg>")  # fmt: skip
-    return ("<h2>Timeline</h2><p>One lane per program state (forks run on their own threads); blue gen, orange select, grey a cache "
-            "warm-up; the green strip is the share of the prompt served from the cache.</p>" + "".join(svg))  # fmt: skip
+        title = html.escape(
+            f"{_label(i, c, names)}: {1e3 * (c.end - c.start):.0f} ms, {prompt} prompt tokens, {_meta_sum(c, 'cached_tokens')} cached"
+        )
+        svg.append(
+            f"<g><title>{title}</title><rect class='kind-{c.kind}' x='{x:.1f}' y='{y}' width='{w:.1f}' height='18' rx='2'/>"
+            f"<rect class='cached' x='{x:.1f}' y='{y + 14}' width='{cached_w:.1f}' height='4'/></g>"
+        )
+    svg.append(
+        f"<text x='{left}' y='{lane_h * len(lanes) + 22}' font-size='11'>0 s</text>"
+        f"<text x='{left + width - 40}' y='{lane_h * len(lanes) + 22}' font-size='11'>{span:.3f} s</text></svg>"
+    )
+    return (
+        "<h2>Timeline</h2><p>One lane per program state (forks run on their own threads); blue gen, orange select, grey a cache "
+        "warm-up; the green strip is the share of the prompt served from the cache.</p>" + "".join(svg)
+    )
 
 
 def _shared(calls, names, groups) -> str:
@@ -111,7 +126,11 @@ def _shared(calls, names, groups) -> str:
         members = ", ".join(_label(i, calls[i], names) for i in g.members)
         cached = sum(_meta_sum(calls[i], "cached_tokens") for i in g.members)
         fork = g.is_fork(calls)
-        note = f" <b>fork</b>: {len(g.forked)} requests continue from its end ({', '.join(_label(i, calls[i], names) for i in g.forked)})." if fork else ""
+        note = (
+            f" <b>fork</b>: {len(g.forked)} requests continue from its end ({', '.join(_label(i, calls[i], names) for i in g.forked)})."
+            if fork
+            else ""
+        )
         out.append(
             f"<div class='shared-prefix{' fork' if fork else ''}' data-members='{len(g.members)}' data-chars='{g.chars}'>"
             f"<div>{len(g.members)} requests share {g.chars} characters; they were served {cached} prompt tokens from the "
@@ -131,6 +150,8 @@ def _requests(calls, names) -> str:
             f"<td class='num'>{_meta_sum(c, 'completion_tokens')}</td><td class='num'>{1e3 * (c.end - c.start):.0f}</td>"
             f"<td>{excerpt(output, 40, 20)}</td></tr>"
         )
-    return ("<h2>Requests</h2><table id='requests'><tr><th>#</th><th>lane</th><th>kind</th><th>variable</th>"
-            "<th class='num'>prompt</th><th class='num'>cached</th><th class='num'>generated</th><th class='num'>ms</th>"
-            "<th>output</th></tr>" + "".join(rows) + "</table>")  # fmt: skip
+    return (
+        "<h2>Requests</h2><table id='requests'><tr><th>#</th><th>lane</th><th>kind</th><th>variable</th>"
+        "<th class='num'>prompt</th><th class='num'>cached</th><th class='num'>generated</th><th class='num'>ms</th>"
+        "<th>output</th></tr>" + "".join(rows) + "</table>"
+    )

@@ -51,7 +51,9 @@ def score_choices(
     return decide(choices, method, prefix_entries, rows[:k], rows[k:] or None, outputs)
 
 
-def decide(choices: Sequence[str], method, prefix_entries: list, rows: list, unconditional=None, outputs=None) -> tuple[str, dict]:
+def decide(
+    choices: Sequence[str], method, prefix_entries: list, rows: list, unconditional=None, outputs=None
+) -> tuple[str, dict]:
     """The winner and the meta info, from the prefix's entries, each `prefix + choice` row's
     (both from the same start) and, for methods that need them, each choice's scored alone."""
     conditional = [choice_tokens(prefix_entries, row) for row in rows]

@@ -218,5 +218,3 @@ def _gather_variables(parent: Executor, children: list[Executor]) -> None:
                 metas.setdefault(name, []).append(child.meta_info.get(name))
     for name, values in gathered.items():
         parent.set(name, values, metas[name])
-
-

@@ -49,7 +49,9 @@ def test_parts(xml: Path) -> dict[str, dict]:
 
 def step_status(record: dict) -> str:
     if not record["cuda"]:
-        return "skipped: no CUDA" + ("" if record["rc"] == 0 else f" (its dry run failed, rc={record['rc']}: see gpu_check.log)")
+        return "skipped: no CUDA" + (
+            "" if record["rc"] == 0 else f" (its dry run failed, rc={record['rc']}: see gpu_check.log)"
+        )
     return {0: "passed", 124: "timed out", 137: "timed out"}.get(record["rc"], "failed")
 
 
@@ -86,7 +88,9 @@ def build(work: Path, out: Path) -> dict:
 def show(summary: dict) -> None:
     env = summary["env"]
     print("=" * 20, "summary", "=" * 20)
-    print(f"{env.get('gpu', 'no GPU')} | torch {env.get('torch')} | triton {env.get('triton')} | transformers {env.get('transformers')} | {env.get('commit')}")
+    print(
+        f"{env.get('gpu', 'no GPU')} | torch {env.get('torch')} | triton {env.get('triton')} | transformers {env.get('transformers')} | {env.get('commit')}"
+    )
     for name, s in summary["steps"].items():
         counts = " ".join(f"{k}={s[k]}" for k in ("passed", "failed", "errors", "skipped") if k in s)
         print(f"{name:14} {s['status']:10} {s['seconds']:4d}s {counts}")

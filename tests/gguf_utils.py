@@ -288,12 +288,17 @@ def write_converted_gguf(
     return Path(path)
 
 
-def _converted(hf_name: str, values: np.ndarray, config: Any, names: gguf.TensorNameMap) -> list[tuple[str, np.ndarray]]:
+def _converted(
+    hf_name: str, values: np.ndarray, config: Any, names: gguf.TensorNameMap
+) -> list[tuple[str, np.ndarray]]:
     """(GGUF name, values) for one HF tensor, as the converter's modify_tensors writes it."""
     if hf_name.endswith(".mlp.experts.gate_up_proj"):  # [E, 2I, H]: gate rows first
         prefix = names.get_name(hf_name.replace("gate_up_proj", "down_proj")).replace("down", "{}")
         half = values.shape[1] // 2
-        return [(f"{prefix.format('gate')}.weight", values[:, :half]), (f"{prefix.format('up')}.weight", values[:, half:])]
+        return [
+            (f"{prefix.format('gate')}.weight", values[:, :half]),
+            (f"{prefix.format('up')}.weight", values[:, half:]),
+        ]
     if hf_name.endswith(".mlp.experts.down_proj"):
         return [(f"{names.get_name(hf_name)}.weight", values)]
     module, kind = hf_name.rsplit(".", 1)

@@ -27,7 +27,9 @@ class LaunchedServer:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.process.poll() is not None:
-                raise RuntimeError(f"langrt launch exited with {self.process.returncode}:\n{self.process.stdout.read()}")
+                raise RuntimeError(
+                    f"langrt launch exited with {self.process.returncode}:\n{self.process.stdout.read()}"
+                )
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError("langrt launch did not become healthy in time")
@@ -64,7 +66,9 @@ class LaunchedServer:
 
     def stream(self, path: str, body, headers=None) -> list:
         """The SSE events of a streaming POST, parsed (the final [DONE] kept as a string)."""
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST", headers=headers or {})
+        req = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), method="POST", headers=headers or {}
+        )
         events = []
         with urllib.request.urlopen(req, timeout=120) as resp:
             for line in resp:

@@ -76,9 +76,7 @@ def random_prompts(seed: int, lengths) -> list[list[int]]:
     return [torch.randint(FIRST_ORDINARY_TOKEN, TINY_DIMS["vocab_size"], (n,), generator=gen).tolist() for n in lengths]
 
 
-def langrt_pieces(
-    model_dir, lengths=(5, 23, 41), decode_steps: int = 3, seed: int = 0, **runner_kw
-) -> list[Piece]:
+def langrt_pieces(model_dir, lengths=(5, 23, 41), decode_steps: int = 3, seed: int = 0, **runner_kw) -> list[Piece]:
     """Run langrt (float32) over `model_dir`: prefill prompts of `lengths` in one batch; then one
     pass extending prompt 0 by 7 tokens on its whole cached K/V, prompt 1's first 9 tokens plus 6
     new ones on part of its cached K/V, and a fresh 11-token prompt; then `decode_steps` greedy
@@ -104,7 +102,9 @@ def _greedy_steps(driver: RunnerDriver, last: list[torch.Tensor], first: int, st
     for _ in range(steps):
         logits = driver.decode(indices, [int(x.argmax()) for x in last])
         last = list(logits)
-        pieces += [Piece("decode", list(driver.seqs[i]), len(driver.seqs[i]) - 1, x[None]) for i, x in zip(indices, last)]
+        pieces += [
+            Piece("decode", list(driver.seqs[i]), len(driver.seqs[i]) - 1, x[None]) for i, x in zip(indices, last)
+        ]
     return pieces
 
 
@@ -124,7 +124,9 @@ def hf_logits_stepwise(hf_model, ids: list[int]) -> torch.Tensor:
     rows = []
     with torch.no_grad():
         for position, token in enumerate(ids):
-            out = hf_model(torch.tensor([[token]]), position_ids=torch.tensor([[position]]), cache=cache, use_cache=True)
+            out = hf_model(
+                torch.tensor([[token]]), position_ids=torch.tensor([[position]]), cache=cache, use_cache=True
+            )
             rows.append(out.logits[0, -1].float())
     return torch.stack(rows)
 

@@ -96,6 +96,8 @@ def load_case(path: Path, encode: Encode) -> Case | None:
     """One MaskBench file as a Case (its instances serialised and tokenized); None if it has none."""
     content = json.loads(path.read_text())
     instances = tuple(
-        Instance(test["valid"], text, tuple(encode(text))) for test in content.get("tests") or [] for text in [serialise(test["data"])]
+        Instance(test["valid"], text, tuple(encode(text)))
+        for test in content.get("tests") or []
+        for text in [serialise(test["data"])]
     )
     return Case(path.stem, source_of(path), content["schema"], instances) if instances else None

@@ -28,7 +28,12 @@ MODULES = {
     "langrt-any": "langrt",
 }
 DEFAULT_ENGINES = ("langrt", "langrt-open", "langrt-any", "xgrammar", "llguidance", "outlines-core")
-DISTRIBUTIONS = {"langrt": "langrt", "xgrammar": "xgrammar", "llguidance": "llguidance", "outlines_core": "outlines-core"}
+DISTRIBUTIONS = {
+    "langrt": "langrt",
+    "xgrammar": "xgrammar",
+    "llguidance": "llguidance",
+    "outlines_core": "outlines-core",
+}
 
 
 class MaskEngine(Protocol):
@@ -83,7 +88,9 @@ class XgrammarEngine:
         self.compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         self.bitmask = xgrammar.allocate_token_bitmask(1, info.vocab_size)
         self.mask = self.bitmask[0].numpy()
-        self.options = dict(any_whitespace=True, strict_mode=False) if compliant else dict(any_whitespace=False, strict_mode=True)
+        self.options = (
+            dict(any_whitespace=True, strict_mode=False) if compliant else dict(any_whitespace=False, strict_mode=True)
+        )
 
     def compile(self, schema):
         self.grammar = self.compiler.compile_json_schema(json.dumps(schema), **self.options)
@@ -165,7 +172,12 @@ def make_engine(name: str, tokenizer) -> MaskEngine:
         return LangrtEngine(tokenizer, open_objects=True)
     if name == "langrt-any":
         return LangrtEngine(tokenizer, open_objects=True, any_order=True)
-    makers = {"langrt": LangrtEngine, "xgrammar": XgrammarEngine, "llguidance": LlguidanceEngine, "outlines-core": OutlinesEngine}
+    makers = {
+        "langrt": LangrtEngine,
+        "xgrammar": XgrammarEngine,
+        "llguidance": LlguidanceEngine,
+        "outlines-core": OutlinesEngine,
+    }
     return makers[name](tokenizer)
 
 

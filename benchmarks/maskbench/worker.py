@@ -28,7 +28,12 @@ from benchmarks.maskbench.results import EngineResult, judge  # noqa: E402
 from langrt import pickle_pipe  # noqa: E402
 
 # One thread per engine: the engines are compared as they run in a large batch, one core each.
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "RAYON_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 # Why 300 s: loading a vocabulary into an engine takes seconds; past minutes the worker is stuck.
 INIT_TIMEOUT_S = 300.0
 
@@ -116,9 +121,18 @@ class EngineWorker:
         self.last_timed_out, self.exit_code = False, None
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "benchmarks.maskbench.worker", self.name, str(self.limits.memory_gb), self.limits.vocab]
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.maskbench.worker",
+            self.name,
+            str(self.limits.memory_gb),
+            self.limits.vocab,
+        ]
         env = os.environ | WORKER_ENV
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=ROOT)
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=ROOT
+        )
         try:
             hello = pickle_pipe.receive(self.process.stdout, INIT_TIMEOUT_S)
         except (TimeoutError, EOFError):
@@ -137,7 +151,9 @@ class EngineWorker:
         if self.process is None:
             self.start()
         try:
-            pickle_pipe.send(self.process.stdin, {"schema": case.schema, "instances": [list(i.tokens) for i in case.instances]})
+            pickle_pipe.send(
+                self.process.stdin, {"schema": case.schema, "instances": [list(i.tokens) for i in case.instances]}
+            )
         except BrokenPipeError:
             self.stop()
             return EngineResult.refused("crash", "the worker had died")

@@ -50,7 +50,9 @@ class Worker:
         answer = json.loads(line) if line else {"error": f"worker exited (code {self.proc.poll()})"}
         if "error" in answer:
             self.close()
-            raise RuntimeError(f"{self.spec.name} worker failed: {answer['error']}\n--- its log ({self.log.name}) ---\n{self.log_tail()}")
+            raise RuntimeError(
+                f"{self.spec.name} worker failed: {answer['error']}\n--- its log ({self.log.name}) ---\n{self.log_tail()}"
+            )
         return answer
 
     def log_tail(self, chars: int = 3000) -> str:

@@ -52,7 +52,9 @@ class ServerSpec:
     def _llama_server_bin(self) -> str:
         found = self.llama_server_bin or shutil.which("llama-server")
         if not found:
-            raise FileNotFoundError("llama-server not found: build it (docs/performance.md says how) and pass --llama-server PATH")
+            raise FileNotFoundError(
+                "llama-server not found: build it (docs/performance.md says how) and pass --llama-server PATH"
+            )
         return found
 
     @property
@@ -74,7 +76,9 @@ class ServerProcess:
     def _wait_healthy(self, deadline: float) -> None:
         while time.perf_counter() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.spec.server} exited with code {self.proc.returncode}; its log: {self.log.name}\n{self._tail()}")
+                raise RuntimeError(
+                    f"{self.spec.server} exited with code {self.proc.returncode}; its log: {self.log.name}\n{self._tail()}"
+                )
             try:
                 with urllib.request.urlopen(self.url + self.spec.health_path, timeout=5) as resp:
                     if resp.status == 200:
@@ -83,7 +87,9 @@ class ServerProcess:
                 pass  # not listening yet, or still loading (llama-server answers 503 then)
             time.sleep(0.5)
         self.stop()
-        raise TimeoutError(f"{self.spec.server} not healthy at {self.url}{self.spec.health_path} in time; its log: {self.log.name}\n{self._tail()}")
+        raise TimeoutError(
+            f"{self.spec.server} not healthy at {self.url}{self.spec.health_path} in time; its log: {self.log.name}\n{self._tail()}"
+        )
 
     def _tail(self) -> str:
         self.log.flush()

@@ -29,14 +29,23 @@ RUNS = SHARED_RUNS + OWN_RUNS
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.stress", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.stress", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("runs", nargs="+", choices=(*RUNS, "all"))
     p.add_argument("--model-path", default=None, help="default: the built-in model")
-    p.add_argument("--num-threads", default="1", help="torch threads of the model process (1: see the report on CPU contention)")
+    p.add_argument(
+        "--num-threads", default="1", help="torch threads of the model process (1: see the report on CPU contention)"
+    )
     p.add_argument("--requests", type=int, default=1000, help="load: requests sent")
     p.add_argument("--concurrency", type=int, default=64, help="load: requests in flight")
     p.add_argument("--max-running", type=int, default=32, help="shared server: --max-running-requests")
-    p.add_argument("--max-queued", type=int, default=16, help="shared server: --max-queued-requests (with --max-running below --concurrency, 503s and retries happen)")
+    p.add_argument(
+        "--max-queued",
+        type=int,
+        default=16,
+        help="shared server: --max-queued-requests (with --max-running below --concurrency, 503s and retries happen)",
+    )
     p.add_argument("--clients", type=int, default=100, help="disconnects: clients that drop")
     p.add_argument("--fuzz-cases", type=int, default=10_000)
     p.add_argument("--fuzz-concurrency", type=int, default=8)
@@ -93,7 +102,9 @@ def run_shared(args, runs: list[str]) -> None:
             if run == "load":
                 result = asyncio.run(load.run_load(server, args.requests, args.concurrency, args.seed))
             elif run == "disconnects":
-                result = asyncio.run(load.run_disconnects(server, args.clients, concurrency=32, new_tokens=200, seed=args.seed))
+                result = asyncio.run(
+                    load.run_disconnects(server, args.clients, concurrency=32, new_tokens=200, seed=args.seed)
+                )
             elif run == "fuzz":
                 cases = hostile.draw_cases(args.fuzz_cases, args.seed)
                 result = asyncio.run(hostile.run_fuzz(server, cases, args.fuzz_concurrency))
@@ -111,13 +122,18 @@ def run_own(args, run: str) -> None:
     if run == "kv_pressure":
         flags = [*model_flags(args), "--max-total-tokens", str(args.kv_pool)]
         with Server(*flags) as server:
-            result = asyncio.run(load.run_kv_pressure(server, args.kv_requests, prompt_words=60, new_tokens=args.kv_new_tokens))
+            result = asyncio.run(
+                load.run_kv_pressure(server, args.kv_requests, prompt_words=60, new_tokens=args.kv_new_tokens)
+            )
     elif run == "sigterm":
         flags = [*model_flags(args), "--max-total-tokens", "32768"]
         result = asyncio.run(faults.run_sigterm(flags, requests=32, new_tokens=1000, late=16))
     else:
         flags = [*model_flags(args), "--max-total-tokens", "32768"]
-        result = {child: asyncio.run(faults.run_kill_child(flags, child=child, requests=16, new_tokens=1000)) for child in ("scheduler", "detokenizer", "main")}
+        result = {
+            child: asyncio.run(faults.run_kill_child(flags, child=child, requests=16, new_tokens=1000))
+            for child in ("scheduler", "detokenizer", "main")
+        }
     write(args, run, flags, result, time.monotonic() - start)
 
 

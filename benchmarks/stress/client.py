@@ -52,7 +52,9 @@ class Outcome:
         return self.status >= 500 or (self.error_code or 0) >= 500
 
 
-async def send(session: aiohttp.ClientSession, url: str, spec: RequestSpec, headers: dict, timeout_s: float = 120.0) -> Outcome:
+async def send(
+    session: aiohttp.ClientSession, url: str, spec: RequestSpec, headers: dict, timeout_s: float = 120.0
+) -> Outcome:
     """One attempt."""
     start = time.monotonic()
     outcome = Outcome(spec, TIMED_OUT, started=start)
@@ -83,7 +85,13 @@ async def send(session: aiohttp.ClientSession, url: str, spec: RequestSpec, head
 
 
 async def send_with_retry(
-    session, url: str, spec: RequestSpec, headers: dict, retry_for_s: float = 600.0, timeout_s: float = 120.0, rng: random.Random | None = None
+    session,
+    url: str,
+    spec: RequestSpec,
+    headers: dict,
+    retry_for_s: float = 600.0,
+    timeout_s: float = 120.0,
+    rng: random.Random | None = None,
 ) -> Outcome:
     """Retry what a 503 refused (an overloaded queue) for up to `retry_for_s`, with jittered
     exponential backoff (at most 1 s apart). Admission is not fair, so under sustained
@@ -206,5 +214,9 @@ def tally(outcomes: list[Outcome], settled: tuple[str, ...] = (COMPLETE,)) -> di
             for kind in sorted({o.spec.kind for o in outcomes})
             for group in [[o for o in outcomes if o.spec.kind == kind]]
         },
-        "failures": [f"{o.spec.kind} {o.spec.path}: {o.end} {o.status} {o.detail[:200]}" for o in outcomes if o.end not in settled][:20],
+        "failures": [
+            f"{o.spec.kind} {o.spec.path}: {o.end} {o.status} {o.detail[:200]}"
+            for o in outcomes
+            if o.end not in settled
+        ][:20],
     }

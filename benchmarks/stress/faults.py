@@ -31,7 +31,12 @@ def in_flight_specs(count: int, new_tokens: int, seed: int = 0) -> list[RequestS
         elif kind == 1:
             specs.append(long_request(rng, 20, new_tokens))
         elif kind == 2:
-            body = {"messages": [{"role": "user", "content": f"Tell story {i}"}], "max_tokens": new_tokens, "ignore_eos": True, "stream": i % 8 == 2}
+            body = {
+                "messages": [{"role": "user", "content": f"Tell story {i}"}],
+                "max_tokens": new_tokens,
+                "ignore_eos": True,
+                "stream": i % 8 == 2,
+            }
             specs.append(RequestSpec("/v1/chat/completions", body, "stream" if body["stream"] else "plain"))
         else:
             body = {"text": f"Digits {i}:", "sampling_params": {"max_new_tokens": new_tokens, "regex": "[0-9]{200}"}}
@@ -80,7 +85,9 @@ async def run_sigterm(flags: list[str], requests: int = 24, new_tokens: int = 20
             server.process.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.05)
             late_specs = in_flight_specs(late, 4, seed=1)
-            late_tasks = [asyncio.create_task(send(s, server.url, spec, server.headers, timeout_s=60)) for spec in late_specs]
+            late_tasks = [
+                asyncio.create_task(send(s, server.url, spec, server.headers, timeout_s=60)) for spec in late_specs
+            ]
             outcomes = await asyncio.gather(*tasks)
             late_outcomes = await asyncio.gather(*late_tasks)
         code = await asyncio.to_thread(server.process.wait, 60)
@@ -101,7 +108,9 @@ async def run_sigterm(flags: list[str], requests: int = 24, new_tokens: int = 20
     return result
 
 
-async def run_kill_child(flags: list[str], child: str = "detokenizer", requests: int = 8, new_tokens: int = 200) -> dict:
+async def run_kill_child(
+    flags: list[str], child: str = "detokenizer", requests: int = 8, new_tokens: int = 200
+) -> dict:
     """SIGKILL the scheduler or the detokenizer while requests run: /health says 503, the
     server exits non-zero within 5 s, in-flight requests end (503 or closed), nothing is left.
     child="main" kills the HTTP process itself: its children must follow and remove the ipc
@@ -115,7 +124,11 @@ async def run_kill_child(flags: list[str], child: str = "detokenizer", requests:
             tasks = [asyncio.create_task(send(s, server.url, spec, server.headers, timeout_s=60)) for spec in specs]
             await _wait_in_flight(server, s, requests)
             descendants = server.descendants()
-            pids = {"scheduler": server.scheduler_pid, "detokenizer": server.detokenizer_pid, "main": server.process.pid}
+            pids = {
+                "scheduler": server.scheduler_pid,
+                "detokenizer": server.detokenizer_pid,
+                "main": server.process.pid,
+            }
             pid = server.tp_worker_pids[0] if child == "tp-worker" else pids[child]
             os.kill(pid, signal.SIGKILL)
             killed = time.monotonic()

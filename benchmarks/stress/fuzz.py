@@ -37,7 +37,18 @@ JSON = st.recursive(
 )
 DEEP = st.integers(50, 120).map(lambda depth: json.loads("[" * depth + "1" + "]" * depth))
 
-REGEXES = ["[0-9]{1,3}", "(yes|no)", "[a-z]+", "\\d+\\.\\d+", "(a|b)*a(a|b){8}", "a{0}", "(?P<n>a)(?P=n)", "(", "[z-a]", "x{2,1}"]
+REGEXES = [
+    "[0-9]{1,3}",
+    "(yes|no)",
+    "[a-z]+",
+    "\\d+\\.\\d+",
+    "(a|b)*a(a|b){8}",
+    "a{0}",
+    "(?P<n>a)(?P=n)",
+    "(",
+    "[z-a]",
+    "x{2,1}",
+]
 SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
     {"type": "string", "maxLength": 3}, {"enum": [1, "two", None]}, {"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
@@ -55,7 +66,15 @@ def tiny_tokens():
 
 def wild_tokens():
     """Output lengths no server accepts (so a wild max_new_tokens never costs compute)."""
-    return st.one_of(st.integers(max_value=-1), HUGE_INTS, st.integers(10**6, 10**9), FLOATS, TEXT, st.booleans(), st.lists(JSON, max_size=2))
+    return st.one_of(
+        st.integers(max_value=-1),
+        HUGE_INTS,
+        st.integers(10**6, 10**9),
+        FLOATS,
+        TEXT,
+        st.booleans(),
+        st.lists(JSON, max_size=2),
+    )
 
 
 def wild(*extra):
@@ -128,7 +147,12 @@ COMPLETIONS = {
     "echo": (st.booleans(), wild()),
 }  # fmt: skip
 CONTENT_PART = st.fixed_dictionaries({"type": st.just("text"), "text": WORDS})
-MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "developer"]), "content": WORDS | st.lists(CONTENT_PART, min_size=1, max_size=2)})
+MESSAGE = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["system", "user", "assistant", "developer"]),
+        "content": WORDS | st.lists(CONTENT_PART, min_size=1, max_size=2),
+    }
+)
 WILD_MESSAGE = st.fixed_dictionaries(
     {"role": st.sampled_from(["tool", "root", "", "USER"]) | JSON, "content": TEXT | JSON | st.lists(st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url"]), "text": TEXT}), max_size=2)},
     optional={"name": TEXT},
@@ -145,7 +169,11 @@ CHAT = {
     "top_logprobs": (st.integers(0, 5), wild(st.integers(max_value=-1), st.integers(21, 100), HUGE_INTS)),
     "response_format": (RESPONSE_FORMAT, wild(st.fixed_dictionaries({"type": TEXT}), st.fixed_dictionaries({"type": st.just("json_schema"), "json_schema": JSON}))),
 }  # fmt: skip
-ROUTES = {"/generate": (GENERATE, ("text",)), "/v1/completions": (COMPLETIONS, ("prompt",)), "/v1/chat/completions": (CHAT, ("messages",))}
+ROUTES = {
+    "/generate": (GENERATE, ("text",)),
+    "/v1/completions": (COMPLETIONS, ("prompt",)),
+    "/v1/chat/completions": (CHAT, ("messages",)),
+}
 
 
 @st.composite
@@ -153,11 +181,17 @@ def fields(draw, table: dict, required: tuple = ()) -> dict:
     """A dict of `required` and a random subset of `table`'s fields, in one of three modes:
     all plausible, all plausible but one wild, or a free mix of wild values and unknown keys."""
     names = sorted(table)
-    chosen = list(required) + [n for n in draw(st.lists(st.sampled_from(names), unique=True, max_size=6)) if n not in required]
+    chosen = list(required) + [
+        n for n in draw(st.lists(st.sampled_from(names), unique=True, max_size=6)) if n not in required
+    ]
     mode = draw(st.sampled_from(["plausible", "one_wild", "mix"]))
     if mode == "plausible":  # at most one grammar, and no field that is only ever refused
         grammars = [n for n in chosen if n in GRAMMARS]
-        chosen = [n for n in chosen if n not in grammars[1:] and n not in ("ebnf", "image_data", "tools", "custom_logit_processor")]
+        chosen = [
+            n
+            for n in chosen
+            if n not in grammars[1:] and n not in ("ebnf", "image_data", "tools", "custom_logit_processor")
+        ]
     out = {}
     wild_one = draw(st.sampled_from(chosen)) if mode == "one_wild" and chosen else None
     for name in chosen:
@@ -196,7 +230,9 @@ def bound(path: str, body: dict) -> dict:
     body = dict(body)
     if path == "/generate":
         params = body.get("sampling_params")
-        body["sampling_params"] = [_bound_sampling(p) for p in params] if isinstance(params, list) else _bound_sampling(params)
+        body["sampling_params"] = (
+            [_bound_sampling(p) for p in params] if isinstance(params, list) else _bound_sampling(params)
+        )
         return body
     if all(body.get(name) is None for name in ("max_completion_tokens", "max_tokens")):
         body["max_tokens"] = 1

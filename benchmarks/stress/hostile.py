@@ -19,7 +19,9 @@ from benchmarks.stress.server import Server
 # ---- 4. fuzzing -----------------------------------------------------------------------------
 
 
-async def fuzz_case(s: aiohttp.ClientSession, server: Server, path: str, body, timeout_s: float = 60.0) -> tuple[int, str, int]:
+async def fuzz_case(
+    s: aiohttp.ClientSession, server: Server, path: str, body, timeout_s: float = 60.0
+) -> tuple[int, str, int]:
     """Send one fuzzed body; (status, problem or '', retries): see `judge`. A 503 for a full
     queue is retried (it is the answer the API promises under load, not a failure)."""
     for retry in range(30):
@@ -125,7 +127,9 @@ async def run_fuzz(server: Server, cases: list[tuple[str, object]], concurrency:
         "retried_after_503": retried[0],
         "server_tracebacks": server.tracebacks(),
         "case_seconds": percentiles([t for t, _, _ in timings]),
-        "slowest_cases": [{"seconds": round(t, 3), "status": st, "case": c} for t, st, c in sorted(timings, key=lambda x: x[0])[-5:]],
+        "slowest_cases": [
+            {"seconds": round(t, 3), "status": st, "case": c} for t, st, c in sorted(timings, key=lambda x: x[0])[-5:]
+        ],
         "healthy_after": healthy,
     }
 
@@ -159,7 +163,9 @@ HOSTILE_GRAMMARS = {
     "nested_repeats": {"regex": "((((a{1,9}){1,9}){1,9}){1,9}){1,9}"},
     "huge_regex": {"regex": "a" * 250_000},
     "huge_schema_enum": {"json_schema": json.dumps({"enum": [f"value-{i}" for i in range(40_000)]})},
-    "many_optional_properties": {"json_schema": json.dumps({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(1500)}})},
+    "many_optional_properties": {
+        "json_schema": json.dumps({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(1500)}})
+    },
     "schema_past_size_limit": {"json_schema": json.dumps({"type": "object", "description": "x" * 1_100_000})},
     "choices_past_size_limit": {"choices": [f"choice number {i}" for i in range(80_000)]},
     "deeply_nested_schema": {"json_schema": "[" * 5000 + "]" * 5000},
@@ -204,7 +210,12 @@ async def run_hostile_grammars(server: Server, rounds: int = 1, baseline_s: floa
                 retried += 1
                 await asyncio.sleep(float(retry_after))
             message = payload["error"]["message"] if "error" in payload else payload["meta_info"]["finish_reason"]
-            return name, {"status": resp.status, "seconds": round(took, 3), "message": str(message)[:200], "retried_after_503": retried}
+            return name, {
+                "status": resp.status,
+                "seconds": round(took, 3),
+                "message": str(message)[:200],
+                "retried_after_503": retried,
+            }
 
         start = time.monotonic()
         for name, outcome in await asyncio.gather(*(one(n) for n in names for _ in range(rounds))):
@@ -315,13 +326,23 @@ def _file_probes(server: Server, canary: Path) -> dict:
     them: a 400, or an answer that does not contain the file."""
     secret = Path("/etc/hostname").read_text().strip() if Path("/etc/hostname").exists() else "localhost"
     bodies = {
-        "schema_ref_file": {"text": "x", "sampling_params": {"max_new_tokens": 2, "json_schema": json.dumps({"$ref": "file:///etc/hostname"})}},
-        "schema_ref_path": {"text": "x", "sampling_params": {"max_new_tokens": 2, "json_schema": json.dumps({"$ref": "/etc/hostname"})}},
+        "schema_ref_file": {
+            "text": "x",
+            "sampling_params": {"max_new_tokens": 2, "json_schema": json.dumps({"$ref": "file:///etc/hostname"})},
+        },
+        "schema_ref_path": {
+            "text": "x",
+            "sampling_params": {"max_new_tokens": 2, "json_schema": json.dumps({"$ref": "/etc/hostname"})},
+        },
         "image_data": {"text": "x", "image_data": "file:///etc/hostname"},
         "lora_path": {"text": "x", "lora_path": str(canary)},
         "custom_logit_processor": {"text": "x", "custom_logit_processor": "gASVAAAA"},
         "rid_path": {"text": "x", "rid": str(canary), "sampling_params": {"max_new_tokens": 1}},
-        "chat_template_field": {"messages": [{"role": "user", "content": "x"}], "chat_template": str(canary), "max_tokens": 1},
+        "chat_template_field": {
+            "messages": [{"role": "user", "content": "x"}],
+            "chat_template": str(canary),
+            "max_tokens": 1,
+        },
         "model_path": {"model": str(canary), "prompt": "x", "max_tokens": 1},
     }
     out = {}

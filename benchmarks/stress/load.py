@@ -20,7 +20,9 @@ def session(concurrency: int) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency + 8, force_close=False))
 
 
-async def run_many(server: Server, specs: list[RequestSpec], concurrency: int, retry_for_s: float = 600.0, timeout_s: float = 120.0):
+async def run_many(
+    server: Server, specs: list[RequestSpec], concurrency: int, retry_for_s: float = 600.0, timeout_s: float = 120.0
+):
     """Send `specs` with at most `concurrency` in flight, retrying 503s; (outcomes, wall seconds)."""
     gate = asyncio.Semaphore(concurrency)
     rng = random.Random(0)
@@ -38,7 +40,9 @@ async def run_many(server: Server, specs: list[RequestSpec], concurrency: int, r
 def kv_check(server: Server, timeout_s: float = 60.0) -> dict:
     """Once idle: every KV slot free or evictable (no leak), and a plain request still served."""
     info = server.wait_idle(timeout_s)
-    status, out = server.post("/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 2, "temperature": 0}})
+    status, out = server.post(
+        "/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 2, "temperature": 0}}
+    )
     return {
         "kv_total_tokens": info["kv_total_tokens"],
         "kv_available_tokens": info["kv_available_tokens"],
@@ -116,7 +120,9 @@ async def probe_latency(server: Server, stop: asyncio.Event, interval_s: float =
     return latencies
 
 
-async def run_disconnects(server: Server, clients: int = 100, concurrency: int = 32, new_tokens: int = 48, seed: int = 0) -> dict:
+async def run_disconnects(
+    server: Server, clients: int = 100, concurrency: int = 32, new_tokens: int = 48, seed: int = 0
+) -> dict:
     """`clients` that go away mid-request (streams after a few events, waits after a moment,
     constrained requests still compiling), FIN or RST, while probes measure others' latency;
     then the pool must be whole and the server serving."""
@@ -138,8 +144,16 @@ async def run_disconnects(server: Server, clients: int = 100, concurrency: int =
         elif roll < 0.85:
             kind, spec, events, delay = "wait", long_request(rng, 20, new_tokens), 0, rng.uniform(0.05, 0.6)
         else:  # a fresh grammar each: the client leaves while it compiles or decodes
-            body = {"text": f"Pick {i}:", "sampling_params": {"max_new_tokens": new_tokens, "regex": f"(item{i}|[a-z]{{{8 + i % 5}}})+"}}
-            kind, spec, events, delay = "constrained", RequestSpec("/generate", body, "constrained"), 0, rng.uniform(0.0, 0.3)
+            body = {
+                "text": f"Pick {i}:",
+                "sampling_params": {"max_new_tokens": new_tokens, "regex": f"(item{i}|[a-z]{{{8 + i % 5}}})+"},
+            }
+            kind, spec, events, delay = (
+                "constrained",
+                RequestSpec("/generate", body, "constrained"),
+                0,
+                rng.uniform(0.0, 0.3),
+            )
         kinds[kind] = kinds.get(kind, 0) + 1
         async with gate:
             return await drop_client(server, spec, events, hard=rng.random() < 0.5, delay_s=delay)
@@ -174,7 +188,9 @@ async def _probe_for(server: Server, seconds: float) -> list[float]:
 # ---- 3. KV pressure -------------------------------------------------------------------------
 
 
-async def run_kv_pressure(server: Server, requests: int = 32, prompt_words: int = 40, new_tokens: int = 128, timeout_s: float = 600) -> dict:
+async def run_kv_pressure(
+    server: Server, requests: int = 32, prompt_words: int = 40, new_tokens: int = 128, timeout_s: float = 600
+) -> dict:
     """Many long requests at once on a small pool: all must finish (retraction, not deadlock),
     each with exactly `new_tokens` tokens, within `timeout_s`."""
     rng = random.Random(1)

@@ -32,7 +32,18 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         key = ["--api-key", api_key] if api_key else []
-        command = [sys.executable, "-m", "langrt", "launch", "--port", str(self.port), "--log-level", "warning", *key, *flags]
+        command = [
+            sys.executable,
+            "-m",
+            "langrt",
+            "launch",
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+            *key,
+            *flags,
+        ]
         self.log_path = Path(f"/tmp/langrt-stress-{self.port}.log")
         self._log = self.log_path.open("w")
         self._final_log: str | None = None
@@ -60,7 +71,9 @@ class Server:
     def request(self, method: str, path: str, body=None, headers=None, timeout: float = 60.0):
         """(status, parsed JSON or text); status 0 when the connection fails."""
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers={**self.headers, **(headers or {})})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={**self.headers, **(headers or {})}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 status, raw = resp.status, resp.read().decode()
@@ -89,7 +102,11 @@ class Server:
         status, text = self.get("/metrics")
         assert status == 200, (status, text)
         prefix = 'langrt_requests_total{finish_reason="'
-        return {line[len(prefix) :].split('"')[0]: int(float(line.split()[-1])) for line in text.splitlines() if line.startswith(prefix)}
+        return {
+            line[len(prefix) :].split('"')[0]: int(float(line.split()[-1]))
+            for line in text.splitlines()
+            if line.startswith(prefix)
+        }
 
     def wait_idle(self, timeout_s: float = 60.0) -> dict:
         """/get_server_info once nothing is queued, running or in flight (raises on timeout)."""
@@ -118,7 +135,10 @@ class Server:
         out, lines = [], self.log().splitlines()
         for i, line in enumerate(lines):
             if line.startswith("Traceback") and len(out) < limit:
-                end = next((j for j in range(i + 1, len(lines)) if lines[j] and not lines[j].startswith((" ", "Traceback"))), len(lines) - 1)
+                end = next(
+                    (j for j in range(i + 1, len(lines)) if lines[j] and not lines[j].startswith((" ", "Traceback"))),
+                    len(lines) - 1,
+                )
                 out.append("\n".join(lines[max(0, i - 2) : end + 1])[-4000:])
         return out
 

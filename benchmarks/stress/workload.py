@@ -38,7 +38,12 @@ def body_for(route: str, rng: random.Random, max_tokens: int, stream: bool) -> d
     elif route == "/v1/completions":
         body = {"model": "any", "prompt": prompt(rng), "max_tokens": max_tokens, **sampled}
     else:
-        body = {"model": "any", "messages": [{"role": "user", "content": prompt(rng)}], "max_tokens": max_tokens, **sampled}
+        body = {
+            "model": "any",
+            "messages": [{"role": "user", "content": prompt(rng)}],
+            "max_tokens": max_tokens,
+            **sampled,
+        }
         if stream and rng.random() < 0.5:
             body["stream_options"] = {"include_usage": True}
     if stream:

@@ -104,7 +104,11 @@ class HFBackend:
         params = _checked(payload.get("sampling_params", {}))
         ids = [self.encode(t) for t in texts]
         if params.get("max_new_tokens", 128) == 0:
-            responses = self._score(payload, texts, ids) if payload.get("return_logprob") else [_response(i, [], "", 0) for i in ids]
+            responses = (
+                self._score(payload, texts, ids)
+                if payload.get("return_logprob")
+                else [_response(i, [], "", 0) for i in ids]
+            )
         else:
             responses = self._wait([self._submit("generate", i, params) for i in ids])
         return responses[0] if single else responses
@@ -184,10 +188,16 @@ class HFBackend:
     def _run_generate(self, batch: list[_Job]) -> list[dict]:
         p = batch[0].params
         input_ids, mask = _pad([j.ids for j in batch], self.eos_id, left=True)
-        kwargs = {"max_new_tokens": p.get("max_new_tokens", 128), "pad_token_id": self.eos_id, "eos_token_id": self.eos_id}
+        kwargs = {
+            "max_new_tokens": p.get("max_new_tokens", 128),
+            "pad_token_id": self.eos_id,
+            "eos_token_id": self.eos_id,
+        }
         temperature = p.get("temperature", 1.0)
         if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=p.get("top_p", 1.0), top_k=max(0, p.get("top_k", -1)))
+            kwargs.update(
+                do_sample=True, temperature=temperature, top_p=p.get("top_p", 1.0), top_k=max(0, p.get("top_k", -1))
+            )
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         stops = [s for s in p.get("stop", []) if s not in self.special_texts]
@@ -244,7 +254,9 @@ def _checked(params: dict) -> dict:
     return {k: v for k, v in params.items() if k in _HANDLED}
 
 
-def _response(prompt: list[int], output: list[int], text: str, completion_tokens: int, finish_reason=None, **meta) -> dict:
+def _response(
+    prompt: list[int], output: list[int], text: str, completion_tokens: int, finish_reason=None, **meta
+) -> dict:
     meta = {"prompt_tokens": len(prompt), "completion_tokens": completion_tokens, "cached_tokens": 0,
             "finish_reason": finish_reason or {"type": "length", "length": 0}, **meta}  # fmt: skip
     return {"text": text, "output_ids": output, "meta_info": meta}

@@ -72,7 +72,9 @@ def start_systems(names: list[str]) -> dict:
 
 def warm_up(backend) -> None:
     """First-call costs (kernel selection, allocator growth) out of the timed runs."""
-    backend.generate({"text": "Warm up: " + "one two three " * 40, "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+    backend.generate(
+        {"text": "Warm up: " + "one two three " * 40, "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    )
 
 
 def stop_systems(systems: dict) -> None:

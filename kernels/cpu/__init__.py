@@ -53,7 +53,11 @@ def isa() -> str:
 
 def available_isas() -> list[str]:
     """Every build this CPU can run, best first (tests run each)."""
-    vector = [name for name, reason in (("avx512", avx512_unavailable_reason()), ("avx2", avx2_unavailable_reason())) if reason is None]
+    vector = [
+        name
+        for name, reason in (("avx512", avx512_unavailable_reason()), ("avx2", avx2_unavailable_reason()))
+        if reason is None
+    ]
     return vector + ["scalar"]
 
 
@@ -87,7 +91,9 @@ def layer_ops() -> SimpleNamespace | None:
     if ops is None:
         return None
     bound = functools.partial
-    return SimpleNamespace(rms_norm=bound(_rms_norm, ops), rotary=bound(_rotary, ops), silu_and_mul=bound(_silu_and_mul, ops))
+    return SimpleNamespace(
+        rms_norm=bound(_rms_norm, ops), rotary=bound(_rotary, ops), silu_and_mul=bound(_silu_and_mul, ops)
+    )
 
 
 def reset() -> None:

@@ -88,7 +88,12 @@ def load(spec: LibrarySpec, compile_fn: Compile | None = None, timeout_s: float 
             logger.info("%s: the package's prebuilt library %s", spec.label, path)
             return path
     shipped = spec.name in (build_sources.read_manifest(spec.prebuilt_dir) or {})  # then a build is news: say it louder
-    logger.log(logging.WARNING if shipped else logging.INFO, "%s: no prebuilt library used (%s); built on first use", spec.label, why_not)
+    logger.log(
+        logging.WARNING if shipped else logging.INFO,
+        "%s: no prebuilt library used (%s); built on first use",
+        spec.label,
+        why_not,
+    )
     path = ensure_built(spec, compile_fn or _torch_compile, timeout_s)
     torch.ops.load_library(str(path))  # a no-op where the build just loaded it
     return path
@@ -197,7 +202,9 @@ def writable_dir(spec: LibrarySpec) -> Path:
             tried.append(f"{directory} (not writable)")
         except OSError as exc:
             tried.append(f"{directory} ({exc.strerror})")
-    raise OSError(f"no writable directory for the CPU kernels: tried {'; '.join(tried)}; set TORCH_EXTENSIONS_DIR to one")
+    raise OSError(
+        f"no writable directory for the CPU kernels: tried {'; '.join(tried)}; set TORCH_EXTENSIONS_DIR to one"
+    )
 
 
 def _build(spec: LibrarySpec, directory: Path, compile_fn: Compile) -> Path:
@@ -206,7 +213,11 @@ def _build(spec: LibrarySpec, directory: Path, compile_fn: Compile) -> Path:
     started = time.monotonic()
     library = Path(compile_fn(spec, attempt))
     took = time.monotonic() - started
-    record = {"library": str(library.relative_to(directory)), "seconds": round(took, 1), "built_by": dataclasses.asdict(Owner.me())}
+    record = {
+        "library": str(library.relative_to(directory)),
+        "seconds": round(took, 1),
+        "built_by": dataclasses.asdict(Owner.me()),
+    }
     staged = directory / f"{MARKER}.{os.getpid()}"
     staged.write_text(json.dumps(record))
     os.replace(staged, directory / MARKER)  # published whole: readers see the old record or this one
@@ -228,9 +239,13 @@ def _torch_compile(spec: LibrarySpec, build_dir: Path) -> str:
 
     ninja_on_path()
     return cpp_extension.load(
-        name=spec.name, sources=[str(path) for path in spec.sources], extra_cflags=list(spec.cflags),
-        build_directory=str(build_dir), is_python_module=False, verbose=False,
-    )  # fmt: skip
+        name=spec.name,
+        sources=[str(path) for path in spec.sources],
+        extra_cflags=list(spec.cflags),
+        build_directory=str(build_dir),
+        is_python_module=False,
+        verbose=False,
+    )
 
 
 def ninja_on_path() -> None:
@@ -248,7 +263,9 @@ def ninja_on_path() -> None:
 
 def _log_wait(spec: LibrarySpec, lock: Path, timeout: float, owner: Owner | None) -> None:
     holder = owner.describe() if owner is not None else "another process"
-    logger.warning("waiting up to %.0f s for %s to finish building the %s (lock: %s)", timeout, holder, spec.label, lock)
+    logger.warning(
+        "waiting up to %.0f s for %s to finish building the %s (lock: %s)", timeout, holder, spec.label, lock
+    )
 
 
 @functools.cache

@@ -85,7 +85,9 @@ class BuildLock:
     """`with BuildLock(path, timeout_s):` holds the lock for the block; raises BuildLockTimeout
     when a live holder keeps it past timeout_s. on_wait(owner) is called once, when a wait starts."""
 
-    def __init__(self, path: Path, timeout_s: float, poll_s: float = 0.2, on_wait: Callable[[Owner | None], None] | None = None):
+    def __init__(
+        self, path: Path, timeout_s: float, poll_s: float = 0.2, on_wait: Callable[[Owner | None], None] | None = None
+    ):
         self.path = Path(path)
         self.timeout_s = timeout_s
         self.poll_s = poll_s
@@ -135,7 +137,9 @@ class BuildLock:
             if exc.errno not in _NO_FLOCK:
                 os.close(fd)
                 raise
-            logger.warning("no file locks on %s (%s): building the CPU kernels unlocked", self.path.parent, exc.strerror)
+            logger.warning(
+                "no file locks on %s (%s): building the CPU kernels unlocked", self.path.parent, exc.strerror
+            )
         if not _same_file(fd, self.path):  # its holder unlinked it on release (or it was broken): lock the new one
             os.close(fd)
             return False

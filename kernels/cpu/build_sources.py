@@ -93,7 +93,12 @@ def shipped_libraries(machine: str | None = None, only: tuple[str, ...] = ()) ->
 def toolchain(torch_version: str, torch_git: str) -> dict[str, str]:
     """What a prebuilt library must share with the process that loads it: its C++ ABI is torch's
     (a library built against one torch release may not load, or misbehave, under another)."""
-    return {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "machine": platform.machine(), "torch": torch_version, "torch_git": torch_git}
+    return {
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "machine": platform.machine(),
+        "torch": torch_version,
+        "torch_git": torch_git,
+    }
 
 
 def manifest_entry(library: Library, file_name: str, torch_version: str, torch_git: str) -> dict[str, str]:

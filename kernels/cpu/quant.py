@@ -29,7 +29,18 @@ ISA_ENV = envs.LANGRT_CPU_ISA.name
 # No -m flags (see above); -ffp-contract=off keeps the scalar path's products and sums apart.
 CFLAGS = list(quant_library().cflags)
 # GGML type numbers of the block types the kernels take.
-GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+GGML_TYPES = {
+    "Q4_0": 2,
+    "Q4_1": 3,
+    "Q5_0": 6,
+    "Q5_1": 7,
+    "Q8_0": 8,
+    "Q2_K": 10,
+    "Q3_K": 11,
+    "Q4_K": 12,
+    "Q5_K": 13,
+    "Q6_K": 14,
+}
 
 logger = logging.getLogger("langrt.kernels.cpu")
 
@@ -90,7 +101,10 @@ def vnni_rows() -> bool:
     matrices read from memory, 2 threads, 2-core Zen 4: 1 row 3.2 ms (AVX2 3.9), 4 rows 5.2 (10.5)."""
     if envs.cpu_isa_cap() in ("scalar", "avx2") or isa() != "avx2":
         return False
-    return avx512_unavailable_reason() is None and {"avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c"} <= cpu_flags()
+    return (
+        avx512_unavailable_reason() is None
+        and {"avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c"} <= cpu_flags()
+    )
 
 
 def dense_linear(x: torch.Tensor, weight: torch.Tensor, ggml_type: int) -> torch.Tensor:

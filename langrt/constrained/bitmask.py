@@ -46,7 +46,9 @@ def allocate_token_bitmask(batch: int, vocab_size: int, device: torch.device | s
     model whose logits are padded past the tokenizer's vocabulary never samples them.
     """
     if batch < 0 or vocab_size < 1:
-        raise ValueError(f"allocate_token_bitmask needs batch >= 0 and vocab_size >= 1, got batch={batch}, vocab_size={vocab_size}")
+        raise ValueError(
+            f"allocate_token_bitmask needs batch >= 0 and vocab_size >= 1, got batch={batch}, vocab_size={vocab_size}"
+        )
     bitmask = torch.full((batch, words_for_vocab(vocab_size)), -1, dtype=torch.int32, device=device)
     if vocab_size % 32:
         bitmask[:, -1] = _low_bits(vocab_size % 32)
@@ -66,7 +68,9 @@ def fill_all(bitmask: torch.Tensor, row: int, vocab_size: int | None = None) -> 
     if vocab_size is not None:
         words = words_for_vocab(vocab_size)
         if words > bitmask.shape[1]:
-            raise ValueError(f"fill_all: vocab_size {vocab_size} needs {words} words, the bitmask has {bitmask.shape[1]}")
+            raise ValueError(
+                f"fill_all: vocab_size {vocab_size} needs {words} words, the bitmask has {bitmask.shape[1]}"
+            )
         bitmask[row, words:].zero_()
         if vocab_size % 32:
             bitmask[row, words - 1] = _low_bits(vocab_size % 32)

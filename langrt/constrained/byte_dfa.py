@@ -35,9 +35,9 @@ import numpy as np
 
 _EOS = 256  # the byte vocabulary's end-of-sequence id
 _START_MARKER = "\\x{10FFFE}"
-_START_BYTES = "\U0010FFFE".encode("utf-8")
+_START_BYTES = "\U0010fffe".encode("utf-8")
 _END_MARKER = "\\x{10FFFF}"
-_END_BYTES = "\U0010FFFF".encode("utf-8")
+_END_BYTES = "\U0010ffff".encode("utf-8")
 
 
 class ByteAutomaton(ABC):
@@ -205,7 +205,11 @@ def build_rule_dfa(regex: str, max_states: int) -> tuple[ByteDFA, dict[int, list
 def marker_edges(table: np.ndarray) -> list[tuple[int, int, int]]:
     """(state, rule, state after) for every call marker a table's F4 bytes spell."""
     dead = table.shape[0] - 1
-    return [(s, r, a) for s in np.flatnonzero(table[:, 0xF4] != dead).tolist() for r, a in _marker_paths(table, int(table[s, 0xF4]), dead)]
+    return [
+        (s, r, a)
+        for s in np.flatnonzero(table[:, 0xF4] != dead).tolist()
+        for r, a in _marker_paths(table, int(table[s, 0xF4]), dead)
+    ]
 
 
 def _marker_paths(table: np.ndarray, state: int, dead: int) -> list[tuple[int, int]]:

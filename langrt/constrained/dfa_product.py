@@ -47,7 +47,9 @@ def build_intersection(body: str, max_states: int) -> ByteDFA:
     except ValueError as e:
         if not spec.get("why"):
             raise
-        raise ValueError(f"{spec['why']}: {e}; a simpler pattern or fewer of these keywords on one string compiles") from None
+        raise ValueError(
+            f"{spec['why']}: {e}; a simpler pattern or fewer of these keywords on one string compiles"
+        ) from None
 
 
 # The character counter: where, in JSON string text, a decoded character starts. A raw ASCII

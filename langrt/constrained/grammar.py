@@ -280,7 +280,9 @@ class GrammarCompiler:
         from langrt.constrained.cfg.build import build_automaton
 
         try:
-            pda = build_automaton(rules, self._rules.wrap(lambda body: build_rule_dfa(body, self.max_states)), self.max_states)
+            pda = build_automaton(
+                rules, self._rules.wrap(lambda body: build_rule_dfa(body, self.max_states)), self.max_states
+            )
         except ValueError as e:
             raise InvalidRequest(f"{param} not supported: {e}", param=param) from None
         return Grammar(pda, self.vocab, source, self._walks)

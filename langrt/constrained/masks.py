@@ -213,7 +213,9 @@ class TokenMasks:
         two bytes live are gathered (from the vocabulary's pair groups), then walked on."""
         v, table, dead = self.vocab, self.dfa.table, self.dfa.dead
         afters = table[state, firsts].astype(np.int64)
-        ones = np.concatenate([v.by_pair[v.pair_bounds[k] : v.pair_bounds[k + 1]] for k in (firsts * 257 + 256).tolist()] + [_NO_ROWS])
+        ones = np.concatenate(
+            [v.by_pair[v.pair_bounds[k] : v.pair_bounds[k + 1]] for k in (firsts * 257 + 256).tolist()] + [_NO_ROWS]
+        )
         which, seconds = np.nonzero(table[afters] != dead)
         keys = firsts[which] * 257 + seconds
         lo, sizes = v.pair_bounds[keys], v.pair_bounds[keys + 1] - v.pair_bounds[keys]

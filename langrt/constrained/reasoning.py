@@ -111,7 +111,9 @@ class ThinkThenGrammar:
     `tokens.end_id`. `budget`: thinking tokens allowed before the end token is forced (None:
     unbounded). Used by the scheduler thread alone, like every matcher."""
 
-    def __init__(self, tokens: ThinkTokens, inner: Any, budget: int | None = None, thought: int = 0, thinking: bool = True):
+    def __init__(
+        self, tokens: ThinkTokens, inner: Any, budget: int | None = None, thought: int = 0, thinking: bool = True
+    ):
         assert budget is None or budget >= 0, "a thinking budget is a token count"
         self.tokens = tokens
         self.inner = inner
@@ -182,7 +184,9 @@ def think_then(tokens: ThinkTokens, matcher: Any | None, budget: int | None) -> 
     return ThinkThenGrammar(tokens, FreeAnswer(tokens) if matcher is None else matcher, budget)
 
 
-def think_tokens_for(parser: str | None, encode: Callable[[str], list[int]], vocab_size: int, eos_token_ids) -> ThinkTokens | None:
+def think_tokens_for(
+    parser: str | None, encode: Callable[[str], list[int]], vocab_size: int, eos_token_ids
+) -> ThinkTokens | None:
     """The server's ThinkTokens for `--reasoning-parser parser` (None without one). Raises
     ValueError where the tokenizer does not spell the parser's end tag as one token (the model is
     not that kind of reasoning model, and no token could end its thinking)."""

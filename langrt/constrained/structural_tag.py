@@ -57,7 +57,13 @@ def canonical(value) -> str:
         raise InvalidRequest("structural_tag: free_text must be a boolean and separator a string", param=PARAM)
     if max_tags is not None and (type(max_tags) is not int or max_tags < 1):
         raise InvalidRequest("structural_tag: max_tags must be a positive integer", param=PARAM)
-    spec = {"structures": structures, "triggers": triggers, "free_text": free_text, "separator": separator, "max_tags": max_tags}
+    spec = {
+        "structures": structures,
+        "triggers": triggers,
+        "free_text": free_text,
+        "separator": separator,
+        "max_tags": max_tags,
+    }
     return json.dumps(spec, sort_keys=True, ensure_ascii=False)
 
 
@@ -72,7 +78,9 @@ def _structure(s) -> dict:
         raise InvalidRequest("structural_tag: each structure is {begin, schema, end}", param=PARAM)
     begin, end, schema = s.get("begin"), s.get("end"), s.get("schema", True)
     if not isinstance(begin, str) or not begin or not isinstance(end, str):
-        raise InvalidRequest("structural_tag: a structure's begin must be a non-empty string, end a string", param=PARAM)
+        raise InvalidRequest(
+            "structural_tag: a structure's begin must be a non-empty string, end a string", param=PARAM
+        )
     if not isinstance(schema, (dict, bool)):
         raise InvalidRequest("structural_tag: a structure's schema must be a JSON schema object", param=PARAM)
     return {"begin": begin, "schema": schema, "end": end}
@@ -80,7 +88,9 @@ def _structure(s) -> dict:
 
 def _triggers(value, structures: list[dict]) -> list[str]:
     triggers = _list(value, "triggers")
-    if len(triggers) > MAX_TRIGGERS or not all(isinstance(t, str) and 0 < len(t) <= MAX_TRIGGER_CHARS for t in triggers):
+    if len(triggers) > MAX_TRIGGERS or not all(
+        isinstance(t, str) and 0 < len(t) <= MAX_TRIGGER_CHARS for t in triggers
+    ):
         raise InvalidRequest(
             f"structural_tag: triggers must be at most {MAX_TRIGGERS} non-empty strings of at most {MAX_TRIGGER_CHARS} characters",
             param=PARAM,

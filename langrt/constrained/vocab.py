@@ -112,7 +112,10 @@ class SpelledWith:
                 keys[undecided[hit]] = j * 256 + b[hit]
                 undecided = undecided[~hit]
             order = np.argsort(keys, kind="stable")
-            self._by_first_outside = self.others[order], np.searchsorted(keys[order], np.arange(columns.shape[0] * 256 + 1))
+            self._by_first_outside = (
+                self.others[order],
+                np.searchsorted(keys[order], np.arange(columns.shape[0] * 256 + 1)),
+            )
         return self._by_first_outside
 
     def longer_than(self, depth: int) -> np.ndarray:
@@ -193,7 +196,9 @@ def vocabulary_from_pretrained(path, vocab_size: int | None = None, eos_token_id
         own = getattr(tokenizer, "eos_token_id", None)
         eos_token_ids = set(model_eos) | ({own} if own is not None else set())
         if not eos_token_ids:
-            raise ValueError(f"neither the tokenizer nor the config at {path} names an EOS token: pass eos_token_ids=[...]")
+            raise ValueError(
+                f"neither the tokenizer nor the config at {path} names an EOS token: pass eos_token_ids=[...]"
+            )
     if vocab_size is None and model_width:
         vocab_size = model_width
     return vocabulary_from_tokenizer(tokenizer, vocab_size, eos_token_ids)

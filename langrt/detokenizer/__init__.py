@@ -1,2 +1,1 @@
-"""The detokenizer process: token ids in, incremental text out.
-"""
+"""The detokenizer process: token ids in, incremental text out."""

@@ -40,7 +40,9 @@ class Detokenizer:
         if stream is None:
             s = u.settings
             assert s is not None, f"first update of {u.rid} carries no decode settings"
-            decoder = IncrementalDecoder(self.tokenizer, s.prompt_tail, s.skip_special_tokens, s.spaces_between_special_tokens)
+            decoder = IncrementalDecoder(
+                self.tokenizer, s.prompt_tail, s.skip_special_tokens, s.spaces_between_special_tokens
+            )
             stream = self.streams[u.rid] = _Stream(decoder, s.stop_hold_chars)
         stream.decoder.push(u.visible_new_ids)
         if u.finish_reason is not None:

@@ -28,10 +28,13 @@ async def create_embeddings(manager, raw: Any, dimensions: int | None = None) ->
     if not manager.args.is_embedding:
         raise InvalidRequest(
             "this server generates text; embeddings need a server started with --is-embedding "
-            "(an encoder model, or a decoder model with --pooling)", "model"
-        )  # fmt: skip
+            "(an encoder model, or a decoder model with --pooling)",
+            "model",
+        )
     ready = manager.ready
-    inputs = embedding_inputs(raw, lambda text: manager.tokenize(text, param="input"), ready.context_len, ready.vocab_size)
+    inputs = embedding_inputs(
+        raw, lambda text: manager.tokenize(text, param="input"), ready.context_len, ready.vocab_size
+    )
     reply = await manager.embed(inputs)
     vectors = np.asarray(reply["embeddings"], dtype=np.float32)
     if dimensions is not None:
@@ -44,7 +47,9 @@ def _truncate(vectors: np.ndarray, dimensions: int, normalized: bool) -> np.ndar
     vectors are unit length so cosine scores keep their meaning."""
     full = vectors.shape[1]
     if isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= full:
-        raise InvalidRequest(f"dimensions must be an integer in 1..{full} (this model's size); got {dimensions!r}", "dimensions")
+        raise InvalidRequest(
+            f"dimensions must be an integer in 1..{full} (this model's size); got {dimensions!r}", "dimensions"
+        )
     cut = vectors[:, :dimensions]
     if not normalized:
         return np.ascontiguousarray(cut)

@@ -42,8 +42,10 @@ def decoder_args(args: ServerArgs) -> ServerArgs:
     cache off (a cached prefix has no hidden states to pool)."""
     if not args.is_embedding or args.disable_radix_cache or decoder_pooling(args).mode == "last":
         return args
-    logger.info("--is-embedding with %s pooling: the radix cache is off (only last-token pooling can reuse prefixes)",
-                decoder_pooling(args).mode)  # fmt: skip
+    logger.info(
+        "--is-embedding with %s pooling: the radix cache is off (only last-token pooling can reuse prefixes)",
+        decoder_pooling(args).mode,
+    )
     return dataclasses.replace(args, disable_radix_cache=True)
 
 
@@ -86,7 +88,10 @@ class DecoderEmbedder:
 
     def submit(self, m: EmbedRequest, scheduler) -> ControlReply | None:
         """Queue each input; a reply at once where one is refused."""
-        reqs = [Req(rid=f"embed-{m.request_id}-{i}", input_ids=list(ids), params=_PROMPT_ONLY) for i, ids in enumerate(m.inputs)]
+        reqs = [
+            Req(rid=f"embed-{m.request_id}-{i}", input_ids=list(ids), params=_PROMPT_ONLY)
+            for i, ids in enumerate(m.inputs)
+        ]
         for req in reqs:
             req.pooled = PoolState(self.pooling)
         try:
@@ -110,7 +115,10 @@ class DecoderEmbedder:
             for r in pending.reqs:
                 self.pending.pop(r.rid, None)
             vectors = torch.stack([r.pooled.vector() for r in pending.reqs]).cpu().numpy()
-            payload = {"embeddings": vectors, "cached_tokens": [r.cached_tokens for r in pending.reqs],
-                       "normalized": self.pooling.normalize}  # fmt: skip
+            payload = {
+                "embeddings": vectors,
+                "cached_tokens": [r.cached_tokens for r in pending.reqs],
+                "normalized": self.pooling.normalize,
+            }
             replies.append(ControlReply("embed", pending.request_id, payload))
         return replies

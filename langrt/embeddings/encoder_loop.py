@@ -32,8 +32,11 @@ logger = logging.getLogger(__name__)
 
 def run_encoder_loop(args: ServerArgs, source: ModelSource, inbox: PullQueue, outbox: PushQueue) -> None:
     runner = EncoderRunner(args, source, source.model_config("langrt"))
-    outbox.put(SchedulerReady(args, runner.context_len, runner.config.vocab_size, runner.max_batch_tokens,
-                              args.max_running_requests))  # fmt: skip
+    outbox.put(
+        SchedulerReady(
+            args, runner.context_len, runner.config.vocab_size, runner.max_batch_tokens, args.max_running_requests
+        )
+    )
     EncoderLoop(runner, inbox, outbox).run()
 
 
@@ -67,15 +70,20 @@ class EncoderLoop:
         self.passes += 1
         row = 0
         for r in requests:
-            payload = {"embeddings": vectors[row : row + len(r.inputs)], "cached_tokens": [0] * len(r.inputs),
-                       "normalized": self.runner.pooling.normalize}
+            payload = {
+                "embeddings": vectors[row : row + len(r.inputs)],
+                "cached_tokens": [0] * len(r.inputs),
+                "normalized": self.runner.pooling.normalize,
+            }
             self.outbox.put(ControlReply("embed", r.request_id, payload))
             row += len(r.inputs)
         self.embedded += row
 
     def _on_other(self, message) -> None:
         if isinstance(message, GenerateRequest):
-            why = "this server serves an encoder model for embeddings (/v1/embeddings, /encode); it cannot generate text"
+            why = (
+                "this server serves an encoder model for embeddings (/v1/embeddings, /encode); it cannot generate text"
+            )
             self.outbox.put(RequestFailed(message.rid, why, 400))
         elif isinstance(message, ControlRequest):
             payload = True if message.kind == "flush_cache" else self._stats()
@@ -89,5 +97,9 @@ class EncoderLoop:
             assert isinstance(message, AbortRequest), f"unexpected message {type(message).__name__}"
 
     def _stats(self) -> dict:
-        return {"embedding_passes": self.passes, "embedded_inputs": self.embedded, "running_requests": 0,
-                "waiting_requests": 0}  # fmt: skip
+        return {
+            "embedding_passes": self.passes,
+            "embedded_inputs": self.embedded,
+            "running_requests": 0,
+            "waiting_requests": 0,
+        }

@@ -42,8 +42,14 @@ class EncoderRunner:
             self.model.load_weights(source.iter_weights(self.dtype, progress=False))
         self.model.eval().requires_grad_(False)
         self.pooling = Pooling.of_model(source.path, args.pooling, ENCODER_DEFAULT_POOLING)
-        logger.info("encoder ready: %s %s on %s, pooling %s%s", config.model_type, args.dtype, self.device,
-                    self.pooling.mode, " + normalize" if self.pooling.normalize else "")  # fmt: skip
+        logger.info(
+            "encoder ready: %s %s on %s, pooling %s%s",
+            config.model_type,
+            args.dtype,
+            self.device,
+            self.pooling.mode,
+            " + normalize" if self.pooling.normalize else "",
+        )
 
     @property
     def dimensions(self) -> int:

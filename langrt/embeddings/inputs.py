@@ -10,7 +10,9 @@ from langrt.errors import InvalidRequest
 MAX_INPUTS = 2048  # OpenAI's own limit on inputs per request
 
 
-def embedding_inputs(raw: Any, tokenize: Callable[[str], list[int]], context_len: int, vocab_size: int) -> list[list[int]]:
+def embedding_inputs(
+    raw: Any, tokenize: Callable[[str], list[int]], context_len: int, vocab_size: int
+) -> list[list[int]]:
     """-> one token id list per input; InvalidRequest (HTTP 400) for an empty, malformed or
     too long input."""
     items = _as_items(raw)
@@ -25,7 +27,8 @@ def embedding_inputs(raw: Any, tokenize: Callable[[str], list[int]], context_len
             raise InvalidRequest(f"input[{i}] holds a token id outside 0..{vocab_size - 1}", "input")
         if len(ids) > context_len:
             raise InvalidRequest(
-                f"input[{i}] is {len(ids)} tokens; this model embeds at most {context_len}: shorten or split it", "input"
+                f"input[{i}] is {len(ids)} tokens; this model embeds at most {context_len}: shorten or split it",
+                "input",
             )
         out.append(list(ids))
     return out

@@ -59,9 +59,12 @@ def _sentence_transformers_pooling(model_dir: Path) -> Pooling | None:
         pooling_dir = next(m["path"] for m in modules if m.get("type", "").endswith("models.Pooling"))
         settings = json.loads((model_dir / pooling_dir / "config.json").read_text())
     except (OSError, ValueError, StopIteration, KeyError) as e:
-        raise ModelLoadError(f"{model_dir}: unreadable sentence-transformers pooling settings ({e}); fix or remove modules.json")
+        raise ModelLoadError(
+            f"{model_dir}: unreadable sentence-transformers pooling settings ({e}); fix or remove modules.json"
+        )
     modes = [mode for key, mode in _ST_MODES.items() if settings.get(key)]
     if len(modes) != 1:
-        raise ModelLoadError(f"{model_dir}: pooling config asks for {modes or 'no supported mode'}; langrt pools with one of {POOLING_MODES}")
+        raise ModelLoadError(
+            f"{model_dir}: pooling config asks for {modes or 'no supported mode'}; langrt pools with one of {POOLING_MODES}"
+        )
     return Pooling(modes[0], normalize)
-

@@ -17,12 +17,16 @@ from langrt.errors import InvalidRequest
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-def chat_prompt(manager, template: str | None, messages, tools: ToolRequest | None, template_kwargs: dict | None = None) -> list[int]:
+def chat_prompt(
+    manager, template: str | None, messages, tools: ToolRequest | None, template_kwargs: dict | None = None
+) -> list[int]:
     """`template_kwargs`: more variables for the template (chat_template_kwargs, checked)."""
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages must be a non-empty list", param="messages")
     if len(messages) >= manager.ready.context_len:  # each message is at least one token
-        raise InvalidRequest(f"{len(messages)} messages cannot fit the context of {manager.ready.context_len} tokens", param="messages")
+        raise InvalidRequest(
+            f"{len(messages)} messages cannot fit the context of {manager.ready.context_len} tokens", param="messages"
+        )
     normalized = [_message(m) for m in messages]
     chars = sum(len(m["content"]) + len(json.dumps(m.get("tool_calls", ""))) for m in normalized)
     if tools is not None:
@@ -30,7 +34,9 @@ def chat_prompt(manager, template: str | None, messages, tools: ToolRequest | No
     if chars > manager.max_prompt_chars:  # before the template renders and the tokenizer runs
         raise InvalidRequest(f"the messages hold {chars} characters, more than the context can hold", param="messages")
     if template is None:
-        raise InvalidRequest("this model has no chat template; use /v1/completions or --chat-template", param="messages")
+        raise InvalidRequest(
+            "this model has no chat template; use /v1/completions or --chat-template", param="messages"
+        )
     extra = dict(template_kwargs or {})
     if template_renders_tools(template):
         if tools is not None:
@@ -48,7 +54,9 @@ def chat_prompt(manager, template: str | None, messages, tools: ToolRequest | No
 
 def _message(m) -> dict:
     if not isinstance(m, dict) or m.get("role") not in _ROLES:
-        raise InvalidRequest("each message needs a role of system, developer, user, assistant or tool", param="messages")
+        raise InvalidRequest(
+            "each message needs a role of system, developer, user, assistant or tool", param="messages"
+        )
     role = "system" if m["role"] == "developer" else m["role"]
     calls = m.get("tool_calls") if role == "assistant" else None
     content = m.get("content")
@@ -67,7 +75,9 @@ def _content(content) -> str:
         return content
     if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
         return "".join(str(p.get("text", "")) for p in content)
-    raise InvalidRequest("message content must be a string or a list of text parts (this model is text-only)", param="messages")
+    raise InvalidRequest(
+        "message content must be a string or a list of text parts (this model is text-only)", param="messages"
+    )
 
 
 def _call(call) -> dict:
@@ -82,7 +92,9 @@ def _call(call) -> dict:
 
 
 def _bad_call():
-    raise InvalidRequest('tool_calls must be a list of {"id", "type": "function", "function": {"name", "arguments"}}', param="messages")
+    raise InvalidRequest(
+        'tool_calls must be a list of {"id", "type": "function", "function": {"name", "arguments"}}', param="messages"
+    )
 
 
 def _written_out(messages: list[dict], tools: ToolRequest | None) -> list[dict]:
@@ -91,7 +103,10 @@ def _written_out(messages: list[dict], tools: ToolRequest | None) -> list[dict]:
     out: list[dict] = []
     if tools is not None:
         if messages[0]["role"] == "system":
-            messages = [{"role": "system", "content": messages[0]["content"] + "\n\n" + describe_tools(tools)}, *messages[1:]]
+            messages = [
+                {"role": "system", "content": messages[0]["content"] + "\n\n" + describe_tools(tools)},
+                *messages[1:],
+            ]
         else:
             out.append({"role": "system", "content": describe_tools(tools)})
     for m in messages:
@@ -103,7 +118,9 @@ def _written_out(messages: list[dict], tools: ToolRequest | None) -> list[dict]:
                 out.append({"role": "user", "content": result, "tool_results": True})
         elif m.get("tool_calls"):
             calls = [
-                HERMES.begin(c["function"]["name"]) + json.dumps(c["function"]["arguments"], ensure_ascii=False) + HERMES.end
+                HERMES.begin(c["function"]["name"])
+                + json.dumps(c["function"]["arguments"], ensure_ascii=False)
+                + HERMES.end
                 for c in m["tool_calls"]
             ]
             text = "\n".join(([m["content"]] if m["content"] else []) + calls)

@@ -24,10 +24,22 @@ FIELDS = {"chat_template_kwargs", "separate_reasoning", "stream_reasoning", "max
 # apply_chat_template's own arguments: a template variable by one of these names would change
 # how the prompt is built rather than what the template sees
 _RESERVED = {
-    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
-    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+    "conversation",
+    "messages",
+    "tools",
+    "documents",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
     "tokenizer_kwargs",
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,9 @@ def template_kwargs(body: dict) -> dict:
     if kwargs is None:
         return {}
     if not isinstance(kwargs, dict):
-        raise InvalidRequest("chat_template_kwargs must be an object of template variables", param="chat_template_kwargs")
+        raise InvalidRequest(
+            "chat_template_kwargs must be an object of template variables", param="chat_template_kwargs"
+        )
     reserved = sorted(_RESERVED & set(kwargs))
     if reserved:
         raise InvalidRequest(
@@ -66,10 +80,14 @@ def reasoning_request(body: dict, parser: str | None, kwargs: dict) -> Reasoning
             raise InvalidRequest(f"{name} must be a boolean", param=name)
     if parser is None:
         if body.get("max_reasoning_tokens") is not None:
-            raise InvalidRequest("max_reasoning_tokens needs a server started with --reasoning-parser", param="max_reasoning_tokens")
+            raise InvalidRequest(
+                "max_reasoning_tokens needs a server started with --reasoning-parser", param="max_reasoning_tokens"
+            )
         return None
     syntax = reasoning_syntax(parser)
-    return ReasoningRequest(syntax, syntax.thinks(kwargs), body.get("separate_reasoning", True), body.get("stream_reasoning", True))
+    return ReasoningRequest(
+        syntax, syntax.thinks(kwargs), body.get("separate_reasoning", True), body.get("stream_reasoning", True)
+    )
 
 
 def apply_reasoning(sampling: dict, reasoning: ReasoningRequest | None, body: dict) -> None:
@@ -77,7 +95,10 @@ def apply_reasoning(sampling: dict, reasoning: ReasoningRequest | None, body: di
     thinking's budget (SamplingParams checks it)."""
     if reasoning is None or not reasoning.thinking:
         if body.get("max_reasoning_tokens") is not None:
-            raise InvalidRequest("max_reasoning_tokens needs thinking on (chat_template_kwargs turned it off)", param="max_reasoning_tokens")
+            raise InvalidRequest(
+                "max_reasoning_tokens needs thinking on (chat_template_kwargs turned it off)",
+                param="max_reasoning_tokens",
+            )
         return
     sampling["reasoning"] = True
     if body.get("max_reasoning_tokens") is not None:

@@ -36,7 +36,9 @@ async def events(request: web.Request) -> web.StreamResponse:
     except ValueError:
         raise InvalidRequest(f"interval must be a number of seconds; got {raw!r}", param="interval") from None
     if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:
-        raise InvalidRequest(f"interval must be in [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] seconds; got {interval}", param="interval")
+        raise InvalidRequest(
+            f"interval must be in [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] seconds; got {interval}", param="interval"
+        )
     dashboard: Dashboard = request.app["dashboard"]
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)

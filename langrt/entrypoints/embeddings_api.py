@@ -22,14 +22,22 @@ async def openai_embeddings(request: web.Request) -> web.Response:
         raise InvalidRequest("input is required: a string, a list of strings, or token ids", "input")
     encoding = body.get("encoding_format") or "float"
     if encoding not in ENCODING_FORMATS:
-        raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}; got {encoding!r}", "encoding_format")
+        raise InvalidRequest(
+            f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}; got {encoding!r}", "encoding_format"
+        )
     result = await create_embeddings(request.app["manager"], body["input"], body.get("dimensions"))
-    data = [{"object": "embedding", "index": i, "embedding": _encode(v, encoding)} for i, v in enumerate(result.vectors)]
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encode(v, encoding)} for i, v in enumerate(result.vectors)
+    ]
     tokens = result.total_prompt_tokens
-    return web.json_response({
-        "object": "list", "data": data, "model": request.app["served_model_name"],
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    })  # fmt: skip
+    return web.json_response(
+        {
+            "object": "list",
+            "data": data,
+            "model": request.app["served_model_name"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
 
 
 def _encode(vector: np.ndarray, encoding: str):
@@ -47,8 +55,10 @@ async def encode(request: web.Request) -> web.Response:
         raise InvalidRequest("give exactly one of text and input_ids", "text")
     raw = body.get("text", body.get("input_ids"))
     result = await create_embeddings(request.app["manager"], raw, body.get("dimensions"))
-    out = [{"embedding": v.tolist(), "meta_info": {"prompt_tokens": n, "cached_tokens": c}}
-           for v, n, c in zip(result.vectors, result.prompt_tokens, result.cached_tokens)]  # fmt: skip
+    out = [
+        {"embedding": v.tolist(), "meta_info": {"prompt_tokens": n, "cached_tokens": c}}
+        for v, n, c in zip(result.vectors, result.prompt_tokens, result.cached_tokens)
+    ]
     single = isinstance(raw, str) or bool(raw) and all(isinstance(t, int) for t in raw)
     return web.json_response(out[0] if single else out)
 

@@ -1,6 +1,6 @@
 """Errors of every route, in one place: status codes and the OpenAI error shape (docs/serving.md, native API).
 
-    {"error": {"message": ..., "type": ..., "param": ..., "code": <status>}}
+{"error": {"message": ..., "type": ..., "param": ..., "code": <status>}}
 """
 
 from __future__ import annotations

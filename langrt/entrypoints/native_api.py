@@ -18,9 +18,18 @@ from langrt.version import __version__
 from langrt.entrypoints.errors import error_body, error_response, status_of
 
 GENERATE_FIELDS = {
-    "text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len", "top_logprobs_num",
-    "return_text_in_logprobs", "stream", "image_data", "lora_path",
-}  # fmt: skip
+    "text",
+    "input_ids",
+    "sampling_params",
+    "rid",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_text_in_logprobs",
+    "stream",
+    "image_data",
+    "lora_path",
+}
 # Why 64: the deepest legitimate field is a JSON schema, and real ones nest a few levels; much
 # deeper structures only exhaust the recursion of schema compilation and of json itself.
 MAX_JSON_DEPTH = 64
@@ -85,7 +94,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     inp, is_batch = make_generate_input(manager.tokenize, GenerateCall(**body), max_prompts=manager.capacity)
     states = await manager.submit(inp)
     if inp.stream:
-        return await stream_events(request, manager, states, lambda i, s: s.response(manager.tokenizer), len(states) > 1)
+        return await stream_events(
+            request, manager, states, lambda i, s: s.response(manager.tokenizer), len(states) > 1
+        )
     await wait_all(manager, states)
     results = [s.response(manager.tokenizer) for s in states]
     return web.json_response(results if is_batch else results[0])
@@ -168,7 +179,9 @@ async def get_model_info(request: web.Request) -> web.Response:
 async def get_server_info(request: web.Request) -> web.Response:
     manager: TokenizerManager = request.app["manager"]
     stats = await manager.server_stats()
-    return web.json_response({**manager.args.to_json(), "model_path": request.app["model_path"], "version": __version__, **stats})
+    return web.json_response(
+        {**manager.args.to_json(), "model_path": request.app["model_path"], "version": __version__, **stats}
+    )
 
 
 async def flush_cache(request: web.Request) -> web.Response:
@@ -207,7 +220,9 @@ async def health_generate(request: web.Request) -> web.Response:
         states = await manager.submit(inp)
         await asyncio.wait_for(wait_all(manager, states), HEALTH_PROBE_TIMEOUT_S)  # aborts them on timeout
     except asyncio.TimeoutError:
-        return error_response(503, f"no generation progress: a one-token probe did not finish within {HEALTH_PROBE_TIMEOUT_S:g} s")
+        return error_response(
+            503, f"no generation progress: a one-token probe did not finish within {HEALTH_PROBE_TIMEOUT_S:g} s"
+        )
     except Exception as e:  # noqa: BLE001 - any failure of the probe is a failed check
         return error_response(503, f"the generation probe failed: {e}")
     return web.Response(text="ok\n")
@@ -235,7 +250,10 @@ async def metrics(request: web.Request) -> web.Response:
     sglang = {
         "num_running_reqs": (stats["running_requests"], "The number of running requests."),
         "num_queue_reqs": (stats["waiting_requests"], "The number of requests in the waiting queue."),
-        "num_grammar_queue_reqs": (stats["grammar_queue_requests"], "The number of requests waiting for their grammar."),
+        "num_grammar_queue_reqs": (
+            stats["grammar_queue_requests"],
+            "The number of requests waiting for their grammar.",
+        ),
         "num_used_tokens": (total - stats["kv_available_tokens"], "The number of KV slots in use by requests."),
         "token_usage": (gauges["kv_usage"], "The token usage (fraction of the KV pool in use)."),
         "cache_hit_rate": (stats["cache_hit_rate"], "The prefix cache hit rate (cached / prompt tokens)."),
@@ -243,7 +261,11 @@ async def metrics(request: web.Request) -> web.Response:
         "spec_accept_length": (stats["spec_accept_length"], "The average acceptance length of speculative decoding."),
         "spec_accept_rate": (stats["spec_accept_rate"], "The average acceptance rate of speculative decoding."),
     }
-    text = manager.metrics.render(gauges) + "\n".join(sglang_lines(manager.metrics, sglang, request.app["served_model_name"])) + "\n"
+    text = (
+        manager.metrics.render(gauges)
+        + "\n".join(sglang_lines(manager.metrics, sglang, request.app["served_model_name"]))
+        + "\n"
+    )
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 

@@ -34,7 +34,9 @@ def apply_response_format(sampling: dict, response_format) -> None:
     elif kind == "structural_tag":  # SGLang's: {"type", "structures", "triggers"}
         sampling["structural_tag"] = json.dumps(response_format)
     else:
-        raise InvalidRequest("response_format.type must be text, json_object, json_schema or structural_tag", param=PARAM)
+        raise InvalidRequest(
+            "response_format.type must be text, json_object, json_schema or structural_tag", param=PARAM
+        )
 
 
 def _apply_strict(sampling: dict, strict) -> None:

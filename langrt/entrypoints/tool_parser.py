@@ -42,13 +42,23 @@ class ToolSyntax:
 
 _NAME = r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"'
 HERMES = ToolSyntax(
-    "hermes", "<tool_call>", re.compile(r"<tool_call>\s*" + _NAME + r'arguments"\s*:\s*'), "arguments",
-    re.compile(r"\s*\}\s*</tool_call>"), "\n", " \t\r\n",
-)  # fmt: skip
+    "hermes",
+    "<tool_call>",
+    re.compile(r"<tool_call>\s*" + _NAME + r'arguments"\s*:\s*'),
+    "arguments",
+    re.compile(r"\s*\}\s*</tool_call>"),
+    "\n",
+    " \t\r\n",
+)
 LLAMA3 = ToolSyntax(
-    "llama3", '{"name": ', re.compile(_NAME + r'(?:parameters|arguments)"\s*:\s*'), "parameters",
-    re.compile(r"\s*\}"), "; ", " \t\r\n;",
-)  # fmt: skip
+    "llama3",
+    '{"name": ',
+    re.compile(_NAME + r'(?:parameters|arguments)"\s*:\s*'),
+    "parameters",
+    re.compile(r"\s*\}"),
+    "; ",
+    " \t\r\n;",
+)
 SYNTAXES = {s.name: s for s in (HERMES, LLAMA3)}
 
 

@@ -23,9 +23,14 @@ from langrt.errors import ModelLoadError
 
 # HF module name -> (langrt's projection, which part of it in order)
 _PARTS = {
-    "q_proj": ("qkv", 0), "k_proj": ("qkv", 1), "v_proj": ("qkv", 2), "o_proj": ("o", 0),
-    "gate_proj": ("gate_up", 0), "up_proj": ("gate_up", 1), "down_proj": ("down", 0),
-}  # fmt: skip
+    "q_proj": ("qkv", 0),
+    "k_proj": ("qkv", 1),
+    "v_proj": ("qkv", 2),
+    "o_proj": ("o", 0),
+    "gate_proj": ("gate_up", 0),
+    "up_proj": ("gate_up", 1),
+    "down_proj": ("down", 0),
+}
 _KEY = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])\.weight$")
 
 
@@ -61,14 +66,20 @@ def part_sizes(config) -> dict[str, tuple[int, ...]]:
     """Each fused projection's output rows per part, and its input width."""
     c = config
     return {
-        "qkv": (c.q_size, c.kv_size, c.kv_size), "o": (c.hidden_size,),
-        "gate_up": (c.intermediate_size, c.intermediate_size), "down": (c.hidden_size,),
-    }  # fmt: skip
+        "qkv": (c.q_size, c.kv_size, c.kv_size),
+        "o": (c.hidden_size,),
+        "gate_up": (c.intermediate_size, c.intermediate_size),
+        "down": (c.hidden_size,),
+    }
 
 
 def in_size(config, projection: str) -> int:
-    return {"qkv": config.hidden_size, "o": config.q_size, "gate_up": config.hidden_size,
-            "down": config.intermediate_size}[projection]  # fmt: skip
+    return {
+        "qkv": config.hidden_size,
+        "o": config.q_size,
+        "gate_up": config.hidden_size,
+        "down": config.intermediate_size,
+    }[projection]
 
 
 def load_adapter(name: str, path: str, config, dtype: torch.dtype, device: torch.device, namespace: int) -> LoraAdapter:
@@ -121,8 +132,10 @@ def _pairs(name: str, tensors: dict[str, torch.Tensor], num_layers: int) -> dict
     for key, tensor in tensors.items():
         m = _KEY.search(key)
         if m is None or m.group(2) not in _PARTS or int(m.group(1)) >= num_layers:
-            raise LoraError(f"LoRA adapter {name!r}: tensor {key} is not a LoRA factor of a q/k/v/o/gate/up/down "
-                            f"projection of a {num_layers}-layer model; was it trained on this base model?")  # fmt: skip
+            raise LoraError(
+                f"LoRA adapter {name!r}: tensor {key} is not a LoRA factor of a q/k/v/o/gate/up/down "
+                f"projection of a {num_layers}-layer model; was it trained on this base model?"
+            )
         layer, module, side = int(m.group(1)), m.group(2), m.group(3)
         found.setdefault((layer, _PARTS[module][0]), {}).setdefault(module, {})[side] = tensor
     pairs = {}
@@ -144,8 +157,10 @@ def _stack(name, projection, parts, config, scaling, dtype, device) -> Projectio
         index = _PARTS[module][1]
         row = sum(sizes[:index])
         if a.shape[1] != width or part_b.shape != (sizes[index], a.shape[0]):
-            raise LoraError(f"LoRA adapter {name!r}: {module} factors {tuple(a.shape)}, {tuple(part_b.shape)} do not "
-                            f"fit the base model's [{sizes[index]}, {width}] projection; was it trained on this model?")  # fmt: skip
+            raise LoraError(
+                f"LoRA adapter {name!r}: {module} factors {tuple(a.shape)}, {tuple(part_b.shape)} do not "
+                f"fit the base model's [{sizes[index]}, {width}] projection; was it trained on this model?"
+            )
         b[row : row + sizes[index], col : col + a.shape[0]] = part_b.float() * scaling
         a_rows.append(a.float())
         col += a.shape[0]

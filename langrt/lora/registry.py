@@ -59,7 +59,9 @@ class LoraRegistry:
     def load(self, name: str, path: str) -> AdapterInfo:
         """Read the adapter at `path` under `name`; raises LoraError naming what does not fit."""
         if not name or ":" in name:
-            raise LoraError(f"LoRA adapter name {name!r}: give a non-empty name without ':' (model='base:name' splits on it)")
+            raise LoraError(
+                f"LoRA adapter name {name!r}: give a non-empty name without ':' (model='base:name' splits on it)"
+            )
         if name in self._adapters:
             raise LoraError(f"LoRA adapter {name!r} is already loaded; unload it first to replace it")
         why = supports(self._runner.model)
@@ -88,8 +90,9 @@ class LoraRegistry:
         loaded = ", ".join(sorted(self._adapters)) or "none"
         raise InvalidRequest(
             f"unknown LoRA adapter {name!r} (loaded: {loaded}); start the server with --lora-paths "
-            f"{name}=DIR or load it with POST /load_lora_adapter", param=param,
-        )  # fmt: skip
+            f"{name}=DIR or load it with POST /load_lora_adapter",
+            param=param,
+        )
 
     def list(self) -> list[AdapterInfo]:
         return [_info(a) for a in self._adapters.values()]

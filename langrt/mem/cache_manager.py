@@ -48,8 +48,14 @@ from langrt.mem.prefix_cache import PrefixMatch, create_prefix_cache
 
 
 class CacheManager:
-    def __init__(self, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool, radix: bool, eager_window_drop: bool = False,
-                 tiers: KVTiers | None = None):  # fmt: skip
+    def __init__(
+        self,
+        req_pool: ReqToTokenPool,
+        kv_pool: TokenToKVPool,
+        radix: bool,
+        eager_window_drop: bool = False,
+        tiers: KVTiers | None = None,
+    ):
         self._rows = req_pool
         self._kv = kv_pool
         self._tiers = tiers or NoTiers()  # where evicted prefixes go (mem/hicache)
@@ -64,7 +70,9 @@ class CacheManager:
             self._window_low = kv_pool.window_pool.size + 1
 
     @classmethod
-    def for_runner(cls, runner, radix: bool, eager_window_drop: bool = False, tiers: KVTiers | None = None) -> "CacheManager":
+    def for_runner(
+        cls, runner, radix: bool, eager_window_drop: bool = False, tiers: KVTiers | None = None
+    ) -> "CacheManager":
         """Over the pools a ModelRunner allocated (its attention reads them)."""
         return cls(runner.req_pool, runner.kv_pool, radix, eager_window_drop, tiers)
 

@@ -37,7 +37,11 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     applied = all(
         mallopt(param, value)
-        for param, value in ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD), (_M_TOP_PAD, _TOP_PAD))
+        for param, value in (
+            (_M_MMAP_THRESHOLD, _MMAP_THRESHOLD),
+            (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD),
+            (_M_TOP_PAD, _TOP_PAD),
+        )
     )
     logger.debug("malloc keeps freed memory: %s", applied)
     return applied

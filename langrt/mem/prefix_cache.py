@@ -284,7 +284,9 @@ class NoPrefixCache(PrefixCache):
     evictable_size = cached_size = evicted_tokens = num_nodes = window_evictable_size = property(lambda self: 0)
 
 
-def create_prefix_cache(enabled: bool, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool, tiers: KVTiers | None = None) -> PrefixCache:
+def create_prefix_cache(
+    enabled: bool, req_pool: ReqToTokenPool, kv_pool: TokenToKVPool, tiers: KVTiers | None = None
+) -> PrefixCache:
     """`tiers` (mem/hicache) keep what the radix cache evicts; the never-matching cache has none."""
     if not enabled:
         return NoPrefixCache(req_pool, kv_pool)

@@ -78,8 +78,12 @@ class PrefixMatch:
 
 
 class RadixCache:
-    def __init__(self, free_slots: Callable[[torch.Tensor], None], device: torch.device | str = "cpu",
-                 on_evict: Callable[[TreeNode], None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        free_slots: Callable[[torch.Tensor], None],
+        device: torch.device | str = "cpu",
+        on_evict: Callable[[TreeNode], None] | None = None,
+    ):
         """`free_slots` returns evicted slots to the KV pool; `on_evict(leaf)` is called just
         before, with the leaf still attached, so its whole prefix's K/V can be copied out
         (mem/hicache)."""

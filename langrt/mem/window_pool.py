@@ -28,8 +28,16 @@ class HybridKVPool:
     Invariant: every window slot is on the window pool's free list or named by exactly one full
     slot's `full_to_window` entry; a full slot on the free list names none."""
 
-    def __init__(self, size: int, window_size: int, layer_windows: tuple[int | None, ...], num_kv_heads: int,
-                 head_dim: int, dtype: torch.dtype, device: torch.device | str):  # fmt: skip
+    def __init__(
+        self,
+        size: int,
+        window_size: int,
+        layer_windows: tuple[int | None, ...],
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ):
         sliding = [w is not None for w in layer_windows]
         assert any(sliding), "a hybrid pool needs at least one sliding-window layer"
         # The widest window: a token's window K/V is dropped only when no window layer reads it.
@@ -164,7 +172,9 @@ class KVSplit:
     window: int
 
     @classmethod
-    def of(cls, layer_windows: tuple[int | None, ...], num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> "KVSplit":
+    def of(
+        cls, layer_windows: tuple[int | None, ...], num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> "KVSplit":
         sliding = sum(w is not None for w in layer_windows)
         per_layer = TokenToKVPool.bytes_per_token(1, num_kv_heads, head_dim, dtype)
         window = max(w for w in layer_windows if w is not None)

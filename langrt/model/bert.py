@@ -52,7 +52,9 @@ class BertModel(nn.Module):
         if act not in _ACTIVATIONS:
             raise ModelLoadError(f"BERT hidden_act {act!r} is not supported; langrt has {sorted(_ACTIVATIONS)}")
         if hf.get("position_embedding_type", "absolute") != "absolute":
-            raise ModelLoadError("BERT position_embedding_type must be 'absolute' (relative positions are not supported)")
+            raise ModelLoadError(
+                "BERT position_embedding_type must be 'absolute' (relative positions are not supported)"
+            )
         eps = hf.get("layer_norm_eps", 1e-12)
         self.config = config
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -93,7 +95,9 @@ class BertModel(nn.Module):
             filled.add(name)
         missing = sorted(set(params) - filled)
         if missing:
-            raise ModelLoadError(f"BERT checkpoint lacks {len(missing)} tensors, e.g. {missing[:3]}; is it a BertModel?")
+            raise ModelLoadError(
+                f"BERT checkpoint lacks {len(missing)} tensors, e.g. {missing[:3]}; is it a BertModel?"
+            )
 
     def pack_for_cpu(self, dense_budget: int = 0) -> bool:
         return False  # plain torch layers: nothing to pack

@@ -126,7 +126,9 @@ def _rope_settings(d: Mapping[str, Any]) -> tuple[float, Mapping[str, Any] | Non
         if rope_type not in SUPPORTED_ROPE_TYPES:
             raise ModelLoadError(f"unsupported rope scaling {rope_type!r}; supported: {SUPPORTED_ROPE_TYPES}")
         scaling = dict(scaling, rope_type=rope_type)
-        if rope_type == "longrope" and d.get("original_max_position_embeddings"):  # Phi-3's place for it, which HF prefers
+        if rope_type == "longrope" and d.get(
+            "original_max_position_embeddings"
+        ):  # Phi-3's place for it, which HF prefers
             scaling["original_max_position_embeddings"] = d["original_max_position_embeddings"]
     return float(theta), scaling
 

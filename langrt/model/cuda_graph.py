@@ -188,7 +188,9 @@ class DecodeGraphs:
                     f"CUDA graph capture of a decode pass of {bucket} requests failed ({type(error).__name__}: {error}); "
                     "run with --disable-cuda-graph to decode without graphs"
                 ) from error
-        logger.info("CUDA graphs: decode batches of up to %d requests captured (%d sizes)", self.buckets[-1], len(self.buckets))
+        logger.info(
+            "CUDA graphs: decode batches of up to %d requests captured (%d sizes)", self.buckets[-1], len(self.buckets)
+        )
 
     def _pass(self, bucket: int) -> Callable[[], torch.Tensor]:
         """The forward of a bucket-sized decode pass over the static buffers' first `bucket` columns."""

@@ -31,7 +31,11 @@ from langrt.model.norms import GemmaRMSNorm, gemma_rms_norm, per_head_norm
 SLIDING, FULL = "sliding", "full"
 # A multimodal (Gemma3ForConditionalGeneration) checkpoint: its language model's tensors under
 # these prefixes (transformers >= 4.52, and before), the vision tower's skipped.
-_TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."), ("language_model.lm_head.", "lm_head."))
+_TEXT_PREFIXES = (
+    ("model.language_model.", "model."),
+    ("language_model.model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+)
 _VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 
 
@@ -48,7 +52,9 @@ class Gemma3Attention(LlamaAttention):
         weight, packed = self.qkv_proj.weights
         qkv = linear(normed, weight, self.qkv_proj.bias, packed)
         q = per_head_norm(gemma_rms_norm, qkv[:, :q_size], self.q_norm.weight, self.q_norm.eps, head_dim)
-        k = per_head_norm(gemma_rms_norm, qkv[:, q_size : q_size + kv_size], self.k_norm.weight, self.k_norm.eps, head_dim)
+        k = per_head_norm(
+            gemma_rms_norm, qkv[:, q_size : q_size + kv_size], self.k_norm.weight, self.k_norm.eps, head_dim
+        )
         qk = apply_rotary(torch.cat((q, k), dim=1), *rope, head_dim)
         o = attn.attend(self.layer_id, qk[:, :q_size], qk[:, q_size:], qkv[:, q_size + kv_size :])
         return self.o_proj(o)
@@ -91,9 +97,11 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
     def make_rotary(self, config: ModelConfig) -> nn.ModuleDict:
         """One table per kind of layer, each with its base (and scaling)."""
         return nn.ModuleDict(
-            {kind: RotaryEmbedding(config.head_dim, config.max_position_embeddings, theta, scaling)
-             for kind, (theta, scaling) in rope_settings(config.hf).items()}
-        )  # fmt: skip
+            {
+                kind: RotaryEmbedding(config.head_dim, config.max_position_embeddings, theta, scaling)
+                for kind, (theta, scaling) in rope_settings(config.hf).items()
+            }
+        )
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: Attention) -> torch.Tensor:
         """[T] token ids -> [T, hidden] final hidden states (after the last norm)."""
@@ -140,10 +148,14 @@ def _check_supported(config: ModelConfig) -> None:
     hf = config.hf
     for key in ("final_logit_softcapping", "attn_logit_softcapping", "use_bidirectional_attention"):
         if hf.get(key):
-            raise ModelLoadError(f"Gemma 3 config sets {key}={hf[key]!r}, which langrt's gemma3 module does not implement; "
-                                 "serve it with --model-impl transformers")  # fmt: skip
+            raise ModelLoadError(
+                f"Gemma 3 config sets {key}={hf[key]!r}, which langrt's gemma3 module does not implement; "
+                "serve it with --model-impl transformers"
+            )
     if hf.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
-        raise ModelLoadError(f"Gemma 3 hidden_activation {hf['hidden_activation']!r}: langrt's gemma3 module has gelu_pytorch_tanh only")
+        raise ModelLoadError(
+            f"Gemma 3 hidden_activation {hf['hidden_activation']!r}: langrt's gemma3 module has gelu_pytorch_tanh only"
+        )
 
 
 ENTRY_CLASS = Gemma3ForCausalLM

@@ -153,12 +153,16 @@ def _moe_config(norm_topk_prob: bool, **fixed: Any) -> Callable[[ArchFile, dict[
     (false for qwen2moe and olmoe, true for qwen3moe), and so do the HF configs."""
 
     def hook(file: ArchFile, base: dict[str, Any]) -> dict[str, Any]:
-        config = base | fixed | {
-            "num_experts": file.arch_key("expert_count"),
-            "num_experts_per_tok": file.arch_key("expert_used_count"),
-            "moe_intermediate_size": file.arch_key("expert_feed_forward_length", base["intermediate_size"]),
-            "norm_topk_prob": norm_topk_prob,
-        }
+        config = (
+            base
+            | fixed
+            | {
+                "num_experts": file.arch_key("expert_count"),
+                "num_experts_per_tok": file.arch_key("expert_used_count"),
+                "moe_intermediate_size": file.arch_key("expert_feed_forward_length", base["intermediate_size"]),
+                "norm_topk_prob": norm_topk_prob,
+            }
+        )
         shared = file.arch_key("expert_shared_feed_forward_length")
         if shared is not None:
             config["shared_expert_intermediate_size"] = shared
@@ -179,7 +183,10 @@ def _olmoe_config(file: ArchFile, base: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mixtral_config(file: ArchFile, base: dict[str, Any]) -> dict[str, Any]:
-    experts = {"num_local_experts": file.arch_key("expert_count"), "num_experts_per_tok": file.arch_key("expert_used_count")}
+    experts = {
+        "num_local_experts": file.arch_key("expert_count"),
+        "num_experts_per_tok": file.arch_key("expert_used_count"),
+    }
     return base | experts
 
 
@@ -227,19 +234,30 @@ ARCHITECTURES: dict[str, GGUFArch] = {
             config_hook=_phi3_config,
         ),
         GGUFArch(
-            "qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", _LLAMA_LAYER | _MOE | _SHARED_EXPERT,
+            "qwen2moe",
+            "qwen2_moe",
+            "Qwen2MoeForCausalLM",
+            _LLAMA_LAYER | _MOE | _SHARED_EXPERT,
             config_hook=_moe_config(False, **_MOE_DEFAULTS),
         ),
         GGUFArch(
-            "qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", _LLAMA_LAYER | _QK_NORM | _MOE,
+            "qwen3moe",
+            "qwen3_moe",
+            "Qwen3MoeForCausalLM",
+            _LLAMA_LAYER | _QK_NORM | _MOE,
             config_hook=_moe_config(True, **_MOE_DEFAULTS),
         ),
         GGUFArch("olmoe", "olmoe", "OlmoeForCausalLM", _LLAMA_LAYER | _QK_NORM | _MOE, config_hook=_olmoe_config),
     )
 }
 MIXTRAL = GGUFArch(
-    "llama", "mixtral", "MixtralForCausalLM", _LLAMA_LAYER | _MOE, permuted=True, non_parameters=_ROPE_FREQS,
+    "llama",
+    "mixtral",
+    "MixtralForCausalLM",
+    _LLAMA_LAYER | _MOE,
+    permuted=True,
+    non_parameters=_ROPE_FREQS,
     config_hook=_mixtral_config,
-)  # fmt: skip
+)
 # Stored as arch "llama" and told apart by name, as llama.cpp and transformers do.
 MISTRAL = GGUFArch("llama", "mistral", "MistralForCausalLM", _LLAMA_LAYER, permuted=True, non_parameters=_ROPE_FREQS)

@@ -59,13 +59,19 @@ def _log(source: str, kept: dict[str, int], expanded: dict[str, str]) -> None:
     counts = Counter(_type_name(t) for t in kept.values())
     types = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
     if not expanded:
-        logger.info("%s: all %d quantized matrices kept in their stored blocks (%s)", source, len(kept), types or "none")
+        logger.info(
+            "%s: all %d quantized matrices kept in their stored blocks (%s)", source, len(kept), types or "none"
+        )
         return
     names = "; ".join(f"{name} ({why})" for name, why in expanded.items())
     logger.warning(
         "%s: %d quantized tensors expanded to floats at load: %s. Kept in their stored blocks: %d (%s)",
-        source, len(expanded), names, len(kept), types or "none",
-    )  # fmt: skip
+        source,
+        len(expanded),
+        names,
+        len(kept),
+        types or "none",
+    )
 
 
 def _is_quantized(ggml_type: int) -> bool:

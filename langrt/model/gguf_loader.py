@@ -46,9 +46,11 @@ _GLOBAL_NAMES = {
 # (of one type or several: langrt.model.quant.StackedQuantizedWeight).
 # A mixture-of-experts layer fuses each expert's gate and up, and its shared expert's.
 _FUSED_GROUPS = (
-    ("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"), ("ffn_gate_exps", "ffn_up_exps"),
+    ("attn_q", "attn_k", "attn_v"),
+    ("ffn_gate", "ffn_up"),
+    ("ffn_gate_exps", "ffn_up_exps"),
     ("ffn_gate_shexp", "ffn_up_shexp"),
-)  # fmt: skip
+)
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 # llama.cpp's converter assumes this when a llama3-scaled config does not say (convert_hf_to_gguf.py).
 _LLAMA3_DEFAULT_ORIGINAL_CONTEXT = 8192

@@ -119,8 +119,10 @@ def load_transformers_model(
 
     logger.info(
         "%s runs through its transformers code (%s, transformers %s) over langrt's paged attention",
-        config.model_type, type(hf_model).__name__, transformers.__version__,
-    )  # fmt: skip
+        config.model_type,
+        type(hf_model).__name__,
+        transformers.__version__,
+    )
     return model
 
 

@@ -79,7 +79,9 @@ def _check_call(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
         if kwargs.get(feature) is not None:
             raise ModelLoadError(f"{name} uses attention {feature}, which langrt's attention backends do not compute")
     if not 0 <= module.layer_idx < len(step.layer_windows):
-        raise ModelLoadError(f"{name} has layer_idx {module.layer_idx}; the KV pool holds {len(step.layer_windows)} layers")
+        raise ModelLoadError(
+            f"{name} has layer_idx {module.layer_idx}; the KV pool holds {len(step.layer_windows)} layers"
+        )
     window = step.layer_windows[module.layer_idx]
     if kwargs.get("sliding_window") != window:
         raise ModelLoadError(

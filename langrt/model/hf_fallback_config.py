@@ -26,7 +26,9 @@ def fallback_model_config(source: ModelSource, hf: Mapping[str, Any]) -> ModelCo
     where transformers cannot serve it as a causal LM over langrt's attention."""
     text = transformers_config(source, hf).get_text_config()
     if getattr(text, "final_logit_softcapping", None):  # near the identity on small logits: the probe misses it
-        raise ModelLoadError(f"{source.path}: {text.model_type} caps its logits (final_logit_softcapping), which langrt does not")
+        raise ModelLoadError(
+            f"{source.path}: {text.model_type} caps its logits (final_logit_softcapping), which langrt does not"
+        )
     heads = _number(text, "num_attention_heads")
     hidden = _number(text, "hidden_size")
     window, layer_windows = _windows(text, source)
@@ -122,7 +124,9 @@ def _windows(text, source: ModelSource) -> tuple[int | None, tuple[int | None, .
 def _number(text, name: str) -> int:
     value = getattr(text, name, None)
     if not isinstance(value, int) or value <= 0:
-        raise ModelLoadError(f"{text.model_type} config has no usable {name} ({value!r}); langrt sizes its KV pool by it")
+        raise ModelLoadError(
+            f"{text.model_type} config has no usable {name} ({value!r}); langrt sizes its KV pool by it"
+        )
     return value
 
 

@@ -104,7 +104,9 @@ class Linear(nn.Module):
             self.weight = nn.Parameter(torch.empty(0, dtype=self.weight.dtype), requires_grad=False)
         out_features, in_features = self._shape
         if part.in_features != in_features or offset + part.out_features > out_features or offset in self._parts:
-            raise ModelLoadError(f"quantized rows {offset}+{part.shape} do not fit a [{out_features}, {in_features}] layer")
+            raise ModelLoadError(
+                f"quantized rows {offset}+{part.shape} do not fit a [{out_features}, {in_features}] layer"
+            )
         self._parts[offset] = part
         if sum(p.out_features for p in self._parts.values()) == out_features:
             self.packed = stack_parts([self._parts[k] for k in sorted(self._parts)])
@@ -186,7 +188,13 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim
     On CUDA the kernel rotates x in place and returns it (one pass over q and k, no copy); on
     CPU the result is a new tensor. Either way, callers must not use the unrotated x again."""
     fused = _fused_kernels(x)
-    if fused is not None and x.dim() == 2 and x.stride(-1) == 1 and cos.dtype == x.dtype and (x.is_cuda or head_dim % 32 == 0):
+    if (
+        fused is not None
+        and x.dim() == 2
+        and x.stride(-1) == 1
+        and cos.dtype == x.dtype
+        and (x.is_cuda or head_dim % 32 == 0)
+    ):
         heads = x.view(x.shape[0], -1, head_dim)
         fused.rotary(heads, None, cos.view(x.shape[0], -1), sin.view(x.shape[0], -1))
         return x
@@ -196,7 +204,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).view(shape)
 
 
-def apply_partial_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int, rotary_dim: int) -> torch.Tensor:
+def apply_partial_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int, rotary_dim: int
+) -> torch.Tensor:
     """x [T, n*head_dim] -> x with the first `rotary_dim` dimensions of each head rotated (cos,
     sin [T, 1, rotary_dim / 2]) and the rest passed through (Phi-3's partial_rotary_factor)."""
     if rotary_dim == head_dim:

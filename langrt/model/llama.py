@@ -71,7 +71,9 @@ def before_attention(
 
 def after_attention(o, residual, o_w, o_packed, norm_w, eps: float, gate_up_w, gate_up_packed, down_w, down_packed):
     """Output projection, residual add, post norm, SwiGLU MLP -> (layer output, residual)."""
-    return mlp_block(linear(o, o_w, None, o_packed), residual, norm_w, eps, gate_up_w, gate_up_packed, down_w, down_packed)
+    return mlp_block(
+        linear(o, o_w, None, o_packed), residual, norm_w, eps, gate_up_w, gate_up_packed, down_w, down_packed
+    )
 
 
 def mlp_block(attn_out, residual, norm_w, eps: float, gate_up_w, gate_up_packed, down_w, down_packed):
@@ -125,10 +127,18 @@ class LlamaDecoderLayer(nn.Module):
         a, post, mlp = self.self_attn, self.post_attention_layernorm, self.mlp
         if self.tp is None:
             return self.ops.after_attention(
-                o, residual, *a.o_proj.weights, post.weight, post.eps, *mlp.gate_up_proj.weights, *mlp.down_proj.weights,
-            )  # fmt: skip
+                o,
+                residual,
+                *a.o_proj.weights,
+                post.weight,
+                post.eps,
+                *mlp.gate_up_proj.weights,
+                *mlp.down_proj.weights,
+            )
         o = self.tp.all_reduce(a.o_proj(o))
-        x, residual = self.ops.mlp_block(o, residual, post.weight, post.eps, *mlp.gate_up_proj.weights, *mlp.down_proj.weights)
+        x, residual = self.ops.mlp_block(
+            o, residual, post.weight, post.eps, *mlp.gate_up_proj.weights, *mlp.down_proj.weights
+        )
         return self.tp.all_reduce(x), residual
 
 
@@ -320,8 +330,13 @@ def _lora_layers(layers, lora, rope: Rope, x: torch.Tensor, attn: Attention) -> 
 
 ENTRY_CLASS = LlamaForCausalLM
 
-_FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
-          "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}  # fmt: skip
+_FUSED = {
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 

@@ -140,7 +140,9 @@ class ExpertLoader:
         """The shared expert is a DenseMLP: its Linears take the blocks (gate and up as row ranges)."""
         mlp = self._sparse(name, layer)
         if mlp.shared_expert is None:
-            raise ModelLoadError(f"checkpoint tensor {name}: the config has no shared expert (shared_expert_intermediate_size)")
+            raise ModelLoadError(
+                f"checkpoint tensor {name}: the config has no shared expert (shared_expert_intermediate_size)"
+            )
         if part == "down":
             mlp.shared_expert.down_proj.fill_quantized(0, weight)
         else:

@@ -100,5 +100,7 @@ def rotary_dim(head_dim: int, partial_rotary_factor: float) -> int:
     """How many leading dimensions of each head rotate (HF: int(head_dim * factor))."""
     dim = int(head_dim * partial_rotary_factor)
     if dim % 2 or not 0 < dim <= head_dim:
-        raise ModelLoadError(f"partial_rotary_factor {partial_rotary_factor} gives {dim} of {head_dim} dimensions; need an even number")
+        raise ModelLoadError(
+            f"partial_rotary_factor {partial_rotary_factor} gives {dim} of {head_dim} dimensions; need an even number"
+        )
     return dim

@@ -43,9 +43,12 @@ class TensorParallel:
         else:
             envs.GLOO_SOCKET_IFNAME.setdefault("lo")
         dist.init_process_group(
-            "nccl" if self.cuda else "gloo", init_method=f"file://{init_file}", rank=rank, world_size=size,
+            "nccl" if self.cuda else "gloo",
+            init_method=f"file://{init_file}",
+            rank=rank,
+            world_size=size,
             timeout=_IDLE_TIMEOUT,
-        )  # fmt: skip
+        )
         self.cpu_group = dist.new_group(backend="gloo", timeout=_IDLE_TIMEOUT) if self.cuda else None
         # Small CPU sums through shared memory (langrt.parallel.shm); None: all on torch.distributed.
         name = "langrt-tp-" + os.path.basename(os.path.dirname(init_file))

@@ -65,9 +65,14 @@ class ShardLayout:
         q_heads, kv_heads = head_split(config.num_heads, config.num_kv_heads, size, rank)
         vocab = [split(config.vocab_size, size, r) for r in range(size)]
         return cls(
-            rank, size, q_heads, kv_heads, split(config.intermediate_size, size, rank, BLOCK), vocab[rank],
+            rank,
+            size,
+            q_heads,
+            kv_heads,
+            split(config.intermediate_size, size, rank, BLOCK),
+            vocab[rank],
             tuple(end - start for start, end in vocab),
-        )  # fmt: skip
+        )
 
     def local_config(self, config: ModelConfig) -> ModelConfig:
         """The config of this rank's part: its heads, intermediate rows and vocabulary rows."""

@@ -85,7 +85,9 @@ def slice_block_columns(weight: QuantizedWeight, first: int, last: int) -> torch
     for per_8 in SECTION_BYTES[weight.ggml_type]:  # first, last: multiples of 8 where a section has fewer
         pieces.append(weight.data[:, offset + first * per_8 // 8 : offset + last * per_8 // 8])
         offset += blocks * per_8 // 8
-    assert offset == weight.data.shape[1], f"rows of GGML type {weight.ggml_type} are not {SECTION_BYTES[weight.ggml_type]}"
+    assert offset == weight.data.shape[1], (
+        f"rows of GGML type {weight.ggml_type} are not {SECTION_BYTES[weight.ggml_type]}"
+    )
     return torch.cat(pieces, dim=1).contiguous()
 
 
@@ -96,6 +98,14 @@ def slice_block_columns(weight: QuantizedWeight, first: int, last: int) -> torch
 # fp16 d per super-block, Q4_K's fp16 dmin, then a byte per block (Q6_K: per 16 weights) of
 # scales and Q4_K's of minimums).
 SECTION_BYTES = {
-    2: (128, 16), 3: (128, 16, 16), 6: (160, 16), 7: (160, 16, 16), 8: (256, 16),
-    10: (64, 64, 64), 11: (96, 64), 12: (128, 2, 2, 8, 8), 13: (160, 32, 32), 14: (192, 2, 16),
-}  # fmt: skip
+    2: (128, 16),
+    3: (128, 16, 16),
+    6: (160, 16),
+    7: (160, 16, 16),
+    8: (256, 16),
+    10: (64, 64, 64),
+    11: (96, 64),
+    12: (128, 2, 2, 8, 8),
+    13: (160, 32, 32),
+    14: (192, 2, 16),
+}

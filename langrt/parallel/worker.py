@@ -46,7 +46,13 @@ class RankZero:
     def forward(self, batch: ForwardBatch, req_to_token: torch.Tensor) -> None:
         rows = [req_to_token[r, :n] for r, n in zip(batch.req_pool_indices, batch.seq_lens)]
         lists = torch.tensor([*batch.req_pool_indices, *batch.seq_lens, *batch.extend_lens], dtype=torch.int64)
-        parts = [batch.input_ids.cpu(), batch.positions.cpu(), batch.out_cache_loc.cpu(), lists, torch.cat(rows).cpu().long()]
+        parts = [
+            batch.input_ids.cpu(),
+            batch.positions.cpu(),
+            batch.out_cache_loc.cpu(),
+            lists,
+            torch.cat(rows).cpu().long(),
+        ]
         mode = (1 if batch.mode is ForwardMode.DECODE else 0) + 2 * batch.decoding
         self._header(FORWARD, mode, batch.num_tokens, batch.batch_size, sum(batch.seq_lens))
         self.tp.broadcast(torch.cat(parts))
@@ -75,9 +81,15 @@ def receive_batch(tp: TensorParallel, header: list[int], req_to_token: torch.Ten
         req_to_token[row, :n] = payload[offset : offset + n].to(torch.int32)
         offset += n
     return ForwardBatch(
-        ForwardMode.DECODE if mode & 1 else ForwardMode.EXTEND, ids.to(device), positions.to(device), slots.to(device),
-        rows, seq_lens, extend_lens, decoding=bool(mode & 2),
-    )  # fmt: skip
+        ForwardMode.DECODE if mode & 1 else ForwardMode.EXTEND,
+        ids.to(device),
+        positions.to(device),
+        slots.to(device),
+        rows,
+        seq_lens,
+        extend_lens,
+        decoding=bool(mode & 2),
+    )
 
 
 def serve(runner) -> None:
@@ -125,7 +137,9 @@ def run_worker_process(args, endpoints, parent_pid: int, rank: int) -> None:
     try:
         serve(runner)
     except Exception as e:  # rank 0 has gone (gloo: connection closed), or this rank failed
-        logger.error("tensor-parallel rank %d stopped: %s", rank, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        logger.error(
+            "tensor-parallel rank %d stopped: %s", rank, str(e).splitlines()[0] if str(e) else type(e).__name__
+        )
         logging.shutdown()
         os._exit(1)
 

@@ -158,9 +158,19 @@ async def flush_cache(request: web.Request) -> web.Response:
 
 # Counts that add up over replicas; the settings (model, dtype, ...) are the first replica's.
 SUMMED_INFO = (
-    "kv_total_tokens", "kv_available_tokens", "kv_free_tokens", "kv_cached_tokens", "running_requests",
-    "waiting_requests", "grammar_queue_requests", "in_flight_requests", "prompt_tokens", "cached_prompt_tokens",
-    "evicted_tokens", "retractions", "forward_passes",
+    "kv_total_tokens",
+    "kv_available_tokens",
+    "kv_free_tokens",
+    "kv_cached_tokens",
+    "running_requests",
+    "waiting_requests",
+    "grammar_queue_requests",
+    "in_flight_requests",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "evicted_tokens",
+    "retractions",
+    "forward_passes",
 )
 
 
@@ -185,12 +195,20 @@ async def metrics(request: web.Request) -> web.Response:
     """The router's own series (Prometheus text); each worker's are on its own /metrics."""
     workers, lines = request.app[WORKERS].all, []
     for name, kind, help_text, value in (
-        ("langrt_router_requests_total", "counter", "Requests routed to the worker (retries included).", lambda w: w.sent),
+        (
+            "langrt_router_requests_total",
+            "counter",
+            "Requests routed to the worker (retries included).",
+            lambda w: w.sent,
+        ),
         ("langrt_router_in_flight_requests", "gauge", "Requests in flight at the worker.", lambda w: w.in_flight),
         ("langrt_router_worker_healthy", "gauge", "1 while the worker is in rotation.", lambda w: int(w.healthy)),
     ):
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         lines += [f'{name}{{worker="{w.url}"}} {value(w)}' for w in workers]
-    lines += ["# HELP langrt_router_retries_total Requests sent again after a worker died.", "# TYPE langrt_router_retries_total counter"]
+    lines += [
+        "# HELP langrt_router_retries_total Requests sent again after a worker died.",
+        "# TYPE langrt_router_retries_total counter",
+    ]
     lines.append(f"langrt_router_retries_total {request.app[FORWARDER].retries}")
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

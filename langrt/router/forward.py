@@ -93,7 +93,9 @@ class Forwarder:
         first = await upstream.content.readany()  # a worker that dies now has sent nothing on
         if not first:
             raise WorkerDied(f"{worker.url} closed the stream before its first event")
-        response = web.StreamResponse(status=200, headers={"Content-Type": upstream.headers.get("Content-Type", "text/event-stream")})
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": upstream.headers.get("Content-Type", "text/event-stream")}
+        )
         await response.prepare(request)
         await response.write(first)
         try:

@@ -148,7 +148,13 @@ async def _watch(replicas: Replicas, stop: asyncio.Event, lost: list[int]) -> No
 async def _serve(args: ServerArgs, replicas: Replicas) -> int:
     health = HealthSettings(interval_s=1.0, timeout_s=5.0, failure_threshold=2)
     router_args = RouterArgs(
-        tuple(replicas.urls), "cache_aware", args.host, args.port, health, log_level=args.log_level, api_key=args.api_key
+        tuple(replicas.urls),
+        "cache_aware",
+        args.host,
+        args.port,
+        health,
+        log_level=args.log_level,
+        api_key=args.api_key,
     )
     stop, lost = asyncio.Event(), []
     watcher = asyncio.create_task(_watch(replicas, stop, lost))

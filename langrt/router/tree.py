@@ -132,4 +132,3 @@ def _common_length(a: str, b: str) -> int:
         if a[i] != b[i]:
             return i
     return n
-

@@ -16,8 +16,7 @@ def logprobs_of(logits: Tensor, token_ids: Tensor) -> Tensor:
     """[N, V] raw logits, [N] token ids -> [N] float32 logprob of each id under its row."""
     if logits.dim() != 2 or token_ids.shape != (logits.shape[0],):
         raise ValueError(
-            f"expected logits [N, V] and token_ids [N], got {tuple(logits.shape)} "
-            f"and {tuple(token_ids.shape)}"
+            f"expected logits [N, V] and token_ids [N], got {tuple(logits.shape)} and {tuple(token_ids.shape)}"
         )
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     return logprobs.gather(-1, token_ids.long().unsqueeze(1)).squeeze(1)

@@ -35,9 +35,7 @@ class Penalties:
     repetition_rows: tuple[bool, ...]  # rows with a repetition penalty != 1
 
     @classmethod
-    def from_params(
-        cls, params: Sequence[SamplingParams], device: torch.device
-    ) -> Penalties | None:
+    def from_params(cls, params: Sequence[SamplingParams], device: torch.device) -> Penalties | None:
         if not any(p.needs_penalties for p in params):
             return None
 
@@ -49,9 +47,7 @@ class Penalties:
             presence=column([p.presence_penalty for p in params]),
             # Floored: a float32 divisor of 1e-300 is 0, and logit / 0 = inf turns the row to NaN.
             repetition=column([max(p.repetition_penalty, MIN_REPETITION_PENALTY) for p in params]),
-            additive_rows=tuple(
-                p.frequency_penalty != 0.0 or p.presence_penalty != 0.0 for p in params
-            ),
+            additive_rows=tuple(p.frequency_penalty != 0.0 or p.presence_penalty != 0.0 for p in params),
             repetition_rows=tuple(p.repetition_penalty != 1.0 for p in params),
         )
 
@@ -108,7 +104,9 @@ def ban_tokens(logits: Tensor, banned: Sequence[Sequence[int]]) -> None:
     logits[rows, cols] = float("-inf")
 
 
-def early_stop_bans(params: Sequence, output_lens: Sequence[int], constrained: Sequence[bool], eos_ids) -> list[list[int]]:
+def early_stop_bans(
+    params: Sequence, output_lens: Sequence[int], constrained: Sequence[bool], eos_ids
+) -> list[list[int]]:
     """Per row, the ids that may not end the output yet: before min_new_tokens, EOS (unless
     ignore_eos) and the stop token ids, except where a grammar governs the row (it alone
     decides when the output may end). For `ban_tokens`."""

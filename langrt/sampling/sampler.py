@@ -213,9 +213,7 @@ class SamplingBatch:
 
     def _check_logits(self, logits: Tensor) -> None:
         if logits.dim() != 2 or logits.shape[0] != self.batch_size:
-            raise ValueError(
-                f"expected logits of shape [{self.batch_size}, vocab], got {tuple(logits.shape)}"
-            )
+            raise ValueError(f"expected logits of shape [{self.batch_size}, vocab], got {tuple(logits.shape)}")
         if logits.device.type != self.device.type:
             raise ValueError(f"logits are on {logits.device}, the batch is on {self.device}")
 

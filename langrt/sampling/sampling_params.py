@@ -121,11 +121,7 @@ class SamplingParams:
 
     @property
     def needs_penalties(self) -> bool:
-        return (
-            self.frequency_penalty != 0.0
-            or self.presence_penalty != 0.0
-            or self.repetition_penalty != 1.0
-        )
+        return self.frequency_penalty != 0.0 or self.presence_penalty != 0.0 or self.repetition_penalty != 1.0
 
     # ---- validation -------------------------------------------------------------------------
 
@@ -164,7 +160,8 @@ class SamplingParams:
                 self._set(name, float(value))
             except OverflowError:  # an integer past the float range (JSON allows 10**400)
                 raise InvalidRequest(
-                    f"{name} must be a number within the float range, got a {value.bit_length()}-bit integer", param=name
+                    f"{name} must be a number within the float range, got a {value.bit_length()}-bit integer",
+                    param=name,
                 ) from None
         for name in _BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
@@ -185,7 +182,9 @@ class SamplingParams:
         if self.seed is not None:
             _require_int("seed", self.seed)
         if self.choices is not None and (
-            not isinstance(self.choices, tuple) or not self.choices or not all(isinstance(c, str) and c for c in self.choices)
+            not isinstance(self.choices, tuple)
+            or not self.choices
+            or not all(isinstance(c, str) and c for c in self.choices)
         ):
             raise _type_error("choices", "a non-empty list of non-empty strings", self.choices)
 
@@ -213,7 +212,9 @@ class SamplingParams:
     def _check_stops(self) -> None:
         for name, limit in (("stop", _MAX_STOPS), ("stop_token_ids", _MAX_STOPS), ("stop_regex", _MAX_STOP_REGEXES)):
             if len(getattr(self, name)) > limit:
-                raise InvalidRequest(f"{name} holds {len(getattr(self, name))} entries, over the limit of {limit}", param=name)
+                raise InvalidRequest(
+                    f"{name} holds {len(getattr(self, name))} entries, over the limit of {limit}", param=name
+                )
         if "" in self.stop:
             raise InvalidRequest("stop strings must be non-empty, got ''", param="stop")
         for token_id in self.stop_token_ids:
@@ -278,9 +279,7 @@ def _require(ok: bool, name: str, rule: str, value: Any) -> None:
 
 
 def _type_error(name: str, expected: str, value: Any) -> InvalidRequest:
-    return InvalidRequest(
-        f"{name} must be {expected}, got {type(value).__name__} {value!r}", param=name
-    )
+    return InvalidRequest(f"{name} must be {expected}, got {type(value).__name__} {value!r}", param=name)
 
 
 def _require_int(name: str, value: Any) -> None:
@@ -291,7 +290,9 @@ def _require_int(name: str, value: Any) -> None:
 
 def _require_int64(name: str, value: int) -> None:
     if not -_INT64_LIMIT <= value < _INT64_LIMIT:
-        raise InvalidRequest(f"{name} must be within the 64-bit integer range, got a {value.bit_length()}-bit integer", param=name)
+        raise InvalidRequest(
+            f"{name} must be within the 64-bit integer range, got a {value.bit_length()}-bit integer", param=name
+        )
 
 
 def _require_compiles(name: str, pattern: str) -> None:

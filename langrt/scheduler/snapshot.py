@@ -34,7 +34,10 @@ def live_counts(scheduler) -> dict:
     """What /metrics adds to `Scheduler.cache_stats`: requests waiting for a grammar, and the
     output so far of unfinished requests (the main process counts finished ones)."""
     live = [*scheduler.running, *scheduler.waiting, *filter(None, [scheduler.chunked])]
-    return {"grammar_queue_requests": len(scheduler.grammar_queue), "live_output_tokens": sum(len(r.output_ids) for r in live)}
+    return {
+        "grammar_queue_requests": len(scheduler.grammar_queue),
+        "live_output_tokens": sum(len(r.output_ids) for r in live),
+    }
 
 
 def _cache_sizes(scheduler) -> dict:

@@ -95,7 +95,9 @@ class TokenEmitter:
         # rows where the grammar allows few tokens: only those tokens' logits are computed
         allowed = [allowed_ids_along_drafts(e.req, e.drafts, len(e.rows)) for e in emissions]
         picks, sparse = _among_allowed(emissions, allowed, hidden, runner)
-        full = sorted({row for e, p in zip(emissions, picks) for row, t in zip(e.rows, p) if t is None and row not in sparse})
+        full = sorted(
+            {row for e, p in zip(emissions, picks) for row, t in zip(e.rows, p) if t is None and row not in sparse}
+        )
         logits, where = _rows_to_sample(full, sparse, hidden, runner)
         active, position = list(range(len(emissions))), 0
         kept = [0] * len(emissions)
@@ -104,7 +106,10 @@ class TokenEmitter:
             sampled = [k for k in active if picks[k][position] is None]
             if sampled:
                 rows = torch.tensor([where[emissions[k].rows[position]] for k in sampled], device=hidden.device)
-                reqs, proposals = [emissions[k].req for k in sampled], [emissions[k].proposal(position) for k in sampled]
+                reqs, proposals = (
+                    [emissions[k].req for k in sampled],
+                    [emissions[k].proposal(position) for k in sampled],
+                )
                 chosen = dict(zip(sampled, self._sample(reqs, logits[rows], proposals)))
             for k in active:
                 if picks[k][position] is not None:
@@ -190,14 +195,18 @@ class TokenEmitter:
         """Before min_new_tokens, EOS and stop token ids cannot be sampled (unless a grammar
         governs the request: it alone decides when the output may end)."""
         banned = early_stop_bans(
-            [r.params for r in reqs], [len(r.output_ids) for r in reqs], [r.matcher is not None for r in reqs],
+            [r.params for r in reqs],
+            [len(r.output_ids) for r in reqs],
+            [r.matcher is not None for r in reqs],
             self.stop_checker.eos_token_ids,
-        )  # fmt: skip
+        )
         if any(banned):
             ban_tokens(logits, banned)
 
 
-def _among_allowed(emissions: list[Emission], allowed: list[list], hidden: torch.Tensor, runner) -> tuple[list[list], dict]:
+def _among_allowed(
+    emissions: list[Emission], allowed: list[list], hidden: torch.Tensor, runner
+) -> tuple[list[list], dict]:
     """Per emission and row where `allowed` lists the tokens, only their logits computed (none
     for a greedy row where one token alone is allowed): (greedy rows' picks, the allowed token
     of highest logit, the lowest id on ties, as the argmax over the masked full row gives, None
@@ -226,7 +235,9 @@ def _among_allowed(emissions: list[Emission], allowed: list[list], hidden: torch
             chosen[k][i] = ids[start + part.index(max(part))]  # the first maximum: the lowest id
         else:
             row = torch.full((runner.vocab_size,), float("-inf"), device=hidden.device)
-            sparse[emissions[k].rows[i]] = row.index_copy_(0, token_ids[start : start + n].long(), logits[start : start + n])
+            sparse[emissions[k].rows[i]] = row.index_copy_(
+                0, token_ids[start : start + n].long(), logits[start : start + n]
+            )
         start += n
     return chosen, sparse
 

@@ -76,9 +76,13 @@ def make_generate_input(tokenize, call: GenerateCall, max_prompts: int | None = 
         raise InvalidRequest(f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}]", param="top_logprobs_num")
     options = [
         RequestOptions(
-            return_logprob=want, logprob_start_len=_logprob_start(start, p), top_logprobs_num=top,
-            return_text_in_logprobs=with_text, stream=stream, lora_path=lora,
-        )  # fmt: skip
+            return_logprob=want,
+            logprob_start_len=_logprob_start(start, p),
+            top_logprobs_num=top,
+            return_text_in_logprobs=with_text,
+            stream=stream,
+            lora_path=lora,
+        )
         for want, start, top, p, lora in zip(return_logprob, starts, tops, params, loras)
     ]
     inp = GenerateInput(prompts, params, rids, options)
@@ -99,7 +103,9 @@ def _logprob_start(value: int | None, params: SamplingParams) -> int:
 
 def check_batch_size(size: int, max_prompts: int | None, param: str) -> None:
     if max_prompts is not None and size > max_prompts:
-        raise CapacityExceeded(f"{param} holds {size} prompts; this server holds at most {max_prompts} in flight", param=param)
+        raise CapacityExceeded(
+            f"{param} holds {size} prompts; this server holds at most {max_prompts} in flight", param=param
+        )
 
 
 def _prompts(tokenize, text, input_ids, max_prompts: int | None = None) -> tuple[list[list[int]], bool]:

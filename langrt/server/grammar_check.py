@@ -36,8 +36,9 @@ class _Worker:
     def __init__(self):
         self.process = subprocess.Popen(
             [sys.executable, "-m", "langrt.server.grammar_check", str(os.getpid())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
 
     def check(self, params: SamplingParams, timeout_s: float) -> tuple | None:
         """(Blocking) None if the grammar is fine, else (error class name, message, param).
@@ -93,7 +94,11 @@ class GrammarChecker:
             reply = worker.check(params, self.timeout_s)
         except _Timeout:
             self._drop(worker)
-            kind = next(k for k in ("regex", "json_schema", "ebnf", "structural_tag", "choices") if getattr(params, k) is not None)
+            kind = next(
+                k
+                for k in ("regex", "json_schema", "ebnf", "structural_tag", "choices")
+                if getattr(params, k) is not None
+            )
             raise InvalidRequest(
                 f"grammar compile exceeded the time limit of {self.timeout_s:g} s (the {kind} is too large or "
                 "complex; simplify it)",

@@ -32,7 +32,11 @@ class Histogram:
         own = f"{{{labels}}}" if labels else ""
         lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
         lines += [f'{name}_bucket{{{bucket}le="{bound}"}} {n}' for bound, n in zip(self.buckets, self.counts)]
-        lines += [f'{name}_bucket{{{bucket}le="+Inf"}} {self.count}', f"{name}_sum{own} {self.total}", f"{name}_count{own} {self.count}"]
+        lines += [
+            f'{name}_bucket{{{bucket}le="+Inf"}} {self.count}',
+            f"{name}_sum{own} {self.total}",
+            f"{name}_count{own} {self.count}",
+        ]
         return lines
 
 
@@ -65,7 +69,10 @@ class Metrics:
                 self.recent_tpot.append(tpot)
 
     def render(self, gauges: dict[str, float]) -> str:
-        lines = ["# HELP langrt_requests_total Finished requests by finish reason.", "# TYPE langrt_requests_total counter"]
+        lines = [
+            "# HELP langrt_requests_total Finished requests by finish reason.",
+            "# TYPE langrt_requests_total counter",
+        ]
         lines += [f'langrt_requests_total{{finish_reason="{k}"}} {v}' for k, v in sorted(self.finished.items())]
         for name, value, text in (
             ("langrt_prompt_tokens_total", self.prompt_tokens, "Prompt tokens of finished requests."),
@@ -116,12 +123,23 @@ def sglang_lines(metrics: Metrics, gauges: dict[str, tuple[float, str]], model_n
     for name, kind, value, text in (
         ("prompt_tokens_total", "counter", metrics.prompt_tokens, "Number of prefill tokens processed."),
         ("generation_tokens_total", "counter", metrics.generation_tokens, "Number of generation tokens processed."),
-        ("cached_tokens_total", "counter", metrics.cached_tokens, "Number of prompt tokens reused from the prefix cache."),
+        (
+            "cached_tokens_total",
+            "counter",
+            metrics.cached_tokens,
+            "Number of prompt tokens reused from the prefix cache.",
+        ),
         ("num_requests_total", "counter", sum(metrics.finished.values()), "Number of requests processed."),
         *((name, "gauge", value, text) for name, (value, text) in gauges.items()),
     ):
         lines += [f"# HELP sglang:{name} {text}", f"# TYPE sglang:{name} {kind}", f"sglang:{name}{{{labels}}} {value}"]
-    lines += metrics.ttft.render("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels)
-    lines += metrics.tpot.render("sglang:time_per_output_token_seconds", "Histogram of time per output token in seconds.", labels)
-    lines += metrics.e2e.render("sglang:e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds.", labels)
+    lines += metrics.ttft.render(
+        "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels
+    )
+    lines += metrics.tpot.render(
+        "sglang:time_per_output_token_seconds", "Histogram of time per output token in seconds.", labels
+    )
+    lines += metrics.e2e.render(
+        "sglang:e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds.", labels
+    )
     return lines

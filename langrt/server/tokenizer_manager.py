@@ -88,7 +88,9 @@ class TokenizerManager:
         deadline = time.monotonic() + timeout_s
         while self.ready is None:
             if self.children.dead():
-                raise RuntimeError(f"langrt failed to start: {', '.join(self.children.dead())} exited (see its log above)")
+                raise RuntimeError(
+                    f"langrt failed to start: {', '.join(self.children.dead())} exited (see its log above)"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the model did not load within {timeout_s:.0f} s")
             try:
@@ -166,7 +168,9 @@ class TokenizerManager:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # JSON may carry lone surrogates ("\ud800"); tokenizers refuse them
-            raise InvalidRequest(f"{param} is not valid Unicode: {e.reason} at character {e.start}", param=param) from None
+            raise InvalidRequest(
+                f"{param} is not valid Unicode: {e.reason} at character {e.start}", param=param
+            ) from None
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     async def submit(self, inp: GenerateInput) -> list[ReqState]:

@@ -14,6 +14,13 @@ from langrt.speculative.ngram import NgramDrafts, RecentOutputs
 from langrt.speculative.truncated import write_truncated_model
 
 __all__ = [
-    "DraftCounts", "DraftModelDrafts", "DraftSource", "Drafter", "NgramDrafts", "RecentOutputs", "SpeculativeSource",
-    "make_speculative_sources", "write_truncated_model",
-]  # fmt: skip
+    "DraftCounts",
+    "DraftModelDrafts",
+    "DraftSource",
+    "Drafter",
+    "NgramDrafts",
+    "RecentOutputs",
+    "SpeculativeSource",
+    "make_speculative_sources",
+    "write_truncated_model",
+]

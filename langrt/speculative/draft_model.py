@@ -120,11 +120,17 @@ class DraftModelDrafts:
         config = source.model_config()
         check_same_vocabulary(target.vocab_size, tokenizer, source, config.vocab_size)
         draft_args = dataclasses.replace(
-            args, model_path=str(source.path), tokenizer_path=None, load_format="auto",
-            context_length=target.plan.context_len, max_total_tokens=target.plan.max_total_tokens,
+            args,
+            model_path=str(source.path),
+            tokenizer_path=None,
+            load_format="auto",
+            context_length=target.plan.context_len,
+            max_total_tokens=target.plan.max_total_tokens,
             max_running_requests=target.plan.max_running_requests,
-            speculative_algorithm=None, speculative_draft_model_path=None, tp_size=1,
-        )  # fmt: skip
+            speculative_algorithm=None,
+            speculative_draft_model_path=None,
+            tp_size=1,
+        )
         runner = ModelRunner(draft_args, source, config, progress=False)
         eos = set(config.eos_token_ids) | set(target.config.eos_token_ids)
         if getattr(tokenizer, "eos_token_id", None) is not None:
@@ -243,7 +249,9 @@ class DraftModelDrafts:
         reqs = [r.req for r in rounds]
         outputs = [r.req.output_ids + r.drafts for r in rounds]
         params = [r.params for r in reqs]
-        bans = early_stop_bans(params, [len(o) for o in outputs], [r.walker is not None for r in rounds], self.eos_token_ids)
+        bans = early_stop_bans(
+            params, [len(o) for o in outputs], [r.walker is not None for r in rounds], self.eos_token_ids
+        )
         if any(bans):
             ban_tokens(logits, bans)
         sampling = SamplingBatch.from_params(params, [r.generator for r in reqs], logits.device)
@@ -282,7 +290,11 @@ def check_same_vocabulary(target_vocab_size: int, tokenizer, draft_source, draft
 
 def token_table(tokenizer) -> dict[int, str]:
     """id -> token string of a TextDecoder or a transformers tokenizer (added tokens too)."""
-    for holder in (tokenizer, getattr(tokenizer, "backend", None), getattr(getattr(tokenizer, "backend", None), "tokenizer", None)):
+    for holder in (
+        tokenizer,
+        getattr(tokenizer, "backend", None),
+        getattr(getattr(tokenizer, "backend", None), "tokenizer", None),
+    ):
         if hasattr(holder, "get_vocab"):  # transformers', TextDecoder's tokenizers backend, or the one it wraps
             return {i: token for token, i in holder.get_vocab().items()}
     raise TypeError(f"cannot list the vocabulary of {type(tokenizer).__name__}")

@@ -42,7 +42,7 @@ def write_truncated_model(model_path, out_dir, layers: int | Sequence[int], dtyp
         if layer is None:
             kept[name] = tensor.contiguous()
         elif int(layer.group(1)) in renumber:
-            kept[f"model.layers.{renumber[int(layer.group(1))]}.{name[layer.end():]}"] = tensor.contiguous()
+            kept[f"model.layers.{renumber[int(layer.group(1))]}.{name[layer.end() :]}"] = tensor.contiguous()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_file(kept, str(out / "model.safetensors"))

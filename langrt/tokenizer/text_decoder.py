@@ -16,8 +16,18 @@ from typing import Sequence
 from langrt.errors import ModelLoadError
 
 # transformers' clean_up_tokenization, for tokenizers configured to use it.
-_CLEANUPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-             (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))  # fmt: skip
+_CLEANUPS = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
 
 
 class TextDecoder:
@@ -28,7 +38,9 @@ class TextDecoder:
         self.eos_token_id = eos_token_id
         self.clean_up_spaces = clean_up_spaces
 
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True) -> str:
+    def decode(
+        self, ids: Sequence[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True
+    ) -> str:
         """`spaces_between_special_tokens` is accepted for the slow-tokenizer API and, as in
         transformers' fast tokenizers, has no effect."""
         text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -60,7 +72,9 @@ def load_text_decoder(path: str | os.PathLike) -> TextDecoder:
         config = _read_json(path / "tokenizer_config.json")
         eos = config.get("eos_token")
         eos = eos.get("content") if isinstance(eos, dict) else eos
-        return TextDecoder(backend, backend.token_to_id(eos) if eos else None, bool(config.get("clean_up_tokenization_spaces", False)))
+        return TextDecoder(
+            backend, backend.token_to_id(eos) if eos else None, bool(config.get("clean_up_tokenization_spaces", False))
+        )
     # No fast tokenizer file (a sentencepiece-only directory): decode through transformers.
     from langrt.tokenizer.loader import load_tokenizer
 

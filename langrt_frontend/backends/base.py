@@ -34,11 +34,9 @@ class Backend(Protocol):
     def flush_cache(self) -> bool:
         """Empty the prefix cache; False when the runtime refuses (requests in flight)."""
 
-    def get_server_info(self) -> dict:
-        ...
+    def get_server_info(self) -> dict: ...
 
-    def get_model_info(self) -> dict:
-        ...
+    def get_model_info(self) -> dict: ...
 
 
 @dataclass(frozen=True)
@@ -68,11 +66,9 @@ class PrimitiveBackend(Protocol):
         """The chosen one of `choices` (a `choices` method of docs/programs.md's select, which the backend may
         not be able to apply; it says so in the meta info) and the select's meta info."""
 
-    def flush_cache(self) -> bool:
-        ...
+    def flush_cache(self) -> bool: ...
 
-    def get_server_info(self) -> dict:
-        ...
+    def get_server_info(self) -> dict: ...
 
 
 def stream_increments(events: Iterator[dict]) -> Iterator[tuple[str, dict | None]]:

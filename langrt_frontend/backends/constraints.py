@@ -45,17 +45,25 @@ class Constraints:
         return UnsupportedPrimitive(f"{primitive}: not supported by the OpenAI backend on {self.server}: {reason}")
 
     def regex(self, pattern: str, prefix: str, primitive: str) -> dict:
-        raise self.refuse(primitive, "an OpenAI API takes no regex constraint (use a langrt, SGLang or llama.cpp server)")
+        raise self.refuse(
+            primitive, "an OpenAI API takes no regex constraint (use a langrt, SGLang or llama.cpp server)"
+        )
 
     def choice(self, choices: Sequence[str], prefix: str) -> dict:
         return self.regex(choices_regex(choices), prefix, "select")
 
     def json_schema(self, schema: str, chat: bool, prefix: str) -> dict:
         if prefix:
-            raise self.refuse("gen(json_schema)", f"it must begin the assistant message, which already holds {prefix!r}")
+            raise self.refuse(
+                "gen(json_schema)", f"it must begin the assistant message, which already holds {prefix!r}"
+            )
         if not chat:
-            raise self.refuse("gen(json_schema)", "a JSON schema goes in response_format, which only chat completions take")
-        return {"response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": json.loads(schema)}}}
+            raise self.refuse(
+                "gen(json_schema)", "a JSON schema goes in response_format, which only chat completions take"
+            )
+        return {
+            "response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": json.loads(schema)}}
+        }
 
     def ebnf(self, grammar: str, prefix: str) -> dict:
         raise self.refuse("gen(ebnf)", "an OpenAI API takes no grammar")

@@ -9,12 +9,21 @@ from typing import Any, Iterator
 
 from langrt_frontend.chat_template import ChatTemplate, resolve_chat_template
 
-_GENERATE_ARGS = ("sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs", "rid",
-                  "lora_path")  # fmt: skip
+_GENERATE_ARGS = (
+    "sampling_params",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_text_in_logprobs",
+    "rid",
+    "lora_path",
+)
 
 
 class EngineBackend:
-    def __init__(self, engine=None, model_path: str | None = None, chat_template_name: str | None = None, **server_args: Any):
+    def __init__(
+        self, engine=None, model_path: str | None = None, chat_template_name: str | None = None, **server_args: Any
+    ):
         """Wrap `engine`, or start a `langrt.Engine(model_path, **server_args)` owned by this
         backend (stopped by `shutdown()`)."""
         if engine is None:
@@ -58,7 +67,9 @@ class EngineBackend:
             raise RuntimeError("this model is text-only: image inputs are not supported")
         kwargs = {k: payload[k] for k in _GENERATE_ARGS if k in payload}
         try:
-            return self.engine.generate(payload.get("text"), input_ids=payload.get("input_ids"), stream=stream, **kwargs)
+            return self.engine.generate(
+                payload.get("text"), input_ids=payload.get("input_ids"), stream=stream, **kwargs
+            )
         except LangrtError as e:
             raise RuntimeError(f"generate failed: {e}") from e
 

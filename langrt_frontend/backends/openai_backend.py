@@ -66,7 +66,11 @@ class OpenAI:
         self.is_chat_model = model not in COMPLETION_MODELS if is_chat_model is None else is_chat_model
         kind, model_info = ("", None) if constraints != "auto" else _probe(self.base_url, api_key)
         self.server_kind = kind or "OpenAI-compatible"
-        name = constraints if constraints != "auto" else {"langrt or SGLang": "regex", "llama.cpp": "gbnf"}.get(kind, "none")
+        name = (
+            constraints
+            if constraints != "auto"
+            else {"langrt or SGLang": "regex", "llama.cpp": "gbnf"}.get(kind, "none")
+        )
         self.server = f"{self.base_url} ({self.server_kind})"
         self.constraints: Constraints = make_constraints(name, self.server)
         self.chat_template: ChatTemplate = _template(chat_template_name, self.is_chat_model, model_info)
@@ -127,9 +131,10 @@ class OpenAI:
         fields, check = constraint_fields(params, self.constraints, self.is_chat_model, prefix)
         if prefix and not fields:
             raise self.constraints.refuse(
-                "gen", f"the chat API cannot continue an assistant message already begun ({prefix!r}): "
-                "put gen first in the assistant block, or use a completion model (is_chat_model=False)"
-            )  # fmt: skip
+                "gen",
+                f"the chat API cannot continue an assistant message already begun ({prefix!r}): "
+                "put gen first in the assistant block, or use a completion model (is_chat_model=False)",
+            )
         sampling = sampling_fields(params, self.constraints)
         stops: list[str] = []
         if prefix:  # the server would also stop inside the repeated text: stops are applied here
@@ -153,7 +158,9 @@ class OpenAI:
         choice = (response.get("choices") or [{}])[0]
         text = self._cut(choice_text(choice, self.is_chat_model), prefix, "select")
         if text not in choices:
-            raise RuntimeError(f"select: {self.server} answered {text!r}, none of {list(choices)} (did it ignore the constraint?)")
+            raise RuntimeError(
+                f"select: {self.server} answered {text!r}, none of {list(choices)} (did it ignore the constraint?)"
+            )
         return text, {**meta_info(response, choice, self.is_chat_model), "choices_method": "constrained decoding"}
 
     def _score(self, prefix: str, choices: Sequence[str], method) -> tuple[str, dict]:
@@ -182,20 +189,25 @@ class OpenAI:
         if context.role != "assistant":
             where = f"in a {context.role} block" if context.role else "outside any role block"
             raise self.constraints.refuse(
-                primitive, f"a chat model writes assistant messages and this {primitive} is {where}: put it in "
-                "sgl.assistant(...), or use a completion model (is_chat_model=False)"
-            )  # fmt: skip
+                primitive,
+                f"a chat model writes assistant messages and this {primitive} is {where}: put it in "
+                "sgl.assistant(...), or use a completion model (is_chat_model=False)",
+            )
         return context.role_text.lstrip()
 
     def _refuse_images(self, context: Context, primitive: str) -> None:
         if context.images:
-            raise self.constraints.refuse("image", f"this backend sends text only, and an image precedes this {primitive}")
+            raise self.constraints.refuse(
+                "image", f"this backend sends text only, and an image precedes this {primitive}"
+            )
 
     def _cut(self, text: str, prefix: str, primitive: str) -> str:
         if not prefix:
             return text
         if not text.startswith(prefix):
-            raise RuntimeError(f"{primitive}: {self.server} did not begin its answer with the assistant text {prefix!r}: {text!r}")
+            raise RuntimeError(
+                f"{primitive}: {self.server} did not begin its answer with the assistant text {prefix!r}: {text!r}"
+            )
         return text[len(prefix) :]
 
     def _post(self, path: str, body: dict, primitive: str) -> dict:
@@ -208,8 +220,13 @@ class OpenAI:
         return False  # the OpenAI API has no cache to flush
 
     def get_server_info(self) -> dict:
-        return {"base_url": self.base_url, "model": self.model, "server": self.server_kind,
-                "constraints": self.constraints.name, "is_chat_model": self.is_chat_model}  # fmt: skip
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "server": self.server_kind,
+            "constraints": self.constraints.name,
+            "is_chat_model": self.is_chat_model,
+        }
 
     def __repr__(self) -> str:
         return f"OpenAI({self.model!r}, base_url={self.base_url!r})"

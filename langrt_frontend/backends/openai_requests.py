@@ -16,11 +16,21 @@ from dataclasses import dataclass
 from langrt_frontend.backends.constraints import Constraints
 from langrt_frontend.params import GenParams
 
-_STANDARD = {"temperature": "temperature", "top_p": "top_p", "n": "n", "frequency_penalty": "frequency_penalty",
-             "presence_penalty": "presence_penalty"}  # fmt: skip
+_STANDARD = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "n": "n",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+}
 # native name -> (extension field, the default at which it may be left out)
-_EXTENSIONS = {"top_k": ("top_k", -1), "min_p": ("min_p", 0.0), "min_new_tokens": ("min_tokens", 0),
-               "ignore_eos": ("ignore_eos", False), "stop_token_ids": ("stop_token_ids", [])}  # fmt: skip
+_EXTENSIONS = {
+    "top_k": ("top_k", -1),
+    "min_p": ("min_p", 0.0),
+    "min_new_tokens": ("min_tokens", 0),
+    "ignore_eos": ("ignore_eos", False),
+    "stop_token_ids": ("stop_token_ids", []),
+}
 
 
 @dataclass(frozen=True)
@@ -37,7 +47,9 @@ class Check:
         if finish_reason == "length":
             return  # cut off by max_tokens: not a whole match, and not the server's fault
         if self.regex is not None and re.fullmatch(self.regex, text) is None:
-            raise RuntimeError(f"{self.primitive}: the output of {server} does not match {self.regex!r}: {text!r} (did the server ignore the constraint?)")
+            raise RuntimeError(
+                f"{self.primitive}: the output of {server} does not match {self.regex!r}: {text!r} (did the server ignore the constraint?)"
+            )
         if self.json:
             try:
                 json.loads(text)
@@ -62,9 +74,14 @@ def sampling_fields(params: GenParams, constraints: Constraints) -> dict:
     if native.get("stop_regex"):
         raise constraints.refuse("gen(stop_regex)", "the OpenAI API has no stop_regex (use stop strings)")
     if params.lora_path:
-        raise constraints.refuse("gen(lora_path=...)", "an OpenAI server takes the adapter as its model: OpenAI(model='BASE:NAME')")
+        raise constraints.refuse(
+            "gen(lora_path=...)", "an OpenAI server takes the adapter as its model: OpenAI(model='BASE:NAME')"
+        )
     if native.get("reasoning"):
-        raise constraints.refuse("gen(reasoning=True)", "it keeps only message.content; run a reasoning model through RuntimeEndpoint or Engine")
+        raise constraints.refuse(
+            "gen(reasoning=True)",
+            "it keeps only message.content; run a reasoning model through RuntimeEndpoint or Engine",
+        )
     return body
 
 
@@ -135,7 +152,9 @@ def _chat_logprobs(logprobs: dict) -> dict:
     content = logprobs.get("content") or []
     return {
         "output_token_logprobs": [[t.get("logprob"), None, t.get("token")] for t in content],
-        "output_top_logprobs": [[[x.get("logprob"), None, x.get("token")] for x in t.get("top_logprobs") or []] for t in content],
+        "output_top_logprobs": [
+            [[x.get("logprob"), None, x.get("token")] for x in t.get("top_logprobs") or []] for t in content
+        ],
     }
 
 

@@ -41,7 +41,9 @@ print("built" if built else "loaded", path, flush=True)
 
 def run_child(sources: pathlib.Path, env: dict, timeout: float) -> tuple[str, float]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", CHILD, str(sources)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(sources)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     took = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"child failed ({done.returncode}) after {took:.0f} s:\n{done.stderr[-3000:]}")

@@ -59,7 +59,9 @@ def test_python_dash_m():
 
 def test_doctor_prints_what_a_bug_report_needs(tmp_path):
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "LANGRT_CPU_ISA": "scalar"}
-    done = subprocess.run([sys.executable, "-m", "langrt.cli", "doctor"], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "langrt.cli", "doctor"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     report = dict(line.split(": ", 1) for line in done.stdout.splitlines())
     for key in ("python", "torch", "transformers", "cpu flags", "cpu path", "cpu kernels", "quantized cpu kernels",
@@ -68,5 +70,8 @@ def test_doctor_prints_what_a_bug_report_needs(tmp_path):
     assert report["cpu path"] == "scalar"  # LANGRT_CPU_ISA caps it
     assert all(f"{flag}=" in report["cpu flags"] for flag in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16"))
     assert report["extensions dir"] == str(tmp_path / "ext" / "langrt")
-    assert report["cpu kernels"].startswith("not built yet") and str(tmp_path / "ext" / "langrt" / "langrt_cpu_kernels_scalar-") in report["cpu kernels"]
+    assert (
+        report["cpu kernels"].startswith("not built yet")
+        and str(tmp_path / "ext" / "langrt" / "langrt_cpu_kernels_scalar-") in report["cpu kernels"]
+    )
     assert not (tmp_path / "ext").exists() or not any((tmp_path / "ext").rglob("*.so"))  # it builds nothing

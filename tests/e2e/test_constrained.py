@@ -101,7 +101,10 @@ def test_random_model_follows_every_json_schema(tiny, compiler):
             for out in tiny.generate(["Hello", "JSON:"], params):
                 meta = out["meta_info"]
                 if meta["finish_reason"]["type"] == "length":
-                    assert meta["completion_tokens"] == 60 and replays_as_prefix(out["output_ids"], grammar), (schema, out)
+                    assert meta["completion_tokens"] == 60 and replays_as_prefix(out["output_ids"], grammar), (
+                        schema,
+                        out,
+                    )
                     cut += 1
                     continue
                 assert ends_valid(out["text"], meta, schema), (schema, out["text"], meta)
@@ -111,13 +114,17 @@ def test_random_model_follows_every_json_schema(tiny, compiler):
 
 def test_an_output_cut_by_the_length_limit_is_never_valid():
     cut = {"finish_reason": {"type": "length", "length": 60}}
-    assert not ends_valid('{"name": "x", "n": 1}', cut, JSON_SCHEMAS[0]), "complete text, but cut: not a finished output"
+    assert not ends_valid('{"name": "x", "n": 1}', cut, JSON_SCHEMAS[0]), (
+        "complete text, but cut: not a finished output"
+    )
     assert ends_valid('{"name": "x", "n": 1}', {"finish_reason": {"type": "stop"}}, JSON_SCHEMAS[0])
 
 
 def test_unsupported_schema_keyword_is_named(tiny):
     with pytest.raises(Exception) as info:
-        tiny.generate("x", {"json_schema": json.dumps({"type": "array", "items": {"type": "string"}, "uniqueItems": True})})
+        tiny.generate(
+            "x", {"json_schema": json.dumps({"type": "array", "items": {"type": "string"}, "uniqueItems": True})}
+        )
     assert getattr(info.value, "param", None) == "uniqueItems" and "uniqueItems" in str(info.value)
 
 
@@ -150,13 +157,17 @@ def test_random_model_follows_an_ebnf_grammar(tiny):
     """A recursive grammar (parentheses nest without bound) and a JSON grammar, sampled."""
     finished = 0
     for seed in range(4):
-        for out in tiny.generate(["Hello", "1 + (2"], {"ebnf": ARITH_GBNF, "max_new_tokens": 40, "temperature": 1.0, "seed": seed}):
+        for out in tiny.generate(
+            ["Hello", "1 + (2"], {"ebnf": ARITH_GBNF, "max_new_tokens": 40, "temperature": 1.0, "seed": seed}
+        ):
             if out["meta_info"]["finish_reason"]["type"] == "stop":
                 finished += 1
                 assert balanced_arithmetic(out["text"]), out["text"]
             else:
                 assert set(out["text"]) <= set("0123456789+-()"), out["text"]
-        for out in tiny.generate(["JSON:"], {"ebnf": JSON_GBNF, "max_new_tokens": 60, "temperature": 1.0, "seed": seed}):
+        for out in tiny.generate(
+            ["JSON:"], {"ebnf": JSON_GBNF, "max_new_tokens": 60, "temperature": 1.0, "seed": seed}
+        ):
             if out["meta_info"]["finish_reason"]["type"] == "stop":
                 finished += 1
                 json.loads(out["text"])
@@ -191,7 +202,10 @@ def test_jump_forward_same_text_fewer_steps(tiny_llama_dir):
 
 TREE_SCHEMA = {
     "type": "object",
-    "properties": {"label": {"enum": ["leaf", "node"]}, "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}},
+    "properties": {
+        "label": {"enum": ["leaf", "node"]},
+        "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2},
+    },
     "required": ["label", "kids"],
     "additionalProperties": False,
 }
@@ -261,7 +275,9 @@ def test_smollm_regex_and_json(smollm_path):
         out = engine.generate(chat("Is the sky blue?"), {"choices": ["yes", "no"], "temperature": 0})
         assert out["text"] in ("yes", "no")
         regex = r'\{"city": "[A-Za-z ]{1,20}", "country": "[A-Za-z ]{1,20}"\}'
-        out = engine.generate(chat("Name a city and its country as JSON."), {"regex": regex, "max_new_tokens": 60, "temperature": 0})
+        out = engine.generate(
+            chat("Name a city and its country as JSON."), {"regex": regex, "max_new_tokens": 60, "temperature": 0}
+        )
         assert re.fullmatch(regex, out["text"]), out["text"]
         assert set(json.loads(out["text"])) == {"city", "country"}
         schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30}, "age": {"type": "integer", "minimum": 0,
@@ -352,12 +368,21 @@ def test_jump_forward_outputs_a_certain_end_without_another_pass(tiny_llama_dir)
     regex = r'\{"legs": [0-9], "arms": [0-9]\}'
     outputs, ended_with_last_free, tails = {}, {}, {}
     for jump in (True, False):
-        scheduler = make_scheduler(tiny_llama_dir, max_total_tokens=4096, context_length=512, disable_jump_forward=not jump)
+        scheduler = make_scheduler(
+            tiny_llama_dir, max_total_tokens=4096, context_length=512, disable_jump_forward=not jump
+        )
         tok = scheduler.tokenizer
         reqs = [Req(f"r{i}", tok.encode(p), SamplingParams(max_new_tokens=n, temperature=0, regex=regex))
                 for i, (p, n) in enumerate([("Legs and arms:", 60), ("JSON:", 60), ("Count:", 3)])]  # fmt: skip
         # logprobs asked for: every token needs its logits, so nothing is output without a pass
-        reqs.append(Req("lp", tok.encode("JSON:"), SamplingParams(max_new_tokens=60, temperature=0, regex=regex), options=RequestOptions(return_logprob=True)))
+        reqs.append(
+            Req(
+                "lp",
+                tok.encode("JSON:"),
+                SamplingParams(max_new_tokens=60, temperature=0, regex=regex),
+                options=RequestOptions(return_logprob=True),
+            )
+        )
         for req in reqs:
             scheduler.add_request(req)
         ended_with_last_free[jump] = {}
@@ -371,7 +396,9 @@ def test_jump_forward_outputs_a_certain_end_without_another_pass(tiny_llama_dir)
         for r in reqs[:2]:
             assert re.fullmatch(regex, tok.decode(r.output_ids)) and r.finish_reason.type == "stop"
         assert reqs[2].finish_reason.type == "length" and len(reqs[2].output_ids) == 3
-        assert reqs[3].output_ids == reqs[1].output_ids and len(reqs[3].output_logprobs.values) == len(reqs[3].output_ids)
+        assert reqs[3].output_ids == reqs[1].output_ids and len(reqs[3].output_logprobs.values) == len(
+            reqs[3].output_ids
+        )
     assert outputs[True] == outputs[False]
     assert tails[True] >= 2 and tails[False] == 0
     assert list(ended_with_last_free[True].values()) == [True, True]
@@ -389,7 +416,9 @@ def test_rows_among_allowed_are_the_masked_full_rows():
 
     from langrt.scheduler.token_emitter import Emission, _among_allowed
 
-    full = torch.tensor([[0.5, 2.0, 2.0, -1.0, 3.0], [1.0, 1.0, 0.0, 1.0, -2.0], [0.0, 0.0, 0.0, 0.0, 9.0], [4.0, 1.0, 2.0, 3.0, 5.0]])
+    full = torch.tensor(
+        [[0.5, 2.0, 2.0, -1.0, 3.0], [1.0, 1.0, 0.0, 1.0, -2.0], [0.0, 0.0, 0.0, 0.0, 9.0], [4.0, 1.0, 2.0, 3.0, 5.0]]
+    )
     asked = []
 
     def compute_logits_of(hidden, rows, token_ids):
@@ -398,7 +427,12 @@ def test_rows_among_allowed_are_the_masked_full_rows():
 
     runner = SimpleNamespace(compute_logits_of=compute_logits_of, vocab_size=5)
     greedy, sampled = (SimpleNamespace(params=SimpleNamespace(is_greedy=g)) for g in (True, False))
-    emissions = [Emission(greedy, [0, 1, 2], [7, 7]), Emission(greedy, [2], []), Emission(sampled, [3], []), Emission(sampled, [1], [])]
+    emissions = [
+        Emission(greedy, [0, 1, 2], [7, 7]),
+        Emission(greedy, [2], []),
+        Emission(sampled, [3], []),
+        Emission(sampled, [1], []),
+    ]
     allowed = [[torch.tensor([1, 2, 3], dtype=torch.int32), torch.tensor([0, 1, 3], dtype=torch.int32), None],
                [torch.tensor([2], dtype=torch.int32)], [torch.tensor([0, 2, 3], dtype=torch.int32)],
                [torch.tensor([4], dtype=torch.int32)]]  # fmt: skip
@@ -446,7 +480,9 @@ def test_jump_forward_drafts_ride_in_the_prompts_pass(tiny_llama_dir):
     regex = r'\{"name": "[a-z]{1,8}", "legs": [0-9]\}'
     outputs, passes = {}, {}
     for jump in (True, False):
-        scheduler = make_scheduler(tiny_llama_dir, max_total_tokens=4096, context_length=512, disable_jump_forward=not jump)
+        scheduler = make_scheduler(
+            tiny_llama_dir, max_total_tokens=4096, context_length=512, disable_jump_forward=not jump
+        )
         free_before = scheduler.runner.kv_pool.available_size
         reqs = [Req(f"r{i}", scheduler.tokenizer.encode(p), SamplingParams(max_new_tokens=60, temperature=0, regex=regex))
                 for i, p in enumerate(["Describe an animal:", "JSON please:", "x"])]  # fmt: skip
@@ -495,7 +531,9 @@ def test_jump_forward_keeps_logprobs(tiny_llama_dir):
             assert [e[1] for e in a[key]] == [e[1] for e in b[key]]
             assert all(x[0] == y[0] or abs(x[0] - y[0]) < 1e-4 for x, y in zip(a[key], b[key]))
         assert [e[1] for e in a["output_token_logprobs"]] == ids
-        assert [[t[1] for t in row] for row in a["output_top_logprobs"]] == [[t[1] for t in row] for row in b["output_top_logprobs"]]
+        assert [[t[1] for t in row] for row in a["output_top_logprobs"]] == [
+            [t[1] for t in row] for row in b["output_top_logprobs"]
+        ]
 
 
 def test_jump_forward_keeps_seeded_sampling(tiny_llama_dir):

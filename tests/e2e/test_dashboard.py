@@ -33,7 +33,9 @@ def few_shot_prompts(n: int, question: str = "Sentiment:") -> list[str]:
     sys.path.insert(0, str(EXAMPLES))
     from few_shot_classification import EXAMPLES as SHOTS, REVIEWS
 
-    preamble = "Classify the sentiment of each movie review.\n\n" + "".join(f"Review: {t}\nSentiment: {l}\n\n" for t, l in SHOTS)
+    preamble = "Classify the sentiment of each movie review.\n\n" + "".join(
+        f"Review: {t}\nSentiment: {l}\n\n" for t, l in SHOTS
+    )
     return [f"{preamble}Review: {review}\n{question}" for review, _ in REVIEWS[:n]]
 
 
@@ -89,7 +91,12 @@ def test_grafana_dashboard_queries_metrics_the_server_has(server):
     _, text = server.get("/metrics")
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     panels = json.loads(GRAFANA.read_text())["panels"]
-    queried = {name for p in panels for t in p["targets"] for name in re.findall(r"\b(?:sglang:|langrt_)[a-z0-9_:]+", t["expr"])}
+    queried = {
+        name
+        for p in panels
+        for t in p["targets"]
+        for name in re.findall(r"\b(?:sglang:|langrt_)[a-z0-9_:]+", t["expr"])
+    }
     assert len(panels) >= 8 and len(queried) >= 10
     assert sorted(queried - exported) == []
 
@@ -100,7 +107,10 @@ def test_page_in_headless_chromium(server, tmp_path):
         pytest.skip("chromium is not installed (Debian: apt-get install chromium; or set CHROMIUM=/path/to/chrome)")
     work = threading.Thread(
         target=server.post,
-        args=("/generate", {"text": few_shot_prompts(4, "Why?"), "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}}),
+        args=(
+            "/generate",
+            {"text": few_shot_prompts(4, "Why?"), "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}},
+        ),
         kwargs={"timeout": 300},
     )
     browser = HeadlessChromium(binary, tmp_path / "profile")
@@ -111,15 +121,21 @@ def test_page_in_headless_chromium(server, tmp_path):
         browser.wait_for("document.querySelectorAll('#tree g.node').length > 0")
         rows = browser.wait_for("document.querySelectorAll('#batch tbody tr').length")
         assert rows >= 1
-        assert browser.evaluate("document.querySelector('#batch tbody tr td.prompt').textContent").startswith("Classify")
+        assert browser.evaluate("document.querySelector('#batch tbody tr td.prompt').textContent").startswith(
+            "Classify"
+        )
         browser.screenshot(tmp_path / "dashboard_running.png")
         work.join()
         _, state = server.get("/dashboard/state")  # idle now: the tree no longer changes
         browser.wait_for(f"Number(document.body.dataset.seq) >= {state['seq']}")
         assert browser.evaluate("document.querySelectorAll('#tree g.node').length") == len(state["tree"]["nodes"])
-        shared = [n for n in state["tree"]["nodes"] if n["children"] >= 2 and n["hit_age"] is not None and n["hit_age"] < 30]
+        shared = [
+            n for n in state["tree"]["nodes"] if n["children"] >= 2 and n["hit_age"] is not None and n["hit_age"] < 30
+        ]
         assert shared, "the few-shot preamble is shared and was hit"
-        classes = browser.evaluate(f"document.querySelector('#tree g.node[data-id=\"{shared[0]['id']}\"]').getAttribute('class')")
+        classes = browser.evaluate(
+            f"document.querySelector('#tree g.node[data-id=\"{shared[0]['id']}\"]').getAttribute('class')"
+        )
         assert "hit" in classes.split()
         assert (tmp_path / "dashboard_running.png").stat().st_size > 10_000
         browser.screenshot(tmp_path / "dashboard_idle.png")

@@ -53,7 +53,10 @@ def mixed_requests() -> list[Req]:
         (looped, dict(temperature=1.0, regex=r"[ab]{1,300}")),
         (tokens(6, 30), dict(temperature=0.8, top_k=20, presence_penalty=0.5, min_p=0.05)),
     ]
-    return [Req(f"m{i}", list(p), SamplingParams(max_new_tokens=40, **{"temperature": 0.0, **kw})) for i, (p, kw) in enumerate(specs)]
+    return [
+        Req(f"m{i}", list(p), SamplingParams(max_new_tokens=40, **{"temperature": 0.0, **kw}))
+        for i, (p, kw) in enumerate(specs)
+    ]
 
 
 GREEDY = 6
@@ -123,11 +126,16 @@ def test_the_radix_cache_and_retraction_change_nothing(tiny_llama_dir, llama_dra
     prompts = [tokens(20 + i, 30) * 3 for i in range(8)]
 
     def wave(scheduler):
-        reqs = [Req(f"w{i}", list(p), SamplingParams(max_new_tokens=160, temperature=0.0, ignore_eos=True)) for i, p in enumerate(prompts)]
+        reqs = [
+            Req(f"w{i}", list(p), SamplingParams(max_new_tokens=160, temperature=0.0, ignore_eos=True))
+            for i, p in enumerate(prompts)
+        ]
         return run_requests(scheduler, reqs, stagger=False)
 
     reference = wave(make_scheduler(tiny_llama_dir, max_total_tokens=16384, context_length=1024))
-    small = make_scheduler(tiny_llama_dir, max_total_tokens=1024, context_length=1024, **draft(llama_drafts["truncated"]))
+    small = make_scheduler(
+        tiny_llama_dir, max_total_tokens=1024, context_length=1024, **draft(llama_drafts["truncated"])
+    )
     assert wave(small) == reference
     assert small.stats.retractions > 0, "the pool was meant to run out"
     assert small.stats.spec_accepted_tokens > 0
@@ -170,7 +178,10 @@ def exact_distribution(model_dir) -> dict[tuple[int, ...], float]:
 
 
 def sample_with_drafts(scheduler, n: int) -> tuple[Counter, float]:
-    reqs = [Req(f"s{i}", list(PROMPT), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True, **SAMPLED)) for i in range(n)]
+    reqs = [
+        Req(f"s{i}", list(PROMPT), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True, **SAMPLED))
+        for i in range(n)
+    ]
     run_requests(scheduler, reqs, stagger=False)
     stats = scheduler.stats
     return Counter(tuple(r.output_ids) for r in reqs), stats.spec_accept_rate
@@ -262,7 +273,17 @@ def test_smollm_greedy_outputs_are_the_same_with_a_draft_model(smollm_engines):
         for c in ("What is the capital of France?", "Write a short poem about the sea.", "List three colors.")
     ]
     params = [{"max_new_tokens": 48, "temperature": 0}] * 2 + [
-        {"max_new_tokens": 48, "temperature": 0, "json_schema": json.dumps({"type": "object", "properties": {"colors": {"type": "array", "items": {"type": "string"}, "maxItems": 3}}, "required": ["colors"]})}
+        {
+            "max_new_tokens": 48,
+            "temperature": 0,
+            "json_schema": json.dumps(
+                {
+                    "type": "object",
+                    "properties": {"colors": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+                    "required": ["colors"],
+                }
+            ),
+        }
     ]
     with_drafts, without = on.generate(chat, params), off.generate(chat, params)
     assert [o["output_ids"] for o in with_drafts] == [o["output_ids"] for o in without]

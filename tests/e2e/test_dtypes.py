@@ -68,10 +68,16 @@ def test_torch_compile_on_the_avx2_path_then_the_native_one(tmp_path):
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+    }
     env["TMPDIR"] = str(tmp_path)  # inductor's default cache lives under the temp directory
     avx2 = {**env, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     for run_env in (avx2, env, avx2):
-        done = subprocess.run([sys.executable, "-c", COMPILE_BOTH_HALVES], env=run_env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-c", COMPILE_BOTH_HALVES], env=run_env, capture_output=True, text=True, timeout=600
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert "compiled" in done.stdout

@@ -21,7 +21,9 @@ def bert_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(bert_dir):
-    s = LaunchedServer("--model-path", str(bert_dir), "--is-embedding", "--dtype", "float32", "--served-model-name", "tiny-bert")
+    s = LaunchedServer(
+        "--model-path", str(bert_dir), "--is-embedding", "--dtype", "float32", "--served-model-name", "tiny-bert"
+    )
     yield s
     s.stop()
 

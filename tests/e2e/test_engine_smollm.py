@@ -33,7 +33,9 @@ def engine_no_cache():
     float32: in bfloat16 the CPU GEMMs round a row differently with 1 row than with 8 (every
     token logprob of these 8 answers differs batched vs alone, from the first token, with either
     attention backend), and bf16 logits tie exactly often enough that a greedy token can flip."""
-    with langrt.Engine(log_level="warning", max_total_tokens=16384, disable_radix_cache=True, dtype="float32") as engine:
+    with langrt.Engine(
+        log_level="warning", max_total_tokens=16384, disable_radix_cache=True, dtype="float32"
+    ) as engine:
         yield engine
 
 
@@ -67,7 +69,9 @@ def test_cache_on_and_off_agree_in_fp32(new_engine):
     preamble = " ".join(f"Fact {i}: {i} is {'even' if i % 2 == 0 else 'odd'}." for i in range(60))
     settings = dict(log_level="warning", max_total_tokens=32768, dtype="float32")
     on, off = new_engine(**settings), new_engine(disable_radix_cache=True, **settings)
-    messages = [[{"role": "system", "content": preamble}, {"role": "user", "content": f"Is {n} even?"}] for n in range(32)]
+    messages = [
+        [{"role": "system", "content": preamble}, {"role": "user", "content": f"Is {n} even?"}] for n in range(32)
+    ]
     prompts = [on.tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
     assert len(on.tokenizer.encode(prompts[0])) >= 600
     a = on.generate(prompts, {"max_new_tokens": 8, "temperature": 0})

@@ -67,7 +67,9 @@ def test_gen_in_roles_answers_and_records_messages(backend):
     state = qa.run(question="What is the capital of France?", temperature=0, backend=backend)
     assert "Paris" in state["answer"]
     assert [m["role"] for m in state.messages()] == ["user", "assistant"]
-    assert state.text().startswith("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    assert state.text().startswith(
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert state.messages()[-1]["content"] == state["answer"].lstrip()
     assert state.text().endswith(state["answer"] + "<|im_end|>\n")
     meta = state.get_meta_info("answer")
@@ -82,7 +84,10 @@ def test_select_is_one_scoring_request_with_every_choice(counted, method):
     @sgl.function
     def capital(s):
         s += sgl.user("What is the capital of France?")
-        s += sgl.assistant("The capital of France is " + sgl.select("city", choices=["Paris", "London", "Berlin"], choices_method=method))
+        s += sgl.assistant(
+            "The capital of France is "
+            + sgl.select("city", choices=["Paris", "London", "Berlin"], choices_method=method)
+        )
 
     state = capital.run(backend=counted)
     assert state.error() is None and state["city"] in ("Paris", "London", "Berlin")
@@ -106,20 +111,27 @@ def test_gen_with_choices_is_a_select(counted):
         s += "Q: Is fire hot? Answer yes or no.\nA: " + sgl.gen("yn", choices=["yes", "no"])
 
     state = f.run(backend=counted)
-    assert state["yn"] in ("yes", "no") and [len(c["text"]) if c.get("return_logprob") else 0 for c in counted.calls] == [0, 3]
+    assert state["yn"] in ("yes", "no") and [
+        len(c["text"]) if c.get("return_logprob") else 0 for c in counted.calls
+    ] == [0, 3]
 
 
 def test_constrained_gens(backend):
     schema = {
         "type": "object",
-        "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
         "required": ["name", "age"],
         "additionalProperties": False,
     }
 
     @sgl.function
     def f(s):
-        s += sgl.user("Describe a person as JSON.") + sgl.assistant(sgl.gen("person", max_tokens=40, json_schema=schema))
+        s += sgl.user("Describe a person as JSON.") + sgl.assistant(
+            sgl.gen("person", max_tokens=40, json_schema=schema)
+        )
         s += "\nTwo plus two is " + sgl.gen_int("sum", max_tokens=4)
         s += "\nPi is roughly " + sgl.gen("pi", dtype=float, max_tokens=8)
         s += "\nIs water wet? " + sgl.gen("wet", dtype=bool)
@@ -148,23 +160,39 @@ def test_gen_with_an_ebnf_grammar(backend):
 
 
 def test_ebnf_over_http_and_a_bad_grammar_is_a_400_naming_the_position(server):
-    body = {"text": "Count: ", "sampling_params": {"ebnf": 'root ::= [1-9] [0-9]? (", " [1-9] [0-9]?){2}', "max_new_tokens": 30, "temperature": 0}}
+    body = {
+        "text": "Count: ",
+        "sampling_params": {
+            "ebnf": 'root ::= [1-9] [0-9]? (", " [1-9] [0-9]?){2}',
+            "max_new_tokens": 30,
+            "temperature": 0,
+        },
+    }
     status, out = server.post("/generate", body)
     assert status == 200 and re.fullmatch(r"[1-9][0-9]?(, [1-9][0-9]?){2}", out["text"]), out
     body["sampling_params"]["ebnf"] = 'root ::= "a"\nitem ::= item "b"'
     status, out = server.post("/generate", body, check=False)
-    assert status == 400 and "line 2, column 1" in out["error"]["message"] and "left recursion" in out["error"]["message"]
+    assert (
+        status == 400 and "line 2, column 1" in out["error"]["message"] and "left recursion" in out["error"]["message"]
+    )
 
 
 def test_json_schema_options_over_http(server):
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
               "required": ["name", "age"], "additionalProperties": False}  # fmt: skip
-    params = {"json_schema": json.dumps(schema), "json_schema_options": {"any_order": True}, "max_new_tokens": 40, "temperature": 0}
+    params = {
+        "json_schema": json.dumps(schema),
+        "json_schema_options": {"any_order": True},
+        "max_new_tokens": 40,
+        "temperature": 0,
+    }
     status, out = server.post("/generate", {"text": "A person as JSON: ", "sampling_params": params})
     assert status == 200 and set(json.loads(out["text"])) == {"name", "age"}, out
     params["json_schema_options"] = {"sorted_keys": True}
     status, out = server.post("/generate", {"text": "A person as JSON: ", "sampling_params": params}, check=False)
-    assert status == 400 and out["error"]["param"] == "json_schema_options" and "any_order" in out["error"]["message"], out
+    assert (
+        status == 400 and out["error"]["param"] == "json_schema_options" and "any_order" in out["error"]["message"]
+    ), out
 
 
 def test_stop_n_and_logprobs(backend):
@@ -186,7 +214,9 @@ def test_stop_n_and_logprobs(backend):
 def test_streaming_text_iter(backend):
     @sgl.function
     def f(s):
-        s += sgl.user("Write a sentence about the sea.") + sgl.assistant(sgl.gen("line", max_tokens=10, ignore_eos=True))
+        s += sgl.user("Write a sentence about the sea.") + sgl.assistant(
+            sgl.gen("line", max_tokens=10, ignore_eos=True)
+        )
 
     state = f.run(stream=True, temperature=0, backend=backend)
     pieces = list(state.text_iter("line"))
@@ -346,7 +376,7 @@ def tip_suggestion(s):
     s += "Here are two tips for staying healthy: 1. Balanced Diet. 2. Regular Exercise.\n\n"
     forks = s.fork(2)
     for i, f in enumerate(forks):
-        f += f"Now, expand tip {i+1} into a paragraph:\n"
+        f += f"Now, expand tip {i + 1} into a paragraph:\n"
         f += sgl.gen("detailed_tip", max_tokens=16, stop="\n\n")
     s += "Tip 1:" + forks[0]["detailed_tip"] + "\n"
     s += "Tip 2:" + forks[1]["detailed_tip"] + "\n"
@@ -404,7 +434,14 @@ def test_sglang_documentation_programs(backend):
 
 @pytest.mark.parametrize(
     "example",
-    ["quickstart", "multi_step_analysis", "json_extraction", "fork_and_vote", "few_shot_classification", "streaming_chat"],
+    [
+        "quickstart",
+        "multi_step_analysis",
+        "json_extraction",
+        "fork_and_vote",
+        "few_shot_classification",
+        "streaming_chat",
+    ],
 )
 def test_example_runs_in_quick_mode(server, example):
     result = subprocess.run(
@@ -413,5 +450,3 @@ def test_example_runs_in_quick_mode(server, example):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip()
-
-

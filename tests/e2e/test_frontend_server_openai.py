@@ -95,7 +95,9 @@ def openai(url: str, **kw) -> sgl.OpenAI:
 
 def test_the_server_kind_is_detected(server_url, request):
     backend = openai(server_url)
-    expected = {"langrt": ("regex", "langrt or SGLang"), "llama.cpp": ("gbnf", "llama.cpp")}[request.node.callspec.params["server_url"]]
+    expected = {"langrt": ("regex", "langrt or SGLang"), "llama.cpp": ("gbnf", "llama.cpp")}[
+        request.node.callspec.params["server_url"]
+    ]
     assert (backend.constraints.name, backend.server_kind) == expected
 
 
@@ -126,7 +128,9 @@ def test_json_extraction_program(server_url):
 
 def test_fork_and_vote_program(server_url):
     fork_and_vote = example("fork_and_vote")
-    state = fork_and_vote.fork_and_vote.run(question=fork_and_vote.QUESTION, n=3, max_tokens=6, backend=openai(server_url))
+    state = fork_and_vote.fork_and_vote.run(
+        question=fork_and_vote.QUESTION, n=3, max_tokens=6, backend=openai(server_url)
+    )
     assert state.error() is None
     candidates = state.ret_value
     assert len(candidates) == 3 and state["best"] in candidates
@@ -148,7 +152,11 @@ def test_streaming_chat_program_streams_what_a_plain_run_returns(server_url):
 def test_few_shot_classification_program(server_url):
     classify = example("few_shot_classification").classify
     error = classify.run(review="Charming and funny.", backend=openai(server_url)).error()
-    assert isinstance(error, sgl.UnsupportedPrimitive) and "select" in str(error) and "outside any role block" in str(error)
+    assert (
+        isinstance(error, sgl.UnsupportedPrimitive)
+        and "select" in str(error)
+        and "outside any role block" in str(error)
+    )
     state = classify.run(review="Charming and funny.", backend=openai(server_url, is_chat_model=False))
     assert state.error() is None and state["label"] in ("positive", "negative")
 
@@ -205,11 +213,19 @@ def test_completion_model_matches_the_native_backend(langrt_server):
     over_openai = few_shot.classify.run_batch(reviews, backend=backend)
     for a, b in zip(native, over_openai):
         assert b.error() is None and a["label"] == b["label"]
-        assert b.get_meta_info("label")["normalized_prompt_logprobs"] == pytest.approx(a.get_meta_info("label")["normalized_prompt_logprobs"], abs=0.05)
+        assert b.get_meta_info("label")["normalized_prompt_logprobs"] == pytest.approx(
+            a.get_meta_info("label")["normalized_prompt_logprobs"], abs=0.05
+        )
     quickstart = example("quickstart")
-    native_state = quickstart.travel_guide.run(city="Rome", max_tokens=10, temperature=0, backend=sgl.RuntimeEndpoint(langrt_server.url))
+    native_state = quickstart.travel_guide.run(
+        city="Rome", max_tokens=10, temperature=0, backend=sgl.RuntimeEndpoint(langrt_server.url)
+    )
     state = quickstart.travel_guide.run(city="Rome", max_tokens=10, temperature=0, backend=backend)
-    assert state.error() is None and state["country"] == native_state["country"] and state["river"] == native_state["river"]
+    assert (
+        state.error() is None
+        and state["country"] == native_state["country"]
+        and state["river"] == native_state["river"]
+    )
 
 
 def test_langrt_samples_n_and_refuses_a_grammar_field(langrt_server):

@@ -21,7 +21,9 @@ def test_fork_and_vote_report_shows_the_forks_shared_prefix(frontend_server, tmp
     assert state.error() is None
     page = state.report(tmp_path / "fork_and_vote.html").read_text()
 
-    forks = re.findall(r"<div class='shared-prefix fork' data-members='(\d+)' data-chars='(\d+)'>(.*?)</div></div>", page, re.S)
+    forks = re.findall(
+        r"<div class='shared-prefix fork' data-members='(\d+)' data-chars='(\d+)'>(.*?)</div></div>", page, re.S
+    )
     assert len(forks) == 1, "one fork point: the three candidates continue from the same text"
     members, chars, body = forks[0]
     assert int(members) >= 4, "the fork's cache warm-up and its three candidate gens"
@@ -31,7 +33,10 @@ def test_fork_and_vote_report_shows_the_forks_shared_prefix(frontend_server, tmp
     continuing = re.search(r"<b>fork</b>: \d+ requests continue from its end \(([^)]*)\)", body).group(1)
     assert continuing.count(" gen candidate") == 3, continuing
 
-    rows = re.findall(r"<tr><td>(\d+)</td><td>[^<]*</td><td>(\w+)</td><td>([^<]*)</td><td class='num'>(\d+)</td><td class='num'>(\d+)</td>", page)
+    rows = re.findall(
+        r"<tr><td>(\d+)</td><td>[^<]*</td><td>(\w+)</td><td>([^<]*)</td><td class='num'>(\d+)</td><td class='num'>(\d+)</td>",
+        page,
+    )
     candidates = [r for r in rows if r[1] == "gen" and r[2] == "candidate"]
     assert len(candidates) == 3 and all(int(r[4]) > 0 for r in candidates), "each candidate reused the prefix"
     assert [r[2] for r in rows if r[1] == "select"] == ["best"]

@@ -43,7 +43,9 @@ def chat():
     from langrt.tokenizer.loader import load_tokenizer
 
     tok = load_tokenizer(builtin_model_path())
-    return lambda q: tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+    return lambda q: tok.apply_chat_template(
+        [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def generate(server, text, **params):
@@ -65,8 +67,17 @@ def test_regex_and_choices(server, chat):
 
 
 def test_json_schema(server, chat):
-    prompts = [chat(f"Extract as JSON: {p}") for p in ("Maria Lopez, 34, lives in Seville.", "Tom Berg is 51 and lives in Oslo.")]
-    outs = server.post("/generate", {"text": prompts, "sampling_params": {"json_schema": json.dumps(PERSON), "max_new_tokens": 48, "temperature": 0}})[1]
+    prompts = [
+        chat(f"Extract as JSON: {p}")
+        for p in ("Maria Lopez, 34, lives in Seville.", "Tom Berg is 51 and lives in Oslo.")
+    ]
+    outs = server.post(
+        "/generate",
+        {
+            "text": prompts,
+            "sampling_params": {"json_schema": json.dumps(PERSON), "max_new_tokens": 48, "temperature": 0},
+        },
+    )[1]
     for out in outs:
         assert out["meta_info"]["finish_reason"]["type"] == "stop", out
         jsonschema.validate(json.loads(out["text"]), PERSON)
@@ -90,14 +101,20 @@ def test_ebnf(server, chat):
 
 def test_structural_tag(server, chat):
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}
-    tag = {"structures": [{"begin": "<city>", "schema": schema, "end": "</city>"}], "triggers": ["<city>"], "free_text": False}
+    tag = {
+        "structures": [{"begin": "<city>", "schema": schema, "end": "</city>"}],
+        "triggers": ["<city>"],
+        "free_text": False,
+    }
     out = generate(server, chat("Name a city."), structural_tag=tag, max_new_tokens=32)
     match = re.fullmatch(r"<city>(.*)</city>", out["text"], flags=re.S)
     assert match and out["meta_info"]["finish_reason"]["type"] == "stop", out
     jsonschema.validate(json.loads(match.group(1)), schema)
 
 
-@pytest.mark.parametrize("params", [{"regex": "a(?=b)b"}, {"ebnf": 'root ::= "a" | b'}, {"json_schema": '{"type": "foo"}'}])
+@pytest.mark.parametrize(
+    "params", [{"regex": "a(?=b)b"}, {"ebnf": 'root ::= "a" | b'}, {"json_schema": '{"type": "foo"}'}]
+)
 def test_bad_grammar_is_a_400_naming_it(server, params):
     """Refused by the engine's compile (Python's `re` accepts the lookahead; neither engine
     does), except EBNF, which langrt parses first whatever the engine."""
@@ -105,4 +122,6 @@ def test_bad_grammar_is_a_400_naming_it(server, params):
     kind = next(iter(params))
     assert status == 400 and body["error"]["param"] == kind, body
     message = body["error"]["message"]
-    assert ("line 1, column 16" in message) if kind == "ebnf" else (f"{server.backend} refused the {kind}" in message), message
+    assert (
+        ("line 1, column 16" in message) if kind == "ebnf" else (f"{server.backend} refused the {kind}" in message)
+    ), message

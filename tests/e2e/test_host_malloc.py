@@ -17,7 +17,9 @@ def test_glibc_accepts_the_settings():
 
 def test_the_model_process_tunes_malloc_unless_told_not_to(tiny_llama_dir, capfd):
     for disabled in (False, True):
-        with langrt.Engine(str(tiny_llama_dir), log_level="debug", max_total_tokens=4096, disable_malloc_tuning=disabled) as engine:
+        with langrt.Engine(
+            str(tiny_llama_dir), log_level="debug", max_total_tokens=4096, disable_malloc_tuning=disabled
+        ) as engine:
             engine.generate("hello", {"max_new_tokens": 1})
         logged = capfd.readouterr().err
         assert ("malloc keeps freed memory: True" in logged) is (not disabled and sys.platform.startswith("linux"))

@@ -50,7 +50,9 @@ def load(env: dict, sources: Path, timeout: float) -> tuple[str, str]:
 
 def start(env: dict, sources: Path) -> subprocess.Popen:
     command = [sys.executable, "-c", LOADER, str(sources)]
-    return subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def kill_mid_build(env: dict, extensions: Path, sources: Path) -> None:
@@ -73,7 +75,12 @@ def test_a_start_after_a_killed_build_builds_and_loads_within_a_bound(tmp_path):
     sources = tmp_path / "kernels_cpu"
     shutil.copytree(ROOT / "kernels" / "cpu", sources, ignore=shutil.ignore_patterns("*.py", "__pycache__", "prebuilt"))
     extensions = tmp_path / "ext"
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions), "LANGRT_CPU_KERNELS_PREBUILT": "0", "LANGRT_KERNEL_BUILD_TIMEOUT": str(BOUND_S)}
+    env = {
+        **os.environ,
+        "TORCH_EXTENSIONS_DIR": str(extensions),
+        "LANGRT_CPU_KERNELS_PREBUILT": "0",
+        "LANGRT_KERNEL_BUILD_TIMEOUT": str(BOUND_S),
+    }
     env.pop("LANGRT_CPU_KERNELS", None)
     kill_mid_build(env, extensions, sources)
     assert not list(extensions.rglob("library.json")), "the killed build published a library"

@@ -29,7 +29,11 @@ def ids(seed: int) -> list[int]:
 
 
 def generate(server, prompt, **extra):
-    body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": NEW, "temperature": 0, "ignore_eos": True}, **extra}
+    body = {
+        "input_ids": prompt,
+        "sampling_params": {"max_new_tokens": NEW, "temperature": 0, "ignore_eos": True},
+        **extra,
+    }
     return server.post("/generate", body, check=False)
 
 

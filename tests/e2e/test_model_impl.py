@@ -183,7 +183,9 @@ def test_auto_picks_transformers_only_where_langrt_has_no_module(tmp_path, tiny_
 
 def test_model_impl_langrt_on_an_architecture_without_a_module_is_refused(tmp_path, new_engine):
     build_tiny("gpt_neox", tmp_path)
-    with pytest.raises(ModelLoadError, match=r"--model-impl langrt: .*'gpt_neox'.*GPTNeoXForCausalLM.*LlamaForCausalLM"):
+    with pytest.raises(
+        ModelLoadError, match=r"--model-impl langrt: .*'gpt_neox'.*GPTNeoXForCausalLM.*LlamaForCausalLM"
+    ):
         new_engine(tmp_path, model_impl="langrt")
 
 
@@ -255,7 +257,12 @@ def test_dummy_weights_are_seeded_random_values_of_the_models_shape(tmp_path):
         model = load_model(source, config, load_format, torch.float32, torch.device("cpu"), seed=seed, progress=False)
         return model.hf_model.get_input_embeddings().weight
 
-    stored, first, again, other = embedding("safetensors"), embedding("dummy"), embedding("dummy"), embedding("dummy", 1)
+    stored, first, again, other = (
+        embedding("safetensors"),
+        embedding("dummy"),
+        embedding("dummy"),
+        embedding("dummy", 1),
+    )
     assert first.shape == stored.shape and not torch.equal(first, stored)
     assert torch.equal(first, again) and not torch.equal(first, other)
 

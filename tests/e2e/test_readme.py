@@ -74,9 +74,15 @@ def on(server, code: str) -> str:
 
 def test_every_python_snippet_is_covered():
     """A new snippet needs a test here: each one is matched by its first line."""
-    assert sorted(s.splitlines()[0] for s in python_snippets()) == ["import json", "import langrt_frontend as sgl", "import openai"]
+    assert sorted(s.splitlines()[0] for s in python_snippets()) == [
+        "import json",
+        "import langrt_frontend as sgl",
+        "import openai",
+    ]
     assert sorted(s.splitlines()[0] for s in python_snippets(SERVING)) == ["import langrt", "import openai"]
-    assert [s.splitlines()[0] for s in python_snippets(STRUCTURED)] == ["from langrt.constrained import GrammarCompiler"]
+    assert [s.splitlines()[0] for s in python_snippets(STRUCTURED)] == [
+        "from langrt.constrained import GrammarCompiler"
+    ]
 
 
 def test_program_snippet_prints_what_the_readme_shows(tmp_path):

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 PROMPT_LOGPROB_TOLERANCE = 5e-3
 PROMPTS = [
     "The capital of France is",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "Here is a short story about a robot who learns to paint. Once upon a time,",
 ]
 GREEDY = {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True}
@@ -82,12 +82,26 @@ def hf_greedy(model, ids: list[int], steps: int) -> list[int]:
 
 
 TOKENIZER_TEXTS = [
-    "Hello world", " leading space", "  two leading", "trailing  ", "Hello  world\n\n  indented\tTab",
-    "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "<bos>inside<eos> <pad> <start_of_image>",
-    "a<end_of_turn>b", "数学 is математика; emoji 🦙🎉 👨‍👩‍👧", "日本語のテキストと中文文本，한국어 텍스트",
-    "Ελληνικά και العربية و עברית", "Ünïcödé façade — naïve café “quotes” ‘single’ … ellipsis",
-    "def f(x):\n    return x**2  # comment", '{"name": "Ada", "age": 36, "tags": ["a", "b"]}', "   ", "\n\n\n",
-    "\r\nwindows\r\n", "a\u00a0b \u200b zero width", "https://example.com/path?q=1&r=2", "1234567890 3.14159 1e-7",
+    "Hello world",
+    " leading space",
+    "  two leading",
+    "trailing  ",
+    "Hello  world\n\n  indented\tTab",
+    "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
+    "<bos>inside<eos> <pad> <start_of_image>",
+    "a<end_of_turn>b",
+    "数学 is математика; emoji 🦙🎉 👨‍👩‍👧",
+    "日本語のテキストと中文文本，한국어 텍스트",
+    "Ελληνικά και العربية و עברית",
+    "Ünïcödé façade — naïve café “quotes” ‘single’ … ellipsis",
+    "def f(x):\n    return x**2  # comment",
+    '{"name": "Ada", "age": 36, "tags": ["a", "b"]}',
+    "   ",
+    "\n\n\n",
+    "\r\nwindows\r\n",
+    "a\u00a0b \u200b zero width",
+    "https://example.com/path?q=1&r=2",
+    "1234567890 3.14159 1e-7",
 ]
 
 
@@ -117,7 +131,9 @@ def test_gemma3_prompt_logprobs_agree_with_transformers(gemma, gemma_hf):
     worst = 0.0
     for prompt in PROMPTS:
         ids = gemma.tokenizer.encode(prompt)
-        out = gemma.generate(input_ids=ids, sampling_params={"max_new_tokens": 1}, return_logprob=True, logprob_start_len=0)
+        out = gemma.generate(
+            input_ids=ids, sampling_params={"max_new_tokens": 1}, return_logprob=True, logprob_start_len=0
+        )
         ours = torch.tensor([lp for lp, *_ in out["meta_info"]["input_token_logprobs"][1:]], dtype=torch.float64)
         with torch.no_grad():
             logits = gemma_hf(torch.tensor([ids])).logits[0].double()
@@ -215,7 +231,9 @@ def test_qwen_0_5b_blocks_give_the_dequantized_greedy_output():
         with langrt.Engine(str(path), dtype="float32", quantization=quantization, log_level="warning") as engine:
             load_s[quantization] = time.perf_counter() - start
             prompts = [engine.tokenizer.encode(p) for p in PROMPTS]
-            outputs[quantization] = [o["output_ids"] for o in engine.generate(input_ids=prompts, sampling_params=GREEDY)]
+            outputs[quantization] = [
+                o["output_ids"] for o in engine.generate(input_ids=prompts, sampling_params=GREEDY)
+            ]
     print(f"load (s): {load_s}")
     assert outputs["auto"] == outputs["none"]
 

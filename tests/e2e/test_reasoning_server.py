@@ -40,7 +40,9 @@ def model_dir(tmp_path_factory):
     from tiny_arch import TINY_DIMS, write_tiny_checkpoint
 
     path = tmp_path_factory.mktemp("tiny_qwen3_think")
-    write_tiny_checkpoint(Qwen3Config, Qwen3ForCausalLM, path, seed=3, head_dim=16, vocab_size=TINY_DIMS["vocab_size"] + 64)
+    write_tiny_checkpoint(
+        Qwen3Config, Qwen3ForCausalLM, path, seed=3, head_dim=16, vocab_size=TINY_DIMS["vocab_size"] + 64
+    )
     tokenizer = load_tokenizer(path)
     tokenizer.add_tokens([AddedToken("<think>", special=False), AddedToken("</think>", special=False)])
     tokenizer.save_pretrained(path)
@@ -69,7 +71,15 @@ def chat(server, **fields) -> dict:
 
 def streamed(server, **fields) -> tuple[str, str, str | None]:
     """(reasoning_content, content, finish_reason) joined from a stream's deltas."""
-    body = {"model": "m", "messages": MESSAGES, "temperature": 0, "max_tokens": 64, "response_format": FORMAT, "stream": True, **fields}
+    body = {
+        "model": "m",
+        "messages": MESSAGES,
+        "temperature": 0,
+        "max_tokens": 64,
+        "response_format": FORMAT,
+        "stream": True,
+        **fields,
+    }
     reasoning, content, reason = [], [], None
     for chunk in server.stream("/v1/chat/completions", body):
         if chunk == "[DONE]":
@@ -93,7 +103,11 @@ def test_free_thinking_then_schema_valid_answer(server):
 def test_streamed_equals_whole(server):
     whole = chat(server, max_reasoning_tokens=BUDGET)["choices"][0]
     reasoning, content, reason = streamed(server, max_reasoning_tokens=BUDGET)
-    assert (reasoning, content, reason) == (whole["message"]["reasoning_content"], whole["message"]["content"], whole["finish_reason"])
+    assert (reasoning, content, reason) == (
+        whole["message"]["reasoning_content"],
+        whole["message"]["content"],
+        whole["finish_reason"],
+    )
     buffered = streamed(server, max_reasoning_tokens=BUDGET, stream_reasoning=False)
     assert buffered == (reasoning, content, reason)
 
@@ -102,10 +116,14 @@ def test_budget_forces_the_end_token(server):
     """On /generate (sampling_params.reasoning): exactly BUDGET thinking tokens, then </think>,
     then the grammar's answer."""
     end = server.tokenizer.convert_tokens_to_ids("</think>")
-    prompt = server.tokenizer.apply_chat_template(MESSAGES, chat_template=TEMPLATE.read_text(), tokenize=False, add_generation_prompt=True)
+    prompt = server.tokenizer.apply_chat_template(
+        MESSAGES, chat_template=TEMPLATE.read_text(), tokenize=False, add_generation_prompt=True
+    )
     params = {"temperature": 0, "max_new_tokens": 64, "json_schema": json.dumps(SCHEMA), "reasoning": True}
     for budget in (0, BUDGET):
-        out = server.post("/generate", {"text": prompt, "sampling_params": {**params, "max_reasoning_tokens": budget}})[1]
+        out = server.post("/generate", {"text": prompt, "sampling_params": {**params, "max_reasoning_tokens": budget}})[
+            1
+        ]
         assert out["output_ids"].index(end) == budget
         jsonschema.validate(json.loads(out["text"].split("</think>", 1)[1]), SCHEMA)
 
@@ -146,7 +164,12 @@ def test_bad_reasoning_fields_are_400(server):
 def test_tool_call_after_thinking(server):
     """A named tool choice: the call's grammar starts after </think>; the call's arguments
     validate against the function's schema and the thinking is reasoning_content."""
-    parameters = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["n"], "additionalProperties": False}
+    parameters = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
     tools = [{"type": "function", "function": {"name": "is_prime", "parameters": parameters}}]
     body = {"model": "m", "messages": MESSAGES, "temperature": 0, "max_tokens": 64, "max_reasoning_tokens": BUDGET,
             "tools": tools, "tool_choice": {"type": "function", "function": {"name": "is_prime"}}}  # fmt: skip
@@ -163,11 +186,15 @@ def test_frontend_gen_with_reasoning(server):
     in two variables, the program's text holding both."""
     import langrt_frontend as sgl
 
-    prompt = server.tokenizer.apply_chat_template(MESSAGES, chat_template=TEMPLATE.read_text(), tokenize=False, add_generation_prompt=True)
+    prompt = server.tokenizer.apply_chat_template(
+        MESSAGES, chat_template=TEMPLATE.read_text(), tokenize=False, add_generation_prompt=True
+    )
 
     @sgl.function
     def ask(s):
-        s += prompt + sgl.gen("out", reasoning=True, max_reasoning_tokens=BUDGET, json_schema=SCHEMA, max_tokens=64, temperature=0)
+        s += prompt + sgl.gen(
+            "out", reasoning=True, max_reasoning_tokens=BUDGET, json_schema=SCHEMA, max_tokens=64, temperature=0
+        )
 
     state = ask.run(backend=sgl.RuntimeEndpoint(server.url))
     jsonschema.validate(json.loads(state["out"]), SCHEMA)

@@ -33,21 +33,50 @@ def _sent(router) -> dict[str, int]:
 
 def test_both_apis_through_the_router(cluster):
     router, _ = cluster
-    out = router.post("/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 6, "temperature": 0}})[1]
+    out = router.post(
+        "/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 6, "temperature": 0}}
+    )[1]
     assert "Paris" in out["text"] and out["meta_info"]["completion_tokens"] == 6
-    chat = router.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24, "temperature": 0})[1]
+    chat = router.post(
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 24,
+            "temperature": 0,
+        },
+    )[1]
     assert "Paris" in chat["choices"][0]["message"]["content"]
     comp = router.post("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0})[1]
     assert comp["choices"][0]["text"] == out["text"]
-    events = router.stream("/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 6, "temperature": 0}, "stream": True})
+    events = router.stream(
+        "/generate",
+        {
+            "text": "The capital of France is",
+            "sampling_params": {"max_new_tokens": 6, "temperature": 0},
+            "stream": True,
+        },
+    )
     assert events[-1] == "[DONE]" and events[-2]["text"] == out["text"] and len(events) > 2
-    chunks = router.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24, "temperature": 0, "stream": True})
+    chunks = router.stream(
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 24,
+            "temperature": 0,
+            "stream": True,
+        },
+    )
     assert chunks[-1] == "[DONE]"
-    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1] if c["choices"]) == chat["choices"][0]["message"]["content"]
+    assert (
+        "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1] if c["choices"])
+        == chat["choices"][0]["message"]["content"]
+    )
     assert router.get("/v1/models")[1]["data"][0]["id"] == "SmolLM2-135M-Instruct"
     assert router.post("/generate", {"text": "x", "sampling_params": {"temperature": -1}}, check=False)[0] == 400
     info = router.get("/get_server_info")[1]
-    assert len(info["workers"]) == 2 and info["kv_total_tokens"] == sum(w["server_info"]["kv_total_tokens"] for w in info["workers"])
+    assert len(info["workers"]) == 2 and info["kv_total_tokens"] == sum(
+        w["server_info"]["kv_total_tokens"] for w in info["workers"]
+    )
 
 
 def test_cache_aware_sends_a_prefix_to_one_worker(cluster):
@@ -85,7 +114,10 @@ def test_remove_and_add_worker(cluster):
 
 def test_a_killed_worker_loses_no_request(cluster):
     router, workers = cluster
-    body = lambda i: {"text": f"Count slowly, request {i}:", "sampling_params": {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}}
+    body = lambda i: {
+        "text": f"Count slowly, request {i}:",
+        "sampling_params": {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True},
+    }
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(router.post, "/generate", body(i), check=False, timeout=120) for i in range(8)]
         deadline = time.monotonic() + 30
@@ -112,15 +144,22 @@ def test_dp_size_two_replicas_behind_one_port():
         urls = server.get("/list_workers")[1]["urls"]
         assert len(urls) == 2 and server.url not in urls
         preamble = "You are a terse assistant for a bakery. " * 12
-        outs = [server.post("/generate", {"text": preamble + f"Q{i}:", "sampling_params": {"max_new_tokens": 3}})[1] for i in range(3)]
+        outs = [
+            server.post("/generate", {"text": preamble + f"Q{i}:", "sampling_params": {"max_new_tokens": 3}})[1]
+            for i in range(3)
+        ]
         assert outs[2]["meta_info"]["cached_tokens"] > 80, "one replica got the shared preamble each time"
-        chunks = server.stream("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0, "stream": True})
+        chunks = server.stream(
+            "/v1/completions", {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0, "stream": True}
+        )
         assert chunks[-1] == "[DONE]" and "Paris" in "".join(c["choices"][0]["text"] for c in chunks[:-1])
         info = server.get("/get_server_info")[1]
         assert [w["url"] for w in info["workers"]] == urls and info["kv_total_tokens"] >= 2 * 4096 - 2
         each = [w["server_info"] for w in info["workers"]]
         assert info["dp_size"] == 2 and info["prompt_tokens"] == sum(e["prompt_tokens"] for e in each)
-        assert info["cache_hit_rate"] == pytest.approx(sum(e["cached_prompt_tokens"] for e in each) / info["prompt_tokens"])
+        assert info["cache_hit_rate"] == pytest.approx(
+            sum(e["cached_prompt_tokens"] for e in each) / info["prompt_tokens"]
+        )
     finally:
         assert server.stop() == 0, "SIGTERM ends the launch cleanly"
     for url in urls:

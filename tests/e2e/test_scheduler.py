@@ -156,7 +156,11 @@ def test_prefill_only_requests_share_their_prefix(engines):
 
 
 def prefix_groups(groups: int, per_group: int, prefix_len: int, seed: int = 0) -> list[list[int]]:
-    prompts = [tokens(1000 + g, prefix_len) + tokens(2000 + g * per_group + i, 8) for g in range(groups) for i in range(per_group)]
+    prompts = [
+        tokens(1000 + g, prefix_len) + tokens(2000 + g * per_group + i, 8)
+        for g in range(groups)
+        for i in range(per_group)
+    ]
     random.Random(seed).shuffle(prompts)
     return prompts
 

@@ -61,7 +61,12 @@ def test_streaming_chat_deltas_equal_the_whole(client):
     whole = client.chat.completions.create(model="any", messages=QUESTION, max_tokens=24, temperature=0)
     chunks = list(
         client.chat.completions.create(
-            model="any", messages=QUESTION, max_tokens=24, temperature=0, stream=True, stream_options={"include_usage": True}
+            model="any",
+            messages=QUESTION,
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
         )
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -88,7 +93,9 @@ def test_stop_strings(client):
 
 
 def test_completion_logprobs_and_echo(client):
-    out = client.completions.create(model="any", prompt="The capital of France is", max_tokens=3, temperature=0, logprobs=2, echo=True)
+    out = client.completions.create(
+        model="any", prompt="The capital of France is", max_tokens=3, temperature=0, logprobs=2, echo=True
+    )
     lp = out.choices[0].logprobs
     assert out.choices[0].text.startswith("The capital of France is")
     assert len(lp.tokens) == 5 + 3 and lp.token_logprobs[0] is None
@@ -96,7 +103,9 @@ def test_completion_logprobs_and_echo(client):
 
 
 def test_chat_logprobs(client):
-    out = client.chat.completions.create(model="any", messages=QUESTION, max_tokens=4, temperature=0, logprobs=True, top_logprobs=3)
+    out = client.chat.completions.create(
+        model="any", messages=QUESTION, max_tokens=4, temperature=0, logprobs=True, top_logprobs=3
+    )
     content = out.choices[0].logprobs.content
     assert len(content) == 4
     for item in content:
@@ -109,7 +118,14 @@ META_FIELDS = {"id", "prompt_tokens", "completion_tokens", "cached_tokens", "fin
 
 
 def test_native_batch_of_texts(server):
-    _, outs = server.post("/generate", {"text": ["The capital of France is", "1, 2, 3,"], "sampling_params": {"max_new_tokens": 4, "temperature": 0}, "rid": ["a", "b"]})
+    _, outs = server.post(
+        "/generate",
+        {
+            "text": ["The capital of France is", "1, 2, 3,"],
+            "sampling_params": {"max_new_tokens": 4, "temperature": 0},
+            "rid": ["a", "b"],
+        },
+    )
     assert [o["meta_info"]["id"] for o in outs] == ["a", "b"]
     for o in outs:
         assert set(o) == {"text", "output_ids", "meta_info"} and set(o["meta_info"]) == META_FIELDS
@@ -119,7 +135,9 @@ def test_native_batch_of_texts(server):
 
 
 def test_native_input_ids_match_text(server):
-    _, by_text = server.post("/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+    _, by_text = server.post(
+        "/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    )
     _, info = server.get("/get_model_info")
     assert info["is_generation"] and info["context_length"] == 8192 and info["vocab_size"] == 49152
     ids = [504, 3575, 282, 4649, 314]  # "The capital of France is"
@@ -134,7 +152,9 @@ def test_native_streaming_is_cumulative(server):
     assert events[-1] == "[DONE]"
     texts = [e["text"] for e in events[:-1]]
     assert all(b.startswith(a) for a, b in zip(texts, texts[1:])), "each event extends the previous"
-    assert texts[-1] == whole["text"] and events[-2]["meta_info"]["finish_reason"] == whole["meta_info"]["finish_reason"]
+    assert (
+        texts[-1] == whole["text"] and events[-2]["meta_info"]["finish_reason"] == whole["meta_info"]["finish_reason"]
+    )
 
 
 def test_native_input_logprobs_from_a_start(server):
@@ -149,7 +169,12 @@ def test_native_input_logprobs_from_a_start(server):
 
 
 def test_native_prefill_only(server):
-    body = {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 0}, "return_logprob": True, "logprob_start_len": 0}
+    body = {
+        "text": "The capital of France is",
+        "sampling_params": {"max_new_tokens": 0},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+    }
     _, out = server.post("/generate", body)
     assert out["text"] == "" and out["output_ids"] == []
     assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 0}
@@ -158,7 +183,16 @@ def test_native_prefill_only(server):
 
 def test_server_info_and_flush(server):
     _, info = server.get("/get_server_info")
-    for key in ("model_path", "version", "kv_total_tokens", "kv_available_tokens", "kv_cached_tokens", "running_requests", "waiting_requests", "cache_hit_rate"):
+    for key in (
+        "model_path",
+        "version",
+        "kv_total_tokens",
+        "kv_available_tokens",
+        "kv_cached_tokens",
+        "running_requests",
+        "waiting_requests",
+        "cache_hit_rate",
+    ):
         assert key in info
     assert info["kv_total_tokens"] == 32768
     assert server.post("/flush_cache", {"empty_cache": True})[0] == 200

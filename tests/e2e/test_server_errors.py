@@ -67,7 +67,13 @@ BAD_REQUESTS = [
     ({"text": "hi", "sampling_params": {"n": 0}}, "n"),
     ({"text": "hi", "sampling_params": {"regex": "a+", "json_schema": "{}"}}, "json_schema"),
     ({"text": "hi", "sampling_params": {"regex": "(unclosed"}}, "regex"),
-    ({"text": "hi", "sampling_params": {"json_schema": '{"type": "array", "items": {"type": "string"}, "uniqueItems": true}'}}, "uniqueItems"),
+    (
+        {
+            "text": "hi",
+            "sampling_params": {"json_schema": '{"type": "array", "items": {"type": "string"}, "uniqueItems": true}'},
+        },
+        "uniqueItems",
+    ),
     ({"text": "hi", "sampling_params": {"json_schema": '{"not": {"pattern": "^a"}}'}}, "not"),
     ({"text": "hi", "sampling_params": {"json_schema": "{bad"}}, "json_schema"),
     ({"text": "hi", "extra": 1}, "extra"),
@@ -88,10 +94,18 @@ def test_errors_while_serving(guarded):
         assert status == 400, (body, payload)
         assert payload["error"]["param"] == param and payload["error"]["type"] == "invalid_request_error"
         assert param in payload["error"]["message"], payload
-    status, payload = guarded.post("/generate", {"text": "hi", "sampling_params": {"regex": "ab(c"}}, headers=AUTH, check=False)
+    status, payload = guarded.post(
+        "/generate", {"text": "hi", "sampling_params": {"regex": "ab(c"}}, headers=AUTH, check=False
+    )
     assert status == 400 and "position" in payload["error"]["message"], payload
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
-    bad_format = {**chat, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"if": {"pattern": "^a"}, "then": {"minLength": 2}}}}}
+    bad_format = {
+        **chat,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"if": {"pattern": "^a"}, "then": {"minLength": 2}}},
+        },
+    }
     status, payload = guarded.post("/v1/chat/completions", bad_format, headers=AUTH, check=False)
     assert status == 400 and payload["error"]["param"] == "if", payload
     status, payload = guarded.post("/generate", b"{not json", headers=AUTH, check=False)
@@ -103,7 +117,12 @@ def test_errors_while_serving(guarded):
     status, payload = guarded.post("/generate", {"text": "x" * 30000}, headers=AUTH, check=False)
     assert status == 413 and payload["error"]["code"] == 413
     assert guarded.get("/no/such/route", headers=AUTH, check=False)[0] == 404
-    status, payload = guarded.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": []}, headers=AUTH, check=False)
+    status, payload = guarded.post(
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "tools": []},
+        headers=AUTH,
+        check=False,
+    )
     assert status == 400 and payload["error"]["param"] == "tools"
     background.check()
 
@@ -146,7 +165,12 @@ def test_full_queue_is_503_then_served(guarded):
 
 def test_client_disconnect_frees_everything(guarded):
     conn = http.client.HTTPConnection("127.0.0.1", guarded.port, timeout=30)
-    conn.request("POST", "/generate", json.dumps({**long_body(1500), "stream": True}), {**AUTH, "Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/generate",
+        json.dumps({**long_body(1500), "stream": True}),
+        {**AUTH, "Content-Type": "application/json"},
+    )
     response = conn.getresponse()
     assert response.status == 200
     for _ in range(3):
@@ -210,7 +234,10 @@ def test_response_format_constrains_chat_output(guarded):
 
     schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12}, "score": {"type": "integer", "minimum": 0,
               "maximum": 9}}, "required": ["answer", "score"], "additionalProperties": False}  # fmt: skip
-    formats = [({"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}, schema), ({"type": "json_object"}, {"type": "object"})]
+    formats = [
+        ({"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}, schema),
+        ({"type": "json_object"}, {"type": "object"}),
+    ]
     for response_format, expected in formats:
         body = {"messages": [{"role": "user", "content": "Reply in JSON"}], "max_tokens": 80, "temperature": 1.0, "seed": 3,
                 "n": 3, "response_format": response_format}  # fmt: skip
@@ -221,6 +248,15 @@ def test_response_format_constrains_chat_output(guarded):
             else:
                 assert choice["finish_reason"] == "length"
     strict = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": True}}
-    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "response_format": strict, "json_schema_options": ["any_order"]}
+    body = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "response_format": strict,
+        "json_schema_options": ["any_order"],
+    }
     status, payload = guarded.post("/v1/chat/completions", body, headers=AUTH, check=False)
-    assert status == 400 and payload["error"]["param"] == "response_format" and "strict true" in payload["error"]["message"]
+    assert (
+        status == 400
+        and payload["error"]["param"] == "response_format"
+        and "strict true" in payload["error"]["message"]
+    )

@@ -96,7 +96,9 @@ def test_gen_answers_with_meta_info(backend, qa):
     state = qa.run(question="What is the capital of France?", temperature=0, backend=backend)
     assert state.error() is None
     assert "Paris" in state["answer"]
-    assert state.text().startswith("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    assert state.text().startswith(
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    )
     meta = state.get_meta_info("answer")
     assert meta["prompt_tokens"] > 0 and 0 < meta["completion_tokens"] <= 16
     assert meta["finish_reason"]["type"] in ("stop", "length")
@@ -106,7 +108,14 @@ def test_gen_logprobs_are_numeric_triples(sgl, backend):
     @sgl.function
     def f(s):
         s += "The capital of France is"
-        s += sgl.gen("rest", max_tokens=4, return_logprob=True, logprob_start_len=3, top_logprobs_num=2, return_text_in_logprobs=True)
+        s += sgl.gen(
+            "rest",
+            max_tokens=4,
+            return_logprob=True,
+            logprob_start_len=3,
+            top_logprobs_num=2,
+            return_text_in_logprobs=True,
+        )
 
     state = f.run(temperature=0, backend=backend)
     assert state.error() is None
@@ -128,7 +137,9 @@ def test_select_with_each_choice_method(backend, capital, name):
     assert state["answer"] == "Paris"
     assert state.text().endswith("<|im_start|>assistant\nParis<|im_end|>\n")
     meta = state.get_meta_info("answer")
-    assert len(meta["normalized_prompt_logprobs"]) == 3 and all(is_number(x) for x in meta["normalized_prompt_logprobs"])
+    assert len(meta["normalized_prompt_logprobs"]) == 3 and all(
+        is_number(x) for x in meta["normalized_prompt_logprobs"]
+    )
     assert len(meta["input_token_logprobs"]) == 3
     for choice, entries in zip(choices, meta["input_token_logprobs"]):
         assert_entries(entries)
@@ -149,7 +160,9 @@ def test_select_with_each_choice_method(backend, capital, name):
 
 def test_select_yes_no_with_each_choice_method(backend, capital):
     for name in METHODS:
-        state = capital.run(question="Is the sky blue? Answer yes or no.", choices=["yes", "no"], method=name, backend=backend)
+        state = capital.run(
+            question="Is the sky blue? Answer yes or no.", choices=["yes", "no"], method=name, backend=backend
+        )
         assert state.error() is None, (name, state.error())
         assert state["answer"] in ("yes", "no"), name
 
@@ -192,7 +205,9 @@ def test_fork_and_join(sgl, backend):
     finally:
         sgl.global_config.enable_parallel_encoding = parallel_encoding
     assert state.error() is None, state.error()
-    assert isinstance(state["more"], list) and len(state["more"]) == 2 and all(isinstance(m, str) for m in state["more"])
+    assert (
+        isinstance(state["more"], list) and len(state["more"]) == 2 and all(isinstance(m, str) for m in state["more"])
+    )
     assert "A list of fruits: The end. Statement 0. Statement 1." in state.text()
     assert state.text().endswith(state["after"])
 
@@ -214,7 +229,9 @@ def test_run_batch(backend, qa, capital):
 def test_streaming(sgl, backend):
     @sgl.function
     def f(s):
-        s += sgl.user("Write a sentence about the sea.") + sgl.assistant(sgl.gen("line", max_tokens=10, ignore_eos=True))
+        s += sgl.user("Write a sentence about the sea.") + sgl.assistant(
+            sgl.gen("line", max_tokens=10, ignore_eos=True)
+        )
 
     state = f.run(stream=True, temperature=0, backend=backend)
     pieces = list(state.text_iter("line"))

@@ -79,7 +79,10 @@ def test_the_radix_cache_and_retraction_change_nothing(tiny_llama_dir):
     prompts = [tokens(20 + i, 30) * 3 for i in range(8)]
 
     def wave(scheduler):
-        reqs = [Req(f"w{i}", list(p), SamplingParams(max_new_tokens=160, temperature=0.0, ignore_eos=True)) for i, p in enumerate(prompts)]
+        reqs = [
+            Req(f"w{i}", list(p), SamplingParams(max_new_tokens=160, temperature=0.0, ignore_eos=True))
+            for i, p in enumerate(prompts)
+        ]
         return run_requests(scheduler, reqs, stagger=False)
 
     reference = wave(make_scheduler(tiny_llama_dir, max_total_tokens=16384, context_length=1024))
@@ -122,11 +125,15 @@ def test_metrics_and_meta_info_over_http(tiny_llama_dir):
     server = LaunchedServer("--model-path", str(tiny_llama_dir), "--max-total-tokens", "4096",
                             "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4")  # fmt: skip
     try:
-        status, out = server.post("/generate", {"input_ids": tokens(7, 20) * 3, "sampling_params": {"max_new_tokens": 40, "temperature": 0}})
+        status, out = server.post(
+            "/generate", {"input_ids": tokens(7, 20) * 3, "sampling_params": {"max_new_tokens": 40, "temperature": 0}}
+        )
         assert status == 200 and out["meta_info"]["spec_accepted_tokens"] >= 0
         status, text = server.get("/metrics")
         assert status == 200
-        values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and not line.startswith("#")}
+        values = {
+            line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and not line.startswith("#")
+        }
         assert values["langrt_spec_accepted_tokens"] == out["meta_info"]["spec_accepted_tokens"]
         assert values["langrt_spec_accept_length"] >= 1.0 or values["langrt_spec_draft_tokens"] == 0
         assert any(k.startswith("sglang:spec_accept_length{") for k in values)

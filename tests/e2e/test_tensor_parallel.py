@@ -47,13 +47,20 @@ def _assert_same(one: list[dict], two: list[dict], tol: float) -> None:
         # n-gram drafts: passes of several rows per request, verified on rank 0's gathered logits
         ("llama", dict(num_attention_heads=4, num_key_value_heads=2), {"speculative_algorithm": "NGRAM"}, 1e-4),
         # every sum over gloo (no shared-memory all-reduce)
-        ("qwen2", dict(num_attention_heads=6, num_key_value_heads=3, hidden_size=96), {"attention_backend": "torch", "env": {"LANGRT_TP_SHM": "0"}}, 1e-4),
+        (
+            "qwen2",
+            dict(num_attention_heads=6, num_key_value_heads=3, hidden_size=96),
+            {"attention_backend": "torch", "env": {"LANGRT_TP_SHM": "0"}},
+            1e-4,
+        ),
         # Blocks round each 32 activations to int16, so float32 rounding differences grow.
         ("llama", dict(num_attention_heads=4, num_key_value_heads=1), {"quantization": "int8"}, 1e-2),
     ],
     ids=["llama-kv2-divides-ngram", "qwen2-kv3-splits-2-1-torch-attention-gloo", "llama-kv1-replicated-int8"],
 )
-def test_tp2_equals_tp1_on_tiny_models(new_engine, tiny_model_builder, tmp_path, monkeypatch, kind, dims, settings, tol):
+def test_tp2_equals_tp1_on_tiny_models(
+    new_engine, tiny_model_builder, tmp_path, monkeypatch, kind, dims, settings, tol
+):
     from langrt_kernels.cpu import quant
 
     if "quantization" in settings and not quant.available():

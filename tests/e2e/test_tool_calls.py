@@ -91,7 +91,9 @@ def test_required_and_named_calls_always_validate(client):
             name, choice = None, "required"
         # one call must fit: send_email's strings alone allow 220 characters, over 200 tokens when
         # sampled at temperature 1 (CI saw a reply of 200 tokens still inside its first call)
-        r = ask(client, prompt, tool_choice=choice, temperature=1.0, seed=i, parallel_tool_calls=i % 4 == 2, max_tokens=400)
+        r = ask(
+            client, prompt, tool_choice=choice, temperature=1.0, seed=i, parallel_tool_calls=i % 4 == 2, max_tokens=400
+        )
         return i, name, r.choices[0]
 
     with ThreadPoolExecutor(8) as pool:
@@ -167,7 +169,11 @@ def test_streamed_calls_reassemble_to_the_whole_reply(float32_client):
 def test_a_tool_result_comes_back_for_a_second_turn(client):
     messages = [{"role": "user", "content": "What is the weather in Oslo for 3 days?"}]
     first = client.chat.completions.create(
-        model="m", messages=messages, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}, temperature=0
+        model="m",
+        messages=messages,
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0,
     )
     call = first.choices[0].message.tool_calls[0]
     messages += [
@@ -184,10 +190,17 @@ def test_structural_tag_constrains_the_free_text(client, server):
     as the trigger, so the tiny model hits it)."""
     tag = {
         "type": "structural_tag",
-        "structures": [{"begin": " the answer: ", "schema": {"type": "integer", "minimum": 0, "maximum": 99}, "end": "."}],
+        "structures": [
+            {"begin": " the answer: ", "schema": {"type": "integer", "minimum": 0, "maximum": 99}, "end": "."}
+        ],
         "triggers": [" the"],
     }
-    prompt = [{"role": "user", "content": "Tell me about the history of the city of Rome and the river that runs through the city."}]
+    prompt = [
+        {
+            "role": "user",
+            "content": "Tell me about the history of the city of Rome and the river that runs through the city.",
+        }
+    ]
     text = client.chat.completions.create(model="m", messages=prompt, response_format=tag, temperature=0, max_tokens=80)
     text = text.choices[0].message.content
     native = server.post("/generate", {"text": "Tell me about the moon, the sun and the stars.", "sampling_params": {
@@ -231,7 +244,9 @@ def test_n_with_logprobs_and_a_seed(client, server):
     first = client.chat.completions.create(**kw)
     server.post("/flush_cache", {})
     again = client.chat.completions.create(**kw)
-    assert len(first.choices) == 3 and sum(len(c.logprobs.content) for c in first.choices) == first.usage.completion_tokens
+    assert (
+        len(first.choices) == 3 and sum(len(c.logprobs.content) for c in first.choices) == first.usage.completion_tokens
+    )
     for choice in first.choices:
         assert 0 < len(choice.logprobs.content) <= 6
         assert all(len(t.top_logprobs) == 2 for t in choice.logprobs.content)

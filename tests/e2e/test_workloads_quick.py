@@ -44,7 +44,9 @@ def test_quick_workloads_end_to_end(tmp_path):
         for system in SYSTEMS:
             figures = row[system]
             assert figures["errors"] == 0, figures["first_errors"]
-            assert figures["programs_s"] > 0 and figures["output_tok_s"] > 0 and figures["requests"] >= figures["programs"]
+            assert (
+                figures["programs_s"] > 0 and figures["output_tok_s"] > 0 and figures["requests"] >= figures["programs"]
+            )
             assert figures["tokenization_mismatches"] == 0, "the optimum must see the runtime's own tokens"
         on, off, hf = row["langrt"], row["langrt_no_cache"], row["hf"]
         assert on["cache_hit_rate"] > off["cache_hit_rate"] == 0.0 and hf["cache_hit_rate"] == 0.0
@@ -56,4 +58,6 @@ def test_quick_workloads_end_to_end(tmp_path):
         assert row["targets"] and all(set(t) == {"value", "target", "met"} for t in row["targets"].values())
     assert results["workloads"][0]["langrt"]["cache_hit_rate"] > 0.5, "4 questions after one ~1,100-token preamble"
     vote = results["workloads"][1]
-    assert vote["langrt"]["warm_up_requests"] > vote["langrt_no_cache"]["warm_up_requests"], "fork commits only with a cache"
+    assert vote["langrt"]["warm_up_requests"] > vote["langrt_no_cache"]["warm_up_requests"], (
+        "fork commits only with a cache"
+    )

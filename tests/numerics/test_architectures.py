@@ -84,7 +84,9 @@ def _phi3_llama_shaped(path):
     runs them."""
     from transformers import Phi3Config, Phi3ForCausalLM
 
-    return write_tiny_checkpoint(Phi3Config, Phi3ForCausalLM, path, seed=6, num_attention_heads=2, num_key_value_heads=1)
+    return write_tiny_checkpoint(
+        Phi3Config, Phi3ForCausalLM, path, seed=6, num_attention_heads=2, num_key_value_heads=1
+    )
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,9 @@ def tiny_case(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param)
     case = CASES[request.param]
     hf = case.build(path)
-    reference = functools.lru_cache(maxsize=None)(lambda ids: (hf_logits_stepwise if case.stepwise else hf_logits)(hf, list(ids)))
+    reference = functools.lru_cache(maxsize=None)(
+        lambda ids: (hf_logits_stepwise if case.stepwise else hf_logits)(hf, list(ids))
+    )
     return request.param, path, hf, case, lambda _hf, ids: reference(tuple(ids))
 
 

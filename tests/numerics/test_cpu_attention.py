@@ -19,7 +19,9 @@ import torch
 
 from langrt_kernels.cpu import paged_attention, reset, unavailable_reason
 
-needs_kernel = pytest.mark.skipif(unavailable_reason() is not None, reason=f"CPU kernel unavailable: {unavailable_reason()}")
+needs_kernel = pytest.mark.skipif(
+    unavailable_reason() is not None, reason=f"CPU kernel unavailable: {unavailable_reason()}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -241,8 +243,20 @@ def test_bad_calls_are_refused_with_a_reason(kernel):
     refused("row 99 outside q", rows=torch.full_like(c["rows"], 99))
     refused("request row 50 outside req_to_token", reqs=torch.full_like(c["reqs"], 50))
     refused("must share a dtype", k=c["k"].double(), v=c["v"].double())
-    refused("bfloat16 or float32 only", q=c["q"].double(), k=c["k"].double(), v=c["v"].double(), out=torch.empty(c["q"].shape, dtype=torch.float64))
-    refused("multiple of 16", q=c["q"][..., :8], out=torch.empty(c["q"][..., :8].shape), k=c["k"][..., :8].contiguous(), v=c["v"][..., :8].contiguous())
+    refused(
+        "bfloat16 or float32 only",
+        q=c["q"].double(),
+        k=c["k"].double(),
+        v=c["v"].double(),
+        out=torch.empty(c["q"].shape, dtype=torch.float64),
+    )
+    refused(
+        "multiple of 16",
+        q=c["q"][..., :8],
+        out=torch.empty(c["q"][..., :8].shape),
+        k=c["k"][..., :8].contiguous(),
+        v=c["v"][..., :8].contiguous(),
+    )
     refused("int32 table", req_to_token=c["req_to_token"].long())
     refused("one length", ends=c["ends"][:-1])
 
@@ -332,7 +346,12 @@ def test_backend_falls_back_to_torch_with_a_reason(tiny_llama_dir, monkeypatch, 
     assert "CPU kernels not used: LANGRT_CPU_KERNELS=0" in caplog.text
 
     batch = SimpleNamespace(
-        extend_lens=[1], extend_starts=[0], seq_lens=[3], req_pool_indices=[0], input_ids=torch.zeros(1, dtype=torch.int64), num_tokens=1
+        extend_lens=[1],
+        extend_starts=[0],
+        seq_lens=[3],
+        req_pool_indices=[0],
+        input_ids=torch.zeros(1, dtype=torch.int64),
+        num_tokens=1,
     )
     assert isinstance(runner.attn_backend.prepare(batch), _TorchAttention)
 

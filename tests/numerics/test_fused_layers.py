@@ -13,7 +13,9 @@ from langrt_kernels.cpu import unavailable_reason
 from langrt.model import fused_layers
 from runner_driver import RunnerDriver, make_runner
 
-pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=f"C++ CPU kernels unavailable: {unavailable_reason()}")
+pytestmark = pytest.mark.skipif(
+    unavailable_reason() is not None, reason=f"C++ CPU kernels unavailable: {unavailable_reason()}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,9 @@ def test_a_q4_k_m_file_with_mixed_type_matrices_gives_the_loops_bits(tmp_path, d
 
 @pytest.mark.usefixtures("cpu_isa")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("model, quantization", [("llama", "auto"), ("qwen2", "auto"), ("llama", "int4"), ("qwen2", "int8")])
+@pytest.mark.parametrize(
+    "model, quantization", [("llama", "auto"), ("qwen2", "auto"), ("llama", "int4"), ("qwen2", "int8")]
+)
 def test_tiny_models_give_the_per_layer_loops_bits(tiny_paths, model, quantization, dtype, monkeypatch, whole_passes):
     path = tiny_paths[model]
     got = _logits(path, dtype, monkeypatch, True, quantization=quantization)
@@ -115,7 +119,9 @@ def test_a_long_float32_prompt_on_blocks_gives_the_loops_bits(tiny_paths, monkey
     def run(fused: bool) -> list[torch.Tensor]:
         if not fused:
             monkeypatch.setenv(fused_layers.ENV, "0")
-        driver = RunnerDriver(make_runner(tiny_paths["llama"], max_total_tokens=2048, max_running_requests=4, quantization="int4"))
+        driver = RunnerDriver(
+            make_runner(tiny_paths["llama"], max_total_tokens=2048, max_running_requests=4, quantization="int4")
+        )
         out = driver.prefill([[(7 * i) % 100 + 3 for i in range(quant.PROMPT_TILE_MIN_ROWS + 6)], [5, 9, 17]])
         out.append(driver.decode([0, 1], [4, 8]))
         out += driver.extend([0], [[6, 11, 12]])
@@ -132,7 +138,9 @@ def test_a_long_float32_prompt_on_blocks_gives_the_loops_bits(tiny_paths, monkey
 def test_a_prompt_longer_than_the_kernel_takes_keeps_the_loop(tiny_paths, monkeypatch, whole_passes):
     from langrt.model.attention import cpu_backend
 
-    monkeypatch.setattr(cpu_backend, "KERNEL_MAX_EXTEND", dict.fromkeys(cpu_backend.KERNEL_MAX_EXTEND, 8))  # longer: SDPA
+    monkeypatch.setattr(
+        cpu_backend, "KERNEL_MAX_EXTEND", dict.fromkeys(cpu_backend.KERNEL_MAX_EXTEND, 8)
+    )  # longer: SDPA
     driver = RunnerDriver(make_runner(tiny_paths["llama"], max_total_tokens=2048, max_running_requests=4))
     driver.prefill([list(range(20, 40))])
     driver.decode([0], [4])

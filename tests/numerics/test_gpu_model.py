@@ -27,9 +27,18 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
-SHAPE = dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
-             max_position_embeddings=4096, vocab_size=4096, rope_theta=500000.0, rms_norm_eps=1e-5,
-             tie_word_embeddings=False)  # fmt: skip  (head_dim 64, 4 query heads per KV head: Llama-3's ratios)
+SHAPE = dict(
+    hidden_size=512,
+    intermediate_size=1024,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    vocab_size=4096,
+    rope_theta=500000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+)  # fmt: skip  (head_dim 64, 4 query heads per KV head: Llama-3's ratios)
 # Largest |logit difference| allowed between two implementations (logits have std ~4).
 TOL = {"float32": 2e-3, "bfloat16": 0.5}
 DTYPES = ["float32", "bfloat16"]

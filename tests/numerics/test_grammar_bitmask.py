@@ -199,7 +199,9 @@ def test_cpu_path_imports_neither_triton_nor_kernels():
         "apply_token_bitmask(logits, allocate_token_bitmask(2, 40))\n"
         "assert not any(m == 'triton' or m.startswith(('triton.', 'kernels')) for m in sys.modules), sorted(sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -244,19 +246,54 @@ def test_fill_all_and_allocate_refuse_bad_arguments():
 def _bad_calls():
     logits, bitmask = torch.zeros(2, 40), torch.zeros(2, 2, dtype=torch.int32)
     return [
-        ("int_logits", (logits.long(), bitmask, None), TypeError, "logits must be a float32, float16 or bfloat16 tensor, got torch.int64"),
+        (
+            "int_logits",
+            (logits.long(), bitmask, None),
+            TypeError,
+            "logits must be a float32, float16 or bfloat16 tensor, got torch.int64",
+        ),
         ("float64_logits", (logits.double(), bitmask, None), TypeError, "got torch.float64"),
-        ("1d_logits", (logits[0], bitmask, None), ValueError, r"logits must be 2-D \[batch, vocab\], got shape \(40,\)"),
-        ("strided_vocab", (torch.zeros(2, 80)[:, ::2], bitmask, None), ValueError, "logits must be contiguous along the vocab dimension"),
+        (
+            "1d_logits",
+            (logits[0], bitmask, None),
+            ValueError,
+            r"logits must be 2-D \[batch, vocab\], got shape \(40,\)",
+        ),
+        (
+            "strided_vocab",
+            (torch.zeros(2, 80)[:, ::2], bitmask, None),
+            ValueError,
+            "logits must be contiguous along the vocab dimension",
+        ),
         ("int64_mask", (logits, bitmask.long(), None), TypeError, "bitmask must be an int32 tensor"),
         ("3d_mask", (logits, bitmask[None], None), ValueError, r"bitmask must be 2-D \[batch, ceil\(vocab/32\)\]"),
-        ("strided_mask", (logits, torch.zeros(2, 4, dtype=torch.int32)[:, ::2], None), ValueError, r"pass bitmask.contiguous\(\)"),
-        ("row_mismatch", (logits, torch.zeros(3, 2, dtype=torch.int32), None), ValueError, r"bitmask has 3 rows but logits have 2.*bitmask\[:2\]"),
+        (
+            "strided_mask",
+            (logits, torch.zeros(2, 4, dtype=torch.int32)[:, ::2], None),
+            ValueError,
+            r"pass bitmask.contiguous\(\)",
+        ),
+        (
+            "row_mismatch",
+            (logits, torch.zeros(3, 2, dtype=torch.int32), None),
+            ValueError,
+            r"bitmask has 3 rows but logits have 2.*bitmask\[:2\]",
+        ),
         ("mask_device", (logits, bitmask.to("meta"), None), ValueError, r"bitmask is on meta but logits are on cpu"),
         ("float_indices", (logits, bitmask, torch.zeros(2)), TypeError, "indices must be an int32 or int64 tensor"),
         ("2d_indices", (logits, bitmask, torch.zeros(2, 1, dtype=torch.long)), ValueError, "indices must be 1-D"),
-        ("indices_count", (logits, bitmask, torch.tensor([0])), ValueError, "bitmask has 2 rows but indices has 1 entries"),
-        ("indices_range", (logits, bitmask, torch.tensor([0, 2])), ValueError, r"indices must be rows of logits \(0 <= i < 2\), got 2"),
+        (
+            "indices_count",
+            (logits, bitmask, torch.tensor([0])),
+            ValueError,
+            "bitmask has 2 rows but indices has 1 entries",
+        ),
+        (
+            "indices_range",
+            (logits, bitmask, torch.tensor([0, 2])),
+            ValueError,
+            r"indices must be rows of logits \(0 <= i < 2\), got 2",
+        ),
         ("negative_index", (logits, bitmask, torch.tensor([-1, 0])), ValueError, "got -1"),
         ("indices_device", (logits, bitmask, torch.tensor([0, 1], device="meta")), ValueError, "indices are on meta"),
     ]
@@ -265,7 +302,9 @@ def _bad_calls():
 BAD_CALLS = _bad_calls()
 
 
-@pytest.mark.parametrize("entry", ["apply_token_bitmask", "apply_token_bitmask_reference", "apply_token_bitmask_triton"])
+@pytest.mark.parametrize(
+    "entry", ["apply_token_bitmask", "apply_token_bitmask_reference", "apply_token_bitmask_triton"]
+)
 @pytest.mark.parametrize("bad", BAD_CALLS, ids=[b[0] for b in BAD_CALLS])
 def test_bad_arguments_are_refused_with_a_reason(entry, bad):
     import langrt_kernels.grammar_bitmask as kernel_module
@@ -309,7 +348,10 @@ def test_triton_kernel_matches_reference(interpreter_results, case_id):
 
 
 def test_interpreted_launcher_refuses_non_cpu_tensors(interpreter_results):
-    assert "the Triton interpreter (TRITON_INTERPRET=1) runs on CPU tensors, got meta" in interpreter_results["device_error"]
+    assert (
+        "the Triton interpreter (TRITON_INTERPRET=1) runs on CPU tensors, got meta"
+        in interpreter_results["device_error"]
+    )
 
 
 def _interpreter_worker() -> dict:
@@ -326,12 +368,18 @@ def _interpreter_worker() -> dict:
         kernel_module.apply_token_bitmask_reference(expected, bitmask, indices)
         try:
             kernel_module.apply_token_bitmask_triton(logits, bitmask, indices)
-            outcome = "equal" if torch.equal(logits, expected) else f"differs at {(logits != expected).nonzero().tolist()[:5]}"
+            outcome = (
+                "equal"
+                if torch.equal(logits, expected)
+                else f"differs at {(logits != expected).nonzero().tolist()[:5]}"
+            )
         except Exception as error:  # noqa: BLE001 - reported to the parent test, which fails on it
             outcome = f"raised {type(error).__name__}: {error}"
         report["cases"][case[0]] = outcome
     try:
-        kernel_module.apply_token_bitmask_triton(torch.zeros(2, 40, device="meta"), torch.zeros(2, 2, dtype=torch.int32, device="meta"))
+        kernel_module.apply_token_bitmask_triton(
+            torch.zeros(2, 40, device="meta"), torch.zeros(2, 2, dtype=torch.int32, device="meta")
+        )
         report["device_error"] = "no error"
     except ValueError as error:
         report["device_error"] = str(error)

@@ -44,7 +44,9 @@ def _decode_cases() -> list[dict]:
         for ratio in (1, 4, 8):
             for dtype in DTYPES:
                 for splits in (1, 3):  # 3: ranges shorter than a tile, and empty ones for length 1
-                    cases.append(dict(dim=dim, ratio=ratio, dtype=dtype, seq_lens=[1, 19, 40], splits=splits, window=None))
+                    cases.append(
+                        dict(dim=dim, ratio=ratio, dtype=dtype, seq_lens=[1, 19, 40], splits=splits, window=None)
+                    )
     cases += [
         dict(dim=64, ratio=4, dtype="float32", seq_lens=[3, 30, 47], splits=2, window=10),
         dict(dim=64, ratio=4, dtype="bfloat16", seq_lens=[3, 30, 47], splits=2, window=10),
@@ -54,7 +56,9 @@ def _decode_cases() -> list[dict]:
     ]
     for case in cases:
         window = "" if case["window"] is None else f"-w{case['window']}"
-        case["id"] = f"d{case['dim']}-gqa{case['ratio']}-{case['dtype']}-lens{max(case['seq_lens'])}-splits{case['splits']}{window}"
+        case["id"] = (
+            f"d{case['dim']}-gqa{case['ratio']}-{case['dtype']}-lens{max(case['seq_lens'])}-splits{case['splits']}{window}"
+        )
     return cases
 
 
@@ -134,7 +138,9 @@ def test_decode_reference_matches_sdpa(case):
     out = decode_attention_reference(**a, sliding_window=case["window"])
     for b, (row, n) in enumerate(zip(a["req_pool_indices"].tolist(), case["seq_lens"])):
         slots = a["req_to_token"][row, :n].long()
-        expected = _sdpa_one(a["q"][b : b + 1], a["k_buffer"], a["v_buffer"], slots, torch.tensor([n - 1]), case["window"])
+        expected = _sdpa_one(
+            a["q"][b : b + 1], a["k_buffer"], a["v_buffer"], slots, torch.tensor([n - 1]), case["window"]
+        )
         torch.testing.assert_close(out[b].float(), expected[0], **TOLERANCE[case["dtype"]])
 
 
@@ -149,7 +155,9 @@ def test_extend_reference_matches_sdpa(case):
         prefix, n = case["prefix"][b], case["extend"][b]
         slots = a["req_to_token"][row, : prefix + n].long()
         rows = slice(bounds[b], bounds[b + 1])
-        expected = _sdpa_one(a["q"][rows], a["k_buffer"], a["v_buffer"], slots, torch.arange(prefix, prefix + n), case["window"])
+        expected = _sdpa_one(
+            a["q"][rows], a["k_buffer"], a["v_buffer"], slots, torch.arange(prefix, prefix + n), case["window"]
+        )
         torch.testing.assert_close(out[rows].float(), expected, **TOLERANCE[case["dtype"]])
 
 
@@ -176,16 +184,41 @@ def _decode_bad_calls():
         return {**good, **changes}
 
     return [
-        ("int_q", bad(q=good["q"].long()), TypeError, "q must be a float32, float16 or bfloat16 tensor, got torch.int64"),
+        (
+            "int_q",
+            bad(q=good["q"].long()),
+            TypeError,
+            "q must be a float32, float16 or bfloat16 tensor, got torch.int64",
+        ),
         ("2d_q", bad(q=good["q"][:, 0]), ValueError, r"q must be 3-D \[batch, heads, head_dim\], got shape \(3, 64\)"),
-        ("strided_q", bad(q=good["q"].transpose(1, 2)), ValueError, r"q must be contiguous in its last dimension; pass q.contiguous\(\)"),
-        ("kv_dtype", bad(k_buffer=good["k_buffer"].bfloat16()), TypeError, "k_buffer is torch.bfloat16 but q is torch.float32; cast one"),
+        (
+            "strided_q",
+            bad(q=good["q"].transpose(1, 2)),
+            ValueError,
+            r"q must be contiguous in its last dimension; pass q.contiguous\(\)",
+        ),
+        (
+            "kv_dtype",
+            bad(k_buffer=good["k_buffer"].bfloat16()),
+            TypeError,
+            "k_buffer is torch.bfloat16 but q is torch.float32; cast one",
+        ),
         ("kv_shapes", bad(v_buffer=good["v_buffer"][:, :1]), ValueError, "k_buffer .* and v_buffer .* differ in shape"),
         ("head_dim", bad(q=torch.zeros(3, 2, 32)), ValueError, "q has head_dim 32 but the KV buffers 64"),
         ("gqa", bad(q=torch.zeros(3, 3, 64)), ValueError, "q's 3 heads are not a multiple of the KV buffers' 2 heads"),
-        ("req_to_token_int64", bad(req_to_token=good["req_to_token"].long()), TypeError, "req_to_token must be an int32 tensor"),
+        (
+            "req_to_token_int64",
+            bad(req_to_token=good["req_to_token"].long()),
+            TypeError,
+            "req_to_token must be an int32 tensor",
+        ),
         ("float_lens", bad(seq_lens=good["seq_lens"].float()), TypeError, "seq_lens must be an int32 or int64 tensor"),
-        ("batch", bad(seq_lens=good["seq_lens"][:2]), ValueError, "q has 3 rows but req_pool_indices has 3 and seq_lens 2"),
+        (
+            "batch",
+            bad(seq_lens=good["seq_lens"][:2]),
+            ValueError,
+            "q has 3 rows but req_pool_indices has 3 and seq_lens 2",
+        ),
     ]
 
 
@@ -197,12 +230,32 @@ def _extend_bad_calls():
         return {**good, **changes}
 
     return [
-        ("int_q", bad(q=good["q"].int()), TypeError, "q must be a float32, float16 or bfloat16 tensor, got torch.int32"),
+        (
+            "int_q",
+            bad(q=good["q"].int()),
+            TypeError,
+            "q must be a float32, float16 or bfloat16 tensor, got torch.int32",
+        ),
         ("4d_q", bad(q=good["q"][None]), ValueError, r"q must be 3-D \[tokens, heads, head_dim\]"),
-        ("kv_dtype", bad(v_buffer=good["v_buffer"].half()), TypeError, "v_buffer is torch.float16 but q is torch.float32"),
-        ("gqa", bad(k_buffer=torch.zeros(8, 3, 64), v_buffer=torch.zeros(8, 3, 64)), ValueError, "q's 2 heads are not a multiple"),
+        (
+            "kv_dtype",
+            bad(v_buffer=good["v_buffer"].half()),
+            TypeError,
+            "v_buffer is torch.float16 but q is torch.float32",
+        ),
+        (
+            "gqa",
+            bad(k_buffer=torch.zeros(8, 3, 64), v_buffer=torch.zeros(8, 3, 64)),
+            ValueError,
+            "q's 2 heads are not a multiple",
+        ),
         ("indptr_len", bad(qo_indptr=good["qo_indptr"][:3]), ValueError, "qo_indptr 4; got 3 and 3"),
-        ("indptr_dtype", bad(qo_indptr=good["qo_indptr"].float()), TypeError, "qo_indptr must be an int32 or int64 tensor"),
+        (
+            "indptr_dtype",
+            bad(qo_indptr=good["qo_indptr"].float()),
+            TypeError,
+            "qo_indptr must be an int32 or int64 tensor",
+        ),
         ("window", bad(sliding_window=0), ValueError, "sliding_window must be >= 1 or None, got 0"),
     ]
 
@@ -256,7 +309,9 @@ def test_launchers_refuse_cpu_tensors_outside_the_interpreter():
 
     if decode.is_interpreted() or extend.is_interpreted():
         pytest.fail("this process imported triton with TRITON_INTERPRET=1; run the tests without it")
-    with pytest.raises(ValueError, match="decode_attention_triton needs CUDA tensors, got cpu; use decode_attention_reference"):
+    with pytest.raises(
+        ValueError, match="decode_attention_triton needs CUDA tensors, got cpu; use decode_attention_reference"
+    ):
         decode.decode_attention_triton(**decode_args(DECODE_CASES[0]))
     args, max_extend = extend_args(EXTEND_CASES[0])
     with pytest.raises(ValueError, match="extend_attention_triton needs CUDA tensors, got cpu"):
@@ -279,7 +334,9 @@ def test_triton_backend_on_cpu_needs_the_interpreter(monkeypatch):
     from langrt.server_args import ServerArgs
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    with pytest.raises(ValueError, match="--attention-backend triton needs --device cuda; on CPU use --attention-backend cpu or torch"):
+    with pytest.raises(
+        ValueError, match="--attention-backend triton needs --device cuda; on CPU use --attention-backend cpu or torch"
+    ):
         ServerArgs(device="cpu", attention_backend="triton").resolve()
 
 
@@ -333,7 +390,10 @@ def test_decode_kernel_writes_into_out(interpreter_results):
 
 
 def test_interpreted_launcher_refuses_non_cpu_tensors(interpreter_results):
-    assert "the Triton interpreter (TRITON_INTERPRET=1) runs on CPU tensors, got meta" in interpreter_results["device_error"]
+    assert (
+        "the Triton interpreter (TRITON_INTERPRET=1) runs on CPU tensors, got meta"
+        in interpreter_results["device_error"]
+    )
 
 
 @pytest.mark.parametrize("model", ["tiny_llama", "tiny_llama_window8"])
@@ -400,7 +460,9 @@ def _run_kernel_cases(report: dict) -> None:
         a = decode_args(case)
         try:
             out = decode_attention_triton(**a, sliding_window=case["window"], num_kv_splits=case["splits"])
-            report["decode"][case["id"]] = _compare(out, decode_attention_reference(**a, sliding_window=case["window"]), case["dtype"])
+            report["decode"][case["id"]] = _compare(
+                out, decode_attention_reference(**a, sliding_window=case["window"]), case["dtype"]
+            )
         except Exception as error:  # noqa: BLE001 - reported to the parent test, which fails on it
             report["decode"][case["id"]] = f"raised {type(error).__name__}: {error}"
     for case in EXTEND_CASES:

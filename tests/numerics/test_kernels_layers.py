@@ -29,13 +29,23 @@ from langrt.model import layers
 
 REPO = Path(__file__).resolve().parents[2]
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-KERNEL_TOLERANCE = {"float32": dict(atol=1e-5, rtol=1e-5), "float16": dict(atol=2e-3, rtol=2e-3), "bfloat16": dict(atol=2e-2, rtol=1.6e-2)}
+KERNEL_TOLERANCE = {
+    "float32": dict(atol=1e-5, rtol=1e-5),
+    "float16": dict(atol=2e-3, rtol=2e-3),
+    "bfloat16": dict(atol=2e-2, rtol=1.6e-2),
+}
 
 
 # --- cases shared with the interpreter subprocess -----------------------------------------------
 
 NORM_CASES = [
-    dict(id=f"h{hidden}-{dtype}-{'residual' if residual else 'plain'}{'-strided' if pad else ''}", hidden=hidden, dtype=dtype, residual=residual, pad=pad)
+    dict(
+        id=f"h{hidden}-{dtype}-{'residual' if residual else 'plain'}{'-strided' if pad else ''}",
+        hidden=hidden,
+        dtype=dtype,
+        residual=residual,
+        pad=pad,
+    )
     for hidden, pad in ((64, 0), (96, 5), (2048, 0))
     for dtype in DTYPES
     for residual in (False, True)
@@ -135,7 +145,9 @@ def test_silu_and_mul_reference_is_the_models_activation(case):
 
 # --- the C++ CPU kernels (what `layers` runs on CPU) against the references -----------------------
 
-needs_cpu_kernels = pytest.mark.skipif(unavailable_reason() is not None, reason=f"C++ CPU kernels unavailable: {unavailable_reason()}")
+needs_cpu_kernels = pytest.mark.skipif(
+    unavailable_reason() is not None, reason=f"C++ CPU kernels unavailable: {unavailable_reason()}"
+)
 CPU_DTYPES = ("float32", "bfloat16")  # what they take; float16 keeps the torch ops
 
 
@@ -159,7 +171,10 @@ def test_cpu_rms_norm_kernel_is_the_reference_to_one_ulp(case):
         got, want = layer_ops().rms_norm(x, weight, 1e-5), rms_norm_reference(x, weight, 1e-5)
         assert torch.equal(layers.rms_norm(x, weight, 1e-5), got)
     else:
-        (got, got_sum), (want, want_sum) = layer_ops().rms_norm(x, weight, 1e-5, residual), rms_norm_reference(x, weight, 1e-5, residual)
+        (got, got_sum), (want, want_sum) = (
+            layer_ops().rms_norm(x, weight, 1e-5, residual),
+            rms_norm_reference(x, weight, 1e-5, residual),
+        )
         assert torch.equal(got_sum, want_sum)  # the sum is rounded exactly as torch rounds it
         module = layers.RMSNorm(case["hidden"], 1e-5).to(dtype)
         module.weight.data.copy_(weight)
@@ -194,7 +209,9 @@ def test_cpu_rotary_kernel_is_the_reference_bit_for_bit(case):
 
 @needs_cpu_kernels
 @pytest.mark.usefixtures("cpu_isa")
-@pytest.mark.parametrize("case", [c for c in SILU_CASES if c["dtype"] in CPU_DTYPES and c["width"] % 16 == 0], ids=lambda c: c["id"])
+@pytest.mark.parametrize(
+    "case", [c for c in SILU_CASES if c["dtype"] in CPU_DTYPES and c["width"] % 16 == 0], ids=lambda c: c["id"]
+)
 def test_cpu_silu_and_mul_kernel_is_the_reference_to_one_ulp(case):
     from langrt_kernels.cpu import layer_ops
     from langrt_kernels.silu_and_mul import silu_and_mul_reference
@@ -275,7 +292,9 @@ def test_cpu_layers_never_import_triton():
         "triton_kernels = [m for m in sys.modules if m.startswith('langrt_kernels.') and m.split('.')[1] != 'cpu']\n"
         "assert not any(m == 'triton' or m.startswith('triton.') for m in sys.modules) and not triton_kernels, sorted(sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -286,13 +305,23 @@ def _bad_calls():
     x, w = torch.zeros(2, 64), torch.ones(64)
     q, k, cs = torch.zeros(3, 4, 16), torch.zeros(3, 2, 16), torch.zeros(3, 8)
     return [
-        ("rms_norm", (x.long(), w, 1e-6), TypeError, "x must be a float32, float16 or bfloat16 tensor, got torch.int64"),
+        (
+            "rms_norm",
+            (x.long(), w, 1e-6),
+            TypeError,
+            "x must be a float32, float16 or bfloat16 tensor, got torch.int64",
+        ),
         ("rms_norm", (x[0], w, 1e-6), ValueError, r"x must be 2-D \[tokens, hidden\], got shape \(64,\)"),
         ("rms_norm", (x, w[:32], 1e-6), ValueError, "weight has 32 entries but x rows have 64"),
         ("rms_norm", (x, w.half(), 1e-6), TypeError, "weight is torch.float16 but x is torch.float32"),
         ("rms_norm", (x, w, 1e-6, x[:1]), ValueError, r"residual \(1, 64\) must have x's shape \(2, 64\)"),
         ("rms_norm", (torch.zeros(2, 128)[:, ::2], w, 1e-6), ValueError, r"x must be contiguous in its last dimension"),
-        ("rotary_embedding", (q, k, cs, cs[:2]), ValueError, r"sin must be \[tokens, head_dim / 2\] = \(3, 8\), got \(2, 8\)"),
+        (
+            "rotary_embedding",
+            (q, k, cs, cs[:2]),
+            ValueError,
+            r"sin must be \[tokens, head_dim / 2\] = \(3, 8\), got \(2, 8\)",
+        ),
         ("rotary_embedding", (q, k[:, :, :8], cs, cs), ValueError, r"k \(3, 2, 8\) must have q's tokens and head_dim"),
         ("rotary_embedding", (q, k, cs.double(), cs), TypeError, "cos must be a float32, float16 or bfloat16 tensor"),
         ("rotary_embedding", (q, k.half(), cs, cs), TypeError, "k is torch.float16 but q is torch.float32"),
@@ -321,7 +350,9 @@ def test_launchers_refuse_cpu_tensors_outside_the_interpreter():
     from langrt_kernels.rotary import rotary_embedding_triton
     from langrt_kernels.silu_and_mul import silu_and_mul_triton
 
-    with pytest.raises(ValueError, match="rms_norm_triton needs CUDA tensors, got cpu; use langrt.model.layers.rms_norm"):
+    with pytest.raises(
+        ValueError, match="rms_norm_triton needs CUDA tensors, got cpu; use langrt.model.layers.rms_norm"
+    ):
         rms_norm_triton(torch.zeros(2, 64), torch.ones(64), 1e-6)
     with pytest.raises(ValueError, match="rotary_embedding_triton needs CUDA tensors"):
         rotary_embedding_triton(torch.zeros(3, 4, 16), None, torch.zeros(3, 8), torch.zeros(3, 8))
@@ -422,7 +453,10 @@ def _norm_case(case: dict) -> str:
     x, weight, residual = norm_tensors(case)
     if residual is None:
         return _compare(rms_norm_triton(x, weight, 1e-5), rms_norm_reference(x, weight, 1e-5), case["dtype"])
-    (out, summed), (expected_out, expected_sum) = rms_norm_triton(x, weight, 1e-5, residual), rms_norm_reference(x, weight, 1e-5, residual)
+    (out, summed), (expected_out, expected_sum) = (
+        rms_norm_triton(x, weight, 1e-5, residual),
+        rms_norm_reference(x, weight, 1e-5, residual),
+    )
     return _compare(torch.cat([out, summed]), torch.cat([expected_out, expected_sum]), case["dtype"])
 
 

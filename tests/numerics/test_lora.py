@@ -64,7 +64,10 @@ def test_mixed_batch_equals_each_alone(base_and_adapters):
     names = ["a", None, "b", "a", "b", None]
     prompts = [prompt(10 + i, 6 + 3 * i) for i in range(len(names))]
     one_at_a_time = scheduler_for(base, adapters, disable_radix_cache=True)
-    alone = [run_requests(one_at_a_time, [req(f"alone{i}", ids, name)])[0] for i, (ids, name) in enumerate(zip(prompts, names))]
+    alone = [
+        run_requests(one_at_a_time, [req(f"alone{i}", ids, name)])[0]
+        for i, (ids, name) in enumerate(zip(prompts, names))
+    ]
     mixed = [req(f"mixed{i}", ids, name) for i, (ids, name) in enumerate(zip(prompts, names))]
     assert run_requests(scheduler_for(base, adapters), mixed) == alone
 
@@ -87,8 +90,16 @@ def test_cap_on_adapters_per_batch_keeps_outputs(base_and_adapters):
     base, adapters = base_and_adapters
     names = ["a", "b", "a", "b"]
     prompts = [prompt(30 + i) for i in range(4)]
-    capped = run_requests(scheduler_for(base, adapters, max_loras_per_batch=1), [req(f"c{i}", p, n) for i, (p, n) in enumerate(zip(prompts, names))], stagger=False)
-    free = run_requests(scheduler_for(base, adapters), [req(f"f{i}", p, n) for i, (p, n) in enumerate(zip(prompts, names))], stagger=False)
+    capped = run_requests(
+        scheduler_for(base, adapters, max_loras_per_batch=1),
+        [req(f"c{i}", p, n) for i, (p, n) in enumerate(zip(prompts, names))],
+        stagger=False,
+    )
+    free = run_requests(
+        scheduler_for(base, adapters),
+        [req(f"f{i}", p, n) for i, (p, n) in enumerate(zip(prompts, names))],
+        stagger=False,
+    )
     assert capped == free
 
 

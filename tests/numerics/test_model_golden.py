@@ -125,7 +125,9 @@ def test_smollm_gguf_matches_hf(smollm_pair, check):
 def test_torch_compile_gives_the_same_logits(tiny_llama_dir):
     """--enable-torch-compile runs the same math (compiled dense halves of each layer)."""
     eager = RunnerDriver(make_runner(tiny_llama_dir, max_total_tokens=2048, max_running_requests=8))
-    compiled = RunnerDriver(make_runner(tiny_llama_dir, max_total_tokens=2048, max_running_requests=8, enable_torch_compile=True))
+    compiled = RunnerDriver(
+        make_runner(tiny_llama_dir, max_total_tokens=2048, max_running_requests=8, enable_torch_compile=True)
+    )
     prompts = _prompts(3)
     for a, b in zip(eager.prefill(prompts), compiled.prefill(prompts)):
         assert (a - b).abs().max().item() <= 1e-4
@@ -167,7 +169,9 @@ def test_packed_bf16_linear_gives_torch_linears_bits(rows, shape):
     gen = torch.Generator().manual_seed(rows)
     x, w, b = (torch.randn(s, generator=gen).to(torch.bfloat16) for s in ((rows, shape[1]), shape, shape[:1]))
     if not can_pack(w):
-        pytest.skip("AVX-512-only path: oneDNN's packed bf16 GEMM needs AVX-512BW (or AVX-NE-CONVERT), which this CPU lacks")
+        pytest.skip(
+            "AVX-512-only path: oneDNN's packed bf16 GEMM needs AVX-512BW (or AVX-NE-CONVERT), which this CPU lacks"
+        )
     packed = pack_weight(w)
     for bias in (None, b):
         plain = linear(x, w, bias)

@@ -21,7 +21,9 @@ from gguf_utils import Q, random_k_quant_rows, write_gguf, write_q4_k_m_like
 from langrt_kernels.cpu import quant
 from langrt.model.quant import QuantizedWeight
 
-pytestmark = pytest.mark.skipif(not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)")
+pytestmark = pytest.mark.skipif(
+    not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)"
+)
 
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # super-blocks of 256: rows of 512 here
@@ -272,10 +274,16 @@ def test_a_file_mixing_every_block_type_is_served_as_blocks(tmp_path, caplog):
     path = write_mixed(tmp_path / "mixed.gguf", config, state, pick)
     with caplog.at_level("INFO", logger="langrt.model.gguf_loader"):
         blocks = make_runner(path, quantization="auto", max_total_tokens=512)
-    assert "all 16 quantized matrices kept in their stored blocks (1 Q2_K, 1 Q3_K, 11 Q5_0, 1 Q5_1, 1 Q5_K, 1 Q8_0)" in caplog.text
+    assert (
+        "all 16 quantized matrices kept in their stored blocks (1 Q2_K, 1 Q3_K, 11 Q5_0, 1 Q5_1, 1 Q5_K, 1 Q8_0)"
+        in caplog.text
+    )
     assert "expanded" not in caplog.text
     layers = blocks.model.layers
-    assert layers[0].self_attn.qkv_proj.packed.type_name == "Q5_0+Q5_1" and layers[1].self_attn.qkv_proj.packed.type_name == "Q5_0"
+    assert (
+        layers[0].self_attn.qkv_proj.packed.type_name == "Q5_0+Q5_1"
+        and layers[1].self_attn.qkv_proj.packed.type_name == "Q5_0"
+    )
     assert layers[0].mlp.down_proj.packed.type_name == "Q5_K" and layers[1].mlp.down_proj.packed.type_name == "Q3_K"
     assert blocks.model.lm_head_packed.type_name == "Q2_K"
     _assert_logits_agree(blocks, make_runner(path, quantization="none", max_total_tokens=512))
@@ -328,7 +336,9 @@ def test_smollm_on_its_q4_1_blocks_matches_the_dequantized_model(smollm_path):
         assert _rel(*(d.decode([0], [token]) for d in drivers)) < 1e-3
 
 
-@pytest.mark.skipif(not __import__("langrt.cpu_features", fromlist=["x"]).bf16_gemm_packing(), reason="oneDNN has no bfloat16 GEMM here")
+@pytest.mark.skipif(
+    not __import__("langrt.cpu_features", fromlist=["x"]).bf16_gemm_packing(), reason="oneDNN has no bfloat16 GEMM here"
+)
 def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     """In bfloat16 on the packed path the blocks keep a packed copy of their values: a decode
     pass's single row multiplies the blocks; a decoding pass (decodes and their drafts) of 2 to
@@ -352,7 +362,9 @@ def test_bf16_passes_choose_blocks_tiles_or_the_dense_copy(tmp_path):
     on_tiles = quant.dense_linear(x[:5], weight.data, weight.ggml_type) if fly else on_copy[:5]
     assert 5 <= model_quant.VNNI_MAX_ROWS < x.shape[0]
     few_rows = on_blocks[:5] if quant.vnni_rows() else on_tiles  # a decoding pass's 5 rows
-    head = model_quant.QuantizedWeight.quantize(torch.randn(96, 64), model_quant.Q8_0)  # like llama.cpp's Q4 files' LM head
+    head = model_quant.QuantizedWeight.quantize(
+        torch.randn(96, 64), model_quant.Q8_0
+    )  # like llama.cpp's Q4 files' LM head
     head.add_dense_copy()
     assert model_quant.FLY_MAX_ROWS_Q8_0 < 5
     h = torch.randn(model_quant.FLY_MAX_ROWS_Q8_0 + 1, head.in_features).bfloat16()
@@ -419,7 +431,9 @@ def test_tile_linear_rows_do_not_depend_on_the_other_rows(isa):
     whole = quant.tile_linear(x, blocks, quant.GGML_TYPES["Q4_K"])
     for part in (x[:1], x[5:12], x[12:]):
         start = int((x == part[0]).all(dim=1).nonzero()[0])
-        assert torch.equal(quant.tile_linear(part, blocks, quant.GGML_TYPES["Q4_K"]), whole[start : start + part.shape[0]])
+        assert torch.equal(
+            quant.tile_linear(part, blocks, quant.GGML_TYPES["Q4_K"]), whole[start : start + part.shape[0]]
+        )
 
 
 def test_prompts_of_many_rows_multiply_dequantized_panels():
@@ -469,14 +483,18 @@ def test_smollm_on_its_blocks_is_as_near_llama_cpp_as_the_dequantized_model(smol
     from langrt.tokenizer.loader import load_tokenizer
 
     tokenizer = load_tokenizer(smollm_path)
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "Name three rivers in Europe."}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Name three rivers in Europe."}], tokenize=False, add_generation_prompt=True
+    )
     prompt = tokenizer.encode(text, add_special_tokens=False)
     llm = llama_cpp.Llama(str(smollm_path), n_threads=1, n_ctx=512, logits_all=True, verbose=False)
     llm.eval(prompt)
     theirs = torch.tensor(np.array(llm.scores[: len(prompt)]))
     distance = {}
     for quantization in ("auto", "none"):
-        ours = RunnerDriver(make_runner(smollm_path, quantization=quantization, max_total_tokens=512)).prefill([prompt])[0]
+        ours = RunnerDriver(make_runner(smollm_path, quantization=quantization, max_total_tokens=512)).prefill(
+            [prompt]
+        )[0]
         distance[quantization] = ((ours - theirs).norm(dim=-1) / theirs.norm(dim=-1)).mean().item()
     assert distance["auto"] < 0.06
     assert abs(distance["auto"] - distance["none"]) < 0.005

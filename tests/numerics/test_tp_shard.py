@@ -14,7 +14,9 @@ from langrt_kernels.cpu import quant
 from langrt.model.quant import QuantizedWeight
 from langrt.parallel.shard import take_columns, take_rows
 
-pytestmark = pytest.mark.skipif(not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)")
+pytestmark = pytest.mark.skipif(
+    not quant.available(), reason="the quantized CPU kernels are off (LANGRT_CPU_KERNELS=0)"
+)
 
 
 def _weight(qtype: str) -> QuantizedWeight:
@@ -29,7 +31,9 @@ def _weight(qtype: str) -> QuantizedWeight:
 def test_block_slices_hold_the_whole_matrix_values(qtype):
     weight = _weight(qtype)
     whole = weight.dequantize(torch.float32)
-    for start, end in [(0, 256), (256, 512), (64, 160)][: 2 if qtype in ("Q4_K", "Q6_K") else 3]:  # their super-blocks: 256
+    for start, end in [(0, 256), (256, 512), (64, 160)][
+        : 2 if qtype in ("Q4_K", "Q6_K") else 3
+    ]:  # their super-blocks: 256
         part = take_columns(weight, start, end, torch.float32)
         assert isinstance(part, QuantizedWeight) and part.in_features == end - start
         assert torch.equal(part.dequantize(torch.float32), whole[:, start:end])

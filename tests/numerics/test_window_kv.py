@@ -156,7 +156,9 @@ def test_scheduler_output_equals_transformers_generate(gemma3):
     path, hf = gemma3
     prompts = random_prompts(11, (27, 33, 21))
     with torch.no_grad():
-        expected = [hf.generate(torch.tensor([p]), max_new_tokens=14, do_sample=False)[0, len(p) :].tolist() for p in prompts]
+        expected = [
+            hf.generate(torch.tensor([p]), max_new_tokens=14, do_sample=False)[0, len(p) :].tolist() for p in prompts
+        ]
     scheduler = make_scheduler(path, max_total_tokens=512, max_running_requests=4, chunked_prefill_size=12)
     for round_ in range(2):
         reqs = [Req(f"r{round_}{i}", list(p), SamplingParams(max_new_tokens=14, temperature=0, ignore_eos=True))

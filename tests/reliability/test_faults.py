@@ -16,8 +16,13 @@ def test_sigterm_under_load_ends_every_request(tiny_model):
     """In-flight requests (streams, waits, chat, constrained) each end with an abort status, a
     503 or a closed connection within the shutdown grace, none hangs; late arrivals are
     refused; the server exits 0 and leaves no ipc file or process behind."""
-    result = asyncio.run(faults.run_sigterm([*tiny_model, "--max-total-tokens", "16384"], requests=16, new_tokens=1500, late=6))
-    assert result["lost"] == 0 and result["late_arrivals"]["lost"] == 0, (result["failures"], result["late_arrivals"]["failures"])
+    result = asyncio.run(
+        faults.run_sigterm([*tiny_model, "--max-total-tokens", "16384"], requests=16, new_tokens=1500, late=6)
+    )
+    assert result["lost"] == 0 and result["late_arrivals"]["lost"] == 0, (
+        result["failures"],
+        result["late_arrivals"]["failures"],
+    )
     assert result["http_5xx_other"] == 0
     assert result["ends"].get("aborted", 0) >= 8, f"in-flight requests should get an abort status: {result['ends']}"
     assert "shutting down" in " ".join(result["abort_messages"])
@@ -27,7 +32,11 @@ def test_sigterm_under_load_ends_every_request(tiny_model):
 
 
 def test_killed_detokenizer_means_503_then_exit(tiny_model):
-    result = asyncio.run(faults.run_kill_child([*tiny_model, "--max-total-tokens", "8192"], child="detokenizer", requests=8, new_tokens=1500))
+    result = asyncio.run(
+        faults.run_kill_child(
+            [*tiny_model, "--max-total-tokens", "8192"], child="detokenizer", requests=8, new_tokens=1500
+        )
+    )
     assert result["first_503_after_s"] is not None and result["first_503_after_s"] < 2, result["health_statuses"]
     assert result["exit_code"] not in (0, None) and result["exit_after_kill_s"] < 5
     assert result["lost"] == 0, result["failures"]
@@ -48,7 +57,9 @@ def test_killed_tensor_parallel_rank_means_503_then_exit(tiny_model):
 def test_killed_main_process_takes_its_children_and_ipc_files(tiny_model):
     """kill -9 of the HTTP process: it cannot clean up, so its children notice, remove the ipc
     directory and exit; clients see their connections close."""
-    result = asyncio.run(faults.run_kill_child([*tiny_model, "--max-total-tokens", "8192"], child="main", requests=4, new_tokens=1500))
+    result = asyncio.run(
+        faults.run_kill_child([*tiny_model, "--max-total-tokens", "8192"], child="main", requests=4, new_tokens=1500)
+    )
     assert result["exit_code"] == -9 and result["lost"] == 0, result["failures"]
     assert result["ends"] == {"closed": 4}
     assert result["ipc_directory_removed"] and result["processes_left"] == []

@@ -22,7 +22,9 @@ def test_hostile_grammars_fail_alone(server):
     grammars = result["grammars"]
     for name, outcome in grammars.items():
         if name == "stop_regex_backtracking":  # output forced to x's: must end, not hang the scheduler
-            assert outcome["status"] == 200 and "stop_regex" in outcome["message"] and "abort" in outcome["message"], outcome
+            assert outcome["status"] == 200 and "stop_regex" in outcome["message"] and "abort" in outcome["message"], (
+                outcome
+            )
         else:
             assert outcome["status"] == 400, (name, outcome)
     assert "time limit of 2 s" in grammars["huge_schema_enum"]["message"], "a slow schema check is cut off at the limit"
@@ -51,13 +53,17 @@ def test_every_route_but_health_needs_the_key(server):
     assert not result["canary_created"], "a client-named path was written"
 
 
-@pytest.mark.parametrize("value", [b"Bearer \xff\xfe", b"Bearer stress-key\xc3\xa9", b"Bearer", b"bearer stress-key", b"Bearer  stress-key"])
+@pytest.mark.parametrize(
+    "value", [b"Bearer \xff\xfe", b"Bearer stress-key\xc3\xa9", b"Bearer", b"bearer stress-key", b"Bearer  stress-key"]
+)
 def test_malformed_keys_are_401(server, value):
     """A key of bytes that are not UTF-8 was a 500 (UnicodeEncodeError in the auth check)."""
     import socket
 
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
-        conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: " + value + b"\r\nConnection: close\r\n\r\n")
+        conn.sendall(
+            b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: " + value + b"\r\nConnection: close\r\n\r\n"
+        )
         reply = b""
         while chunk := conn.recv(65536):
             reply += chunk
@@ -100,8 +106,29 @@ def test_request_handlers_touch_no_files():
     """No HTTP handler module opens, reads, writes or deletes a path (so none can be named by a
     client): the only file the server reads, a --chat-template file, is named on the command line
     and read at start-up (entrypoints/chat_templates.py)."""
-    banned = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "unlink", "remove", "rmtree", "mkdir", "Path", "FileResponse", "add_static"}
-    modules = ["entrypoints/http_server.py", "entrypoints/native_api.py", "entrypoints/openai_api.py", "entrypoints/openai_completions.py", "entrypoints/openai_common.py", "entrypoints/errors.py", "server/tokenizer_manager.py"]
+    banned = {
+        "open",
+        "read_text",
+        "read_bytes",
+        "write_text",
+        "write_bytes",
+        "unlink",
+        "remove",
+        "rmtree",
+        "mkdir",
+        "Path",
+        "FileResponse",
+        "add_static",
+    }
+    modules = [
+        "entrypoints/http_server.py",
+        "entrypoints/native_api.py",
+        "entrypoints/openai_api.py",
+        "entrypoints/openai_completions.py",
+        "entrypoints/openai_common.py",
+        "entrypoints/errors.py",
+        "server/tokenizer_manager.py",
+    ]
     found = []
     for module in modules:
         for node in ast.walk(ast.parse((LANGRT / module).read_text())):

@@ -12,7 +12,9 @@ from langrt.request import Req
 
 
 def make_cache(slots: int = 256, rows: int = 4, radix: bool = True, context: int = 256) -> CacheManager:
-    return CacheManager(ReqToTokenPool(rows, context, "cpu"), TokenToKVPool(slots, 1, 1, 2, torch.float32, "cpu"), radix=radix)
+    return CacheManager(
+        ReqToTokenPool(rows, context, "cpu"), TokenToKVPool(slots, 1, 1, 2, torch.float32, "cpu"), radix=radix
+    )
 
 
 def make_req(rid: str, ids, max_new: int = 1) -> Req:

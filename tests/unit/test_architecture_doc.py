@@ -67,4 +67,3 @@ def test_module_map_covers_every_langrt_package():
     packages = langrt_packages()
     assert "langrt/scheduler/" in packages  # the walk found the tree
     assert [p for p in packages if p not in mentioned] == []
-

@@ -35,7 +35,9 @@ def test_model_cost_counts_what_a_decode_step_reads(tmp_path, tied):
     every_byte = sum(p.numel() * p.element_size() for p in params.values())
     # an untied embedding is read one row per token; tied, it is the LM head and read whole
     assert cost.bytes_per_step == every_byte - (0 if tied else embed.numel() * embed.element_size())
-    matrices = sum(p.numel() for name, p in params.items() if p.dim() == 2 and (tied or name != "model.embed_tokens.weight"))
+    matrices = sum(
+        p.numel() for name, p in params.items() if p.dim() == 2 and (tied or name != "model.embed_tokens.weight")
+    )
     assert cost.matmul_params == matrices
     assert (cost.num_layers, cost.q_size, cost.kv_size) == (2, 64, 32)
 

@@ -16,7 +16,11 @@ if str(ROOT) not in sys.path:
 from benchmarks import bench_maskbench as bench  # noqa: E402
 from benchmarks.maskbench.data import quotas, serialise, source_of  # noqa: E402
 
-PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
 # Each file: (schema, [(valid, instance), ...]), in MaskBench's layout.
 FILES = {
     "Github_easy---person.json": (PERSON, [(True, {"name": "Ann", "age": 3}), (False, {"name": "Ann", "age": "3"})]),
@@ -71,16 +75,27 @@ def test_langrt_counts_on_a_tiny_dataset(tmp_path):
     assert rows["Github_easy---person"]["status"] == "pass" and rows["Github_easy---person"]["compile_ms"] > 0
     assert rows["BFCL_simple_1"]["status"] == "pass"  # the invalid 1 was refused at EOS
     mislabelled = rows["Synthesized---mislabelled"]
-    assert mislabelled["status"] == "fail" and (mislabelled["valid_rejected"], mislabelled["invalid_accepted"]) == (1, 1)
+    assert mislabelled["status"] == "fail" and (mislabelled["valid_rejected"], mislabelled["invalid_accepted"]) == (
+        1,
+        1,
+    )
     assert any(e.startswith("valid #1 rejected at token") for e in mislabelled["errors"])
 
 
 def test_like_for_like_pairs_only_where_both_engines_ran():
     from benchmarks.maskbench.results import format_pairs, pair_rows
 
-    summary = {"passing_pct": 90.0, "invalid_accepted": 0, "compile_ms_p50": 1.0, "compile_ms_p99": 9.0, "mask_us_p99": 50.0}
+    summary = {
+        "passing_pct": 90.0,
+        "invalid_accepted": 0,
+        "compile_ms_p50": 1.0,
+        "compile_ms_p99": 9.0,
+        "mask_us_p99": 50.0,
+    }
     both = {"langrt": summary, "xgrammar": summary | {"invalid_accepted": 4}, "langrt-any": summary}
     rows = pair_rows(both)
-    assert [(r["langrt"], r["peer"]) for r in rows] == [("langrt", "xgrammar")], "langrt-any has no xgrammar-compliant beside it"
+    assert [(r["langrt"], r["peer"]) for r in rows] == [("langrt", "xgrammar")], (
+        "langrt-any has no xgrammar-compliant beside it"
+    )
     assert rows[0]["invalid_accepted"] == [0, 4]
     assert "invalid accepted 0 vs 4" in format_pairs(both)

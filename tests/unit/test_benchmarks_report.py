@@ -39,7 +39,10 @@ def make_repo(tmp_path: Path) -> tuple[Path, str, str]:
     repo = tmp_path / "repo"
     write(repo / "langrt" / "core.py", "x = 1\n")
     write(repo / "benchmarks" / "bench_x.py", "print('x')\n")
-    write(repo / "benchmarks" / "README.md", f"# Benchmarks\n\nintro\n\n{report.BEGIN}\nold table\n{report.END}\n\nafter\n")
+    write(
+        repo / "benchmarks" / "README.md",
+        f"# Benchmarks\n\nintro\n\n{report.BEGIN}\nold table\n{report.END}\n\nafter\n",
+    )
     git(repo, "init", "-q")
     first = commit_all(repo, "first")
     write(repo / "langrt" / "core.py", "x = 2\n")
@@ -65,7 +68,10 @@ def test_results_older_than_their_code_are_marked_and_the_table_replaces_the_old
     assert report.main([], repo=repo) == 0
     readme = (repo / "benchmarks" / "README.md").read_text()
     assert "old table" not in readme and readme.startswith("# Benchmarks\n\nintro\n") and readme.endswith("after\n")
-    assert f"| `results/bench_x.json` | bench_x | batches.1.speedup: 1.50x<br>no_reuse.cache_hit_rate: 1.0% | {first[:7]} |" in readme
+    assert (
+        f"| `results/bench_x.json` | bench_x | batches.1.speedup: 1.50x<br>no_reuse.cache_hit_rate: 1.0% | {first[:7]} |"
+        in readme
+    )
     assert "1 of 3 results current" in readme
     assert report.main(["--check"], repo=repo) == 0
 
@@ -86,4 +92,7 @@ def test_a_result_whose_script_changed_is_stale_and_an_unknown_commit_is_named(t
 
 def test_a_readme_without_markers_gets_the_table_appended():
     text = report.with_table("# B\n", "| t |")
-    assert text == f"# B\n\n## Results files\n\nWritten by `python -m benchmarks.report`.\n\n{report.BEGIN}\n| t |\n{report.END}\n"
+    assert (
+        text
+        == f"# B\n\n## Results files\n\nWritten by `python -m benchmarks.report`.\n\n{report.BEGIN}\n| t |\n{report.END}\n"
+    )

@@ -25,11 +25,10 @@ from langrt.errors import InvalidRequest
 from grammar_texts import JSON_GBNF
 
 
-
 def allowed(matcher, vocab_size: int) -> set[int]:
     bitmask = allocate_token_bitmask(1, vocab_size)
     matcher.fill_bitmask(bitmask, 0)
-    bits = (bitmask[0].view(torch.uint8).numpy())
+    bits = bitmask[0].view(torch.uint8).numpy()
     return {i for i in range(vocab_size) if bits[i >> 3] >> (i & 7) & 1}
 
 
@@ -83,7 +82,7 @@ def json_grammar(compiler):
 @pytest.mark.parametrize(
     "value",
     [
-        {"name": "Alice \"A\" Smith", "age": 31, "tags": ["x", "yy"], "nested": {"k": [1, 2.5e3, -3], "v": None}},
+        {"name": 'Alice "A" Smith', "age": 31, "tags": ["x", "yy"], "nested": {"k": [1, 2.5e3, -3], "v": None}},
         [{"id": i, "ok": i % 2 == 0, "score": i * 1.5} for i in range(4)],
         "just a string é ✓",
     ],
@@ -336,7 +335,10 @@ def test_rules_the_same_text_are_built_once_and_the_cache_stays_bounded(compiler
     grammars with one rule text run the same DFA, each with its own stack and masks."""
     from langrt.constrained.cfg.build import RuleCache
 
-    free = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}, "extra": {}, "name": {"type": "string"}}}
+    free = {
+        "type": "object",
+        "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}, "extra": {}, "name": {"type": "string"}},
+    }
     a = compiler.compile_json_schema(free)
     b = compiler.compile_json_schema({"type": "array", "items": {"$ref": "#/$defs/v"}, "$defs": {"v": free}})
     shared = {id(d) for d in a.dfa.rules} & {id(d) for d in b.dfa.rules}

@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from langrt.model.cuda_graph import DEFAULT_MAX_BS, NoDecodeGraphs, bucket_for, graph_buckets, graph_max_bs, why_no_graphs
+from langrt.model.cuda_graph import (
+    DEFAULT_MAX_BS,
+    NoDecodeGraphs,
+    bucket_for,
+    graph_buckets,
+    graph_max_bs,
+    why_no_graphs,
+)
 from langrt.server_args import ServerArgs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,9 +69,17 @@ def test_graphs_are_on_only_for_the_triton_backend_on_cuda():
     on = ServerArgs(device="cuda", attention_backend="triton")
     assert why_no_graphs(on, None) is None
     assert why_no_graphs(ServerArgs(device="cpu", attention_backend="cpu"), None) == "not on CUDA"
-    assert why_no_graphs(ServerArgs(device="cuda", attention_backend="triton", disable_cuda_graph=True), None) == "--disable-cuda-graph"
-    assert "builds its metadata on the host" in why_no_graphs(ServerArgs(device="cuda", attention_backend="torch"), None)
-    assert why_no_graphs(ServerArgs(device="cuda", attention_backend="triton", enable_torch_compile=True), None) == "--enable-torch-compile"
+    assert (
+        why_no_graphs(ServerArgs(device="cuda", attention_backend="triton", disable_cuda_graph=True), None)
+        == "--disable-cuda-graph"
+    )
+    assert "builds its metadata on the host" in why_no_graphs(
+        ServerArgs(device="cuda", attention_backend="torch"), None
+    )
+    assert (
+        why_no_graphs(ServerArgs(device="cuda", attention_backend="triton", enable_torch_compile=True), None)
+        == "--enable-torch-compile"
+    )
     assert "--tp-size 2" in why_no_graphs(ServerArgs(device="cuda", attention_backend="triton", tp_size=2), object())
     assert why_no_graphs(on, None, impl="transformers") == "--model-impl transformers"
 

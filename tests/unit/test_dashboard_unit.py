@@ -109,7 +109,7 @@ def test_sglang_names_and_labels():
     assert 'sglang:prompt_tokens_total{model_name="m\\"x"} 10' in text
     assert 'sglang:cached_tokens_total{model_name="m\\"x"} 6' in text
     assert 'sglang:num_running_reqs{model_name="m\\"x"} 3' in text
-    assert '# TYPE sglang:num_running_reqs gauge' in text
+    assert "# TYPE sglang:num_running_reqs gauge" in text
     assert 'sglang:time_to_first_token_seconds_bucket{model_name="m\\"x",le="0.025"} 1' in text
     assert 'sglang:time_to_first_token_seconds_count{model_name="m\\"x"} 1' in text
 

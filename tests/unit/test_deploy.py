@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S_VERSIONS = ("1.30.0", "1.37.0")  # oldest still common, and the newest the package has
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (in the dev extra)")
+kubernetes_validate = pytest.importorskip(
+    "kubernetes_validate", reason="pip install kubernetes-validate (in the dev extra)"
+)
 
 
 def _documents() -> list[dict]:
@@ -66,7 +68,10 @@ def test_workers_are_ready_on_health_and_register_with_the_router_service():
     # (its /health) would never get one.
     assert router["readinessProbe"]["httpGet"]["path"] == "/list_workers"
     service = services["langrt-router"]
-    assert service["spec"]["selector"].items() <= deployments["langrt-router"]["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        service["spec"]["selector"].items()
+        <= deployments["langrt-router"]["spec"]["template"]["metadata"]["labels"].items()
+    )
     register = _container(deployments["langrt-worker"], "register")
     router_url = next(e["value"] for e in register["env"] if e["name"] == "ROUTER_URL")
     assert router_url == f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"

@@ -22,7 +22,7 @@ from langrt.constrained.json_schema import regex as rx
 
 MAX_STATES = 200_000
 # Characters that take one byte, two, three, four (a surrogate pair when escaped), and escapes.
-ALPHABET = "ab-z0 \t\"\\\né€😀"
+ALPHABET = 'ab-z0 \t"\\\né€😀'
 
 
 def pattern_regex(pattern: str) -> str:
@@ -129,7 +129,11 @@ def test_a_pattern_with_a_length_the_rewrite_refuses():
 def test_long_strings_are_chunked_exactly(any_order):
     """maxLength past CHUNKED_MIN: runs of fixed-size chunks and a tail; every length is read
     once, the bounds hold at and around chunk boundaries, escapes count as one character."""
-    schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": 3, "maxLength": 1100}}, "required": ["s"]}
+    schema = {
+        "type": "object",
+        "properties": {"s": {"type": "string", "minLength": 3, "maxLength": 1100}},
+        "required": ["s"],
+    }
     accepts = grammar_matcher(schema, open_objects=any_order, any_order=any_order)
     for n in (2, 3, 4, 255, 256, 257, 511, 512, 513, 1099, 1100, 1101):
         for fill in ("a", "é", "\n", "😀"):
@@ -141,7 +145,10 @@ def test_long_strings_are_chunked_exactly(any_order):
 def test_counted_strings_beside_other_values():
     schema = {
         "type": "array",
-        "items": {"type": "object", "properties": {"a": {"type": "string", "maxLength": 100}, "b": {"type": "string", "maxLength": 70}}},
+        "items": {
+            "type": "object",
+            "properties": {"a": {"type": "string", "maxLength": 100}, "b": {"type": "string", "maxLength": 70}},
+        },
     }
     check(schema, [[{"a": "x" * 100, "b": "y" * 70}, {}], [{"b": "é" * 70}]], [[{"a": "x" * 101}], [{"b": "y" * 71}]])
 
@@ -157,7 +164,7 @@ def test_counted_strings_share_masks_far_from_their_bounds(tokenizer, vocab):
     pda = local_automaton(schema_to_grammar(schema), MAX_STATES)
     shared, each = PushdownMasks(pda, vocab), PushdownMasks(pda, vocab)
     each._same_state = lambda rule, state: state
-    value = {"s": "word " * 59 + "abcd", "t": "é, \"quoted\" \\ and more " * 40}
+    value = {"s": "word " * 59 + "abcd", "t": 'é, "quoted" \\ and more ' * 40}
     assert len(value["s"]) == 299 and 200 <= len(value["t"]) <= 1200
     config = pda.initial
     for token in tokenizer.encode(json.dumps(value, ensure_ascii=False), add_special_tokens=False):

@@ -92,7 +92,9 @@ def test_drafts_leave_room_for_the_token_sampled_after_them_and_are_never_one_al
     source = NgramDrafts(max_drafts=8)
     assert source.drafts(make_req(output=[12, 13], max_new_tokens=5)) == [14, 15]
     assert source.drafts(make_req(output=[12, 13], max_new_tokens=4, rid="s")) == [], "one draft does not pay its row"
-    assert NgramDrafts(max_drafts=1).drafts(make_req(output=[12, 13], rid="u")) == [14], "unless one is the most asked for"
+    assert NgramDrafts(max_drafts=1).drafts(make_req(output=[12, 13], rid="u")) == [14], (
+        "unless one is the most asked for"
+    )
 
 
 def test_a_copy_that_reaches_the_last_token_repeats_the_loop_it_is_in():
@@ -128,7 +130,11 @@ def test_the_request_s_own_tokens_go_before_recent_outputs_even_where_those_matc
     source.drafts(make_req(prompt=[1, 2, 3], output=[70, 71, 72, 73, 74, 75, 76], rid="a"))
     other = make_req(prompt=[9, 72, 73, 90, 91, 92, 93, 600, 70, 71, 72, 73], rid="b")  # a's 4-gram; its own 2-gram
     assert source.drafts(other) == [90, 91, 92, 93]
-    assert NgramDrafts(max_drafts=4, recent=source.recent).drafts(make_req(prompt=[8, 70, 71, 72, 73], rid="c")) == [74, 75, 76], "no match of its own"
+    assert NgramDrafts(max_drafts=4, recent=source.recent).drafts(make_req(prompt=[8, 70, 71, 72, 73], rid="c")) == [
+        74,
+        75,
+        76,
+    ], "no match of its own"
 
 
 def test_a_flush_empties_the_drafts_of_recent_outputs():
@@ -276,15 +282,24 @@ def test_the_flags_take_ngram_and_draft_and_refuse_what_is_not_there():
     from langrt.cli import build_parser, server_args_from
     from langrt.server_args import ServerArgs
 
-    ns = build_parser().parse_args(["launch", "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5"])
+    ns = build_parser().parse_args(
+        ["launch", "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5"]
+    )
     args = server_args_from(ns)
     assert (args.speculative_algorithm, args.speculative_num_draft_tokens) == ("NGRAM", 5)
     assert ServerArgs().speculative_algorithm is None
     # the default length: 16 n-gram drafts (a copy's passes are cheap), 8 from a draft model (each a step of it)
     assert ServerArgs(speculative_algorithm="NGRAM").speculative_num_draft_tokens == 16
-    assert ServerArgs(speculative_algorithm="DRAFT", speculative_draft_model_path="/d").speculative_num_draft_tokens == 8
-    ns = build_parser().parse_args(["launch", "--speculative-algorithm", "DRAFT", "--speculative-draft-model-path", "/d"])
-    assert (server_args_from(ns).speculative_algorithm, server_args_from(ns).speculative_draft_model_path) == ("DRAFT", "/d")
+    assert (
+        ServerArgs(speculative_algorithm="DRAFT", speculative_draft_model_path="/d").speculative_num_draft_tokens == 8
+    )
+    ns = build_parser().parse_args(
+        ["launch", "--speculative-algorithm", "DRAFT", "--speculative-draft-model-path", "/d"]
+    )
+    assert (server_args_from(ns).speculative_algorithm, server_args_from(ns).speculative_draft_model_path) == (
+        "DRAFT",
+        "/d",
+    )
     with pytest.raises(ValueError, match="DRAFT needs --speculative-draft-model-path"):
         ServerArgs(speculative_algorithm="DRAFT")
     with pytest.raises(ValueError, match="--speculative-draft-model-path needs --speculative-algorithm DRAFT"):

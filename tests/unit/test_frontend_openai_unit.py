@@ -73,7 +73,10 @@ class FakeServer:
 
 
 def chat_answer(*texts, finish="stop"):
-    choices = [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": finish} for i, t in enumerate(texts)]
+    choices = [
+        {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": finish}
+        for i, t in enumerate(texts)
+    ]
     return {"id": "chatcmpl-1", "object": "chat.completion", "choices": choices,
             "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}  # fmt: skip
 
@@ -114,9 +117,12 @@ def test_chat_model_sends_role_blocks_as_messages_and_maps_sampling(fake):
     backend = sgl.OpenAI("m", base_url=server.url, api_key="k")
     state = qa.run("Capital of France?", max_tokens=9, stop=["\n"], top_k=5, temperature=0, backend=backend)
     assert state.error() is None and state["answer"] == "ok"
-    (path, body), = server.requests
+    ((path, body),) = server.requests
     assert path == "/v1/chat/completions"
-    assert body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}]
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Capital of France?"},
+    ]
     assert body["model"] == "m" and body["max_tokens"] == 9 and body["stop"] == ["\n"] and body["temperature"] == 0
     assert body["top_k"] == 5 and "min_p" not in body and "ignore_eos" not in body, "defaults are left out"
     assert state.messages()[-1] == {"role": "assistant", "content": "ok"}
@@ -130,9 +136,12 @@ def test_completion_model_sends_the_text_with_the_servers_template(fake):
     backend = sgl.OpenAI("m", base_url=server.url, is_chat_model=False)
     assert backend.chat_template.name == "qwen", "a completion model's template comes from the server's model info"
     state = qa.run("Capital?", max_tokens=4, backend=backend).sync()
-    (path, body), = server.requests
+    ((path, body),) = server.requests
     assert path == "/v1/completions" and state["answer"] == "Paris"
-    assert body["prompt"] == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nCapital?<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        body["prompt"]
+        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nCapital?<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert body["stop"] == ["<|im_end|>"], "the template's stop string is added, as for the native backends"
 
 
@@ -149,7 +158,10 @@ def test_constraint_fields_per_kind_of_server(fake):
     assert constrained.run(backend=sgl.OpenAI("m", base_url=langrt.url)).error() is None
     regex, dtype, schema = langrt.bodies()
     assert regex["regex"] == "[0-9]{3}" and dtype["regex"] == INT_REGEX + r"[ \n]?" and dtype["stop"] == [" ", "\n"]
-    assert schema["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": {"type": "object"}}}
+    assert schema["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": {"type": "object"}},
+    }
 
     llama = fake(lambda path, body: chat_answer(next(answers)), gets={"/props": (200, {})})
     backend = sgl.OpenAI("m", base_url=llama.url)
@@ -174,7 +186,9 @@ def test_select_on_a_chat_model_is_a_constrained_choice_that_repeats_the_assista
     (body,) = server.bodies()
     assert re.fullmatch(body["regex"], "The answer is Yes") and re.fullmatch(body["regex"], "The answer is No")
     assert not re.fullmatch(body["regex"], "Yes") and body["temperature"] == 0
-    assert body["messages"] == [{"role": "user", "content": "Is water wet?"}], "the begun assistant text is not a message"
+    assert body["messages"] == [{"role": "user", "content": "Is water wet?"}], (
+        "the begun assistant text is not a message"
+    )
     assert state.messages()[-1]["content"] == "The answer is Yes"
     assert state.get_meta_info("verdict")["choices_method"] == "constrained decoding"
 
@@ -222,7 +236,10 @@ def test_select_on_a_completion_model_scores_echoed_prompt_logprobs(fake):
 def test_streaming_yields_the_servers_increments(fake):
     def answer(path, body):
         assert body["stream"] is True
-        chunks = [{"id": "c", "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]} for piece in ("Hel", "lo", "!")]
+        chunks = [
+            {"id": "c", "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+            for piece in ("Hel", "lo", "!")
+        ]
         chunks[-1]["choices"][0]["finish_reason"] = "stop"
         return chunks + [{"id": "c", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}]
 
@@ -284,7 +301,9 @@ def test_chat_primitives_outside_an_assistant_block_or_after_its_text_are_refuse
         s += sgl.user("q") + sgl.assistant("Sure: " + sgl.gen("x"))
 
     assert "in a user block" in str(in_user.run(backend=backend).error())
-    assert "select" in str(no_role.run(backend=backend).error()) and "outside any role block" in str(no_role.run(backend=backend).error())
+    assert "select" in str(no_role.run(backend=backend).error()) and "outside any role block" in str(
+        no_role.run(backend=backend).error()
+    )
     error = after_text.run(backend=backend).error()
     assert isinstance(error, sgl.UnsupportedPrimitive) and "already begun" in str(error) and "'Sure: '" in str(error)
     assert server.requests == []
@@ -310,11 +329,20 @@ def test_a_server_that_ignores_the_constraint_is_caught(fake):
     error = qa.run("q", regex="[0-9]+", backend=sgl.OpenAI("m", base_url=server.url)).error()
     assert "gen(regex)" in str(error) and "does not match" in str(error) and server.url in str(error)
     cut = fake(lambda path, body: chat_answer("twel", finish="length"), gets=LANGRT_PROBES)
-    assert qa.run("q", regex="[0-9]+", backend=sgl.OpenAI("m", base_url=cut.url))["answer"] == "twel", "cut off: not checked"
+    assert qa.run("q", regex="[0-9]+", backend=sgl.OpenAI("m", base_url=cut.url))["answer"] == "twel", (
+        "cut off: not checked"
+    )
 
 
 def test_a_server_error_names_the_primitive_and_the_server(fake):
-    bad = {"error": {"message": "unknown field 'grammar'", "type": "invalid_request_error", "param": "grammar", "code": 400}}
+    bad = {
+        "error": {
+            "message": "unknown field 'grammar'",
+            "type": "invalid_request_error",
+            "param": "grammar",
+            "code": 400,
+        }
+    }
     server = fake(lambda path, body: (400, bad))
     error = qa.run("q", regex="[0-9]+", backend=sgl.OpenAI("m", base_url=server.url, constraints="gbnf")).error()
     assert isinstance(error, RuntimeError) and "gen(regex)" in str(error) and server.url in str(error)
@@ -322,7 +350,9 @@ def test_a_server_error_names_the_primitive_and_the_server(fake):
 
 
 def test_probing_picks_the_constraints_and_an_unreachable_server_is_an_error(fake):
-    llama_python = fake(gets={"/openapi.json": (200, {"openapi": "3.1.0", "info": {"title": "🦙 llama.cpp Python API"}})})
+    llama_python = fake(
+        gets={"/openapi.json": (200, {"openapi": "3.1.0", "info": {"title": "🦙 llama.cpp Python API"}})}
+    )
     assert sgl.OpenAI("m", base_url=llama_python.url).constraints.name == "gbnf"
     hosted = fake()
     assert sgl.OpenAI("m", base_url=hosted.url).constraints.name == "none"
@@ -360,5 +390,9 @@ def test_regex_to_gbnf_refuses_what_gbnf_cannot_say():
 
 def test_grammars_parse_in_llama_cpp():
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    for grammar in (regex_to_gbnf(r"[A-Z][a-z]{2,5}\. (yes|no)?"), regex_to_gbnf(r"[\-\]x]*"), choices_to_gbnf(["x", "y"], "é: ")):
+    for grammar in (
+        regex_to_gbnf(r"[A-Z][a-z]{2,5}\. (yes|no)?"),
+        regex_to_gbnf(r"[\-\]x]*"),
+        choices_to_gbnf(["x", "y"], "é: "),
+    ):
         llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)

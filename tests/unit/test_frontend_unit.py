@@ -66,7 +66,10 @@ class FakeBackend:
         return {"text": text, "output_ids": [ord(c) for c in text], "meta_info": meta}
 
     def _prefill(self, text, start):
-        entries = [[None if i == 0 else self.logprob(text[:i], text[i]), ord(text[i]), text[i]] for i in range(start, len(text))]
+        entries = [
+            [None if i == 0 else self.logprob(text[:i], text[i]), ord(text[i]), text[i]]
+            for i in range(start, len(text))
+        ]
         meta = {"prompt_tokens": len(text), "input_token_logprobs": entries, "output_token_logprobs": []}
         return {"text": "", "output_ids": [], "meta_info": meta}
 
@@ -148,7 +151,11 @@ def test_gen_request_carries_params_with_run_defaults_and_template_stops():
 
     @sgl.function
     def f(s):
-        s += "Q: " + sgl.gen("a", max_tokens=7, stop="\n", top_k=5, json_schema={"type": "object"}) + sgl.gen("b", dtype=int)
+        s += (
+            "Q: "
+            + sgl.gen("a", max_tokens=7, stop="\n", top_k=5, json_schema={"type": "object"})
+            + sgl.gen("b", dtype=int)
+        )
 
     state = f.run(backend=backend, temperature=0.5, max_new_tokens=99, return_logprob=True)
     state.sync()
@@ -279,7 +286,9 @@ def test_a_default_system_prompt_comes_first():
         "{% for m in messages %}<s>[{{ m['role'] }}]{{ m['content'] }}</s>{% endfor %}"
     )
     assert custom.name == "model" and custom.default_system_prompt == "Be brief."
-    assert run(f, FakeBackend(template=custom), first_role=sgl.user).text() == "<s>[system]Be brief.</s><s>[user]Hello</s>"
+    assert (
+        run(f, FakeBackend(template=custom), first_role=sgl.user).text() == "<s>[system]Be brief.</s><s>[user]Hello</s>"
+    )
 
 
 def test_nested_roles_are_an_error():
@@ -437,13 +446,17 @@ def preferring(word):
     return lambda context, char: -0.1 if char in word else -3.0
 
 
-@pytest.mark.parametrize("method", [sgl.token_length_normalized, sgl.greedy_token_selection, sgl.unconditional_likelihood_normalized])
+@pytest.mark.parametrize(
+    "method", [sgl.token_length_normalized, sgl.greedy_token_selection, sgl.unconditional_likelihood_normalized]
+)
 def test_select_is_one_prefill_request(method):
     backend = FakeBackend(logprob=preferring("Paris"))
 
     @sgl.function
     def f(s):
-        s += "The capital of France is " + sgl.select("city", choices=["London", "Paris", "Rome"], choices_method=method)
+        s += "The capital of France is " + sgl.select(
+            "city", choices=["London", "Paris", "Rome"], choices_method=method
+        )
 
     state = run(f, backend)
     assert state["city"] == "Paris" and state.text().endswith("is Paris")
@@ -459,7 +472,10 @@ def test_select_is_one_prefill_request(method):
     assert len(meta["normalized_prompt_logprobs"]) == 3
     assert ["".join(e[2] for e in toks) for toks in meta["input_token_logprobs"]] == ["London", "Paris", "Rome"]
     assert meta["output_token_logprobs"] == [[], [], []]
-    extra = {"greedy_token_selection": "greedy_logprob_matrix", "unconditional_likelihood_normalized": "unconditional_token_logprobs"}
+    extra = {
+        "greedy_token_selection": "greedy_logprob_matrix",
+        "unconditional_likelihood_normalized": "unconditional_token_logprobs",
+    }
     if repr(method) in extra:
         assert extra[repr(method)] in meta
 

@@ -387,7 +387,9 @@ def test_unsupported_architecture(tmp_path):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(ModelLoadError, match=r"'bert' is not supported; langrt loads GGUF files of \[.*'gemma3'.*'qwen3'"):
+    with pytest.raises(
+        ModelLoadError, match=r"'bert' is not supported; langrt loads GGUF files of \[.*'gemma3'.*'qwen3'"
+    ):
         GGUFFile(tmp_path / "bert.gguf")
 
 

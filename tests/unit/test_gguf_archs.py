@@ -99,7 +99,10 @@ def per_expert(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if name.endswith(".mlp.experts.gate_up_proj"):
             half = tensor.shape[1] // 2
             for e in range(tensor.shape[0]):
-                out[f"{prefix}.{e}.gate_proj.weight"], out[f"{prefix}.{e}.up_proj.weight"] = tensor[e, :half], tensor[e, half:]
+                out[f"{prefix}.{e}.gate_proj.weight"], out[f"{prefix}.{e}.up_proj.weight"] = (
+                    tensor[e, :half],
+                    tensor[e, half:],
+                )
         elif name.endswith(".mlp.experts.down_proj"):
             out |= {f"{prefix}.{e}.down_proj.weight": tensor[e] for e in range(tensor.shape[0])}
         else:
@@ -183,7 +186,9 @@ def test_gemma3_end_of_turn_joins_eos_and_the_template_is_gemmas(tmp_path):
     loaded = GGUFFile(path)
     assert loaded.hf_config["eos_token_id"] == [fields["tokenizer.ggml.eos_token_id"], 5]
     tokenizer = load_tokenizer(path)
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text == f"{tokenizer.bos_token}<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
 
 
@@ -228,7 +233,10 @@ def test_quantized_experts_are_served_as_blocks(tmp_path, caplog, make):
         experts = layer.mlp.experts
         assert experts.gate_up.numel() == 0 and experts.down.numel() == 0  # no float copy kept
         assert len(experts.gate_up_blocks) == len(experts.down_blocks) == 4
-        assert all(isinstance(w, QuantizedWeight) and w.type_name == "Q4_0" for w in experts.gate_up_blocks + experts.down_blocks)
+        assert all(
+            isinstance(w, QuantizedWeight) and w.type_name == "Q4_0"
+            for w in experts.gate_up_blocks + experts.down_blocks
+        )
         if layer.mlp.shared_expert is not None:
             assert layer.mlp.shared_expert.gate_up_proj.packed.type_name == "Q8_0"
     dense = make_runner(path, quantization="none", max_total_tokens=512)
@@ -263,7 +271,11 @@ def test_experts_may_mix_block_and_float_projections_but_not_within_gate_up(tmp_
     mixed, dense = (make_runner(path, quantization="none", max_total_tokens=512) for _ in range(2))
     mixed.model.load_weights(weights(".down_proj."))
     experts = mixed.model.layers[1].mlp.experts
-    assert experts.gate_up_blocks[3].type_name == "Q8_0" and experts.down_blocks is None and experts.down.shape == (4, 64, 128)
+    assert (
+        experts.gate_up_blocks[3].type_name == "Q8_0"
+        and experts.down_blocks is None
+        and experts.down.shape == (4, 64, 128)
+    )
     prompts = [[5, 9, 17, 33, 2, 101, 64, 8], [70, 3]]
     for a, b in zip(RunnerDriver(mixed).prefill(prompts), RunnerDriver(dense).prefill(prompts)):
         assert ((a.double() - b.double()).norm() / b.double().norm()).item() < BLOCKS_REL

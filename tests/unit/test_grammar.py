@@ -119,7 +119,10 @@ def test_masks_equal_a_brute_force_walk_on_json_schemas(index, compiler, vocab, 
         for token in tokenizer.encode(text, add_special_tokens=False) + [2]:
             if matcher.state not in checked:
                 checked.add(matcher.state)
-                assert allowed_ids(matcher, vocab) == _brute_force_mask(grammar.dfa, vocab, matcher.state), (text, matcher.state)
+                assert allowed_ids(matcher, vocab) == _brute_force_mask(grammar.dfa, vocab, matcher.state), (
+                    text,
+                    matcher.state,
+                )
             assert matcher.accept_token(token), (text, token)
         assert matcher.is_terminated()
     assert len(checked) >= 5
@@ -306,7 +309,9 @@ def test_a_specs_regex_is_translated_once_and_refusals_every_time(monkeypatch):
     calls = []
     translate = spec_module._translate
     monkeypatch.setattr(spec_module, "_translate", lambda s: calls.append(s) or translate(s))
-    schema = GrammarSpec("json_schema", '{"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}')
+    schema = GrammarSpec(
+        "json_schema", '{"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}'
+    )
     first = schema.translate()
     assert GrammarSpec(schema.kind, schema.text).translate() == first
     assert len(calls) == 1

@@ -24,7 +24,9 @@ EOS = 2
 ARITH_GBNF = 'root ::= expr\nexpr ::= term (("+" | "-") term)*\nterm ::= [0-9]{1,3} | "(" expr ")"\n'
 # langrt's syntax the engines' own EBNF readers get wrong: `.`, an empty alternative, escapes,
 # names with `-` and `.`, a comment inside a rule, a character outside the BMP
-ODD_GBNF = 'root ::= . "x\\"\\\\" [^a-z\\]]{2,3} "\\u00e9" ws r-2.b\nws ::= | " "\nr-2.b ::= "😀"? [\\t\\n]+ # c\n  | "b"\n'
+ODD_GBNF = (
+    'root ::= . "x\\"\\\\" [^a-z\\]]{2,3} "\\u00e9" ws r-2.b\nws ::= | " "\nr-2.b ::= "😀"? [\\t\\n]+ # c\n  | "b"\n'
+)
 SCHEMA = {
     "type": "object",
     "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "string"}}},
@@ -36,7 +38,10 @@ def tag_spec(**options) -> GrammarSpec:
     """A structural tag in langrt's canonical form (structural_tag.py)."""
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
     spec = {
-        "structures": [{"begin": "<fn=a>", "schema": schema, "end": "</fn>"}, {"begin": "<fn=b>", "schema": True, "end": "</fn>"}],
+        "structures": [
+            {"begin": "<fn=a>", "schema": schema, "end": "</fn>"},
+            {"begin": "<fn=b>", "schema": True, "end": "</fn>"},
+        ],
         "triggers": ["<fn="],
         "free_text": True,
         "separator": "",
@@ -132,7 +137,7 @@ def test_each_kind_accepts_and_refuses(backend, decoder, spec, text, expected):
         ({"free_text": False, "separator": ","}, 'text <fn=a>{"x": 1}</fn>', "refused"),
         ({"free_text": False, "separator": ",", "max_tags": 2}, '<fn=a>{"x": 1}</fn>,<fn=b>2</fn>', "complete"),
         ({"free_text": False, "separator": ",", "max_tags": 1}, '<fn=a>{"x": 1}</fn>', "complete"),
-        ({"free_text": False, "max_tags": 3}, '<fn=b>1</fn><fn=b>2</fn>', "ends"),
+        ({"free_text": False, "max_tags": 3}, "<fn=b>1</fn><fn=b>2</fn>", "ends"),
     ],
 )
 def test_structural_tag(backend, decoder, options, text, expected):
@@ -206,7 +211,9 @@ def test_json_schema_options(backend, decoder):
     extra, reordered = '{"a": 1, "b": [], "c": 2}', '{"b": [], "a": 1}'
     closed = GrammarSpec("json_schema", json.dumps(SCHEMA))
     assert walk(backend, closed, extra, decoder) == "refused"
-    assert walk(backend, GrammarSpec("json_schema", json.dumps(SCHEMA), ("open_objects",)), extra, decoder) == "complete"
+    assert (
+        walk(backend, GrammarSpec("json_schema", json.dumps(SCHEMA), ("open_objects",)), extra, decoder) == "complete"
+    )
     assert walk(backend, closed, reordered, decoder) == "refused"
     any_order = GrammarSpec("json_schema", json.dumps(SCHEMA), ("any_order",))
     if type(backend).__name__ == "XGrammarBackend":
@@ -326,8 +333,13 @@ def test_missing_package_fails_at_start(monkeypatch, capsys):
     from langrt.server_args import ServerArgs
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("xgrammar", "llguidance") else real(name, *a))
-    for name, install in (("xgrammar", "pip install 'xgrammar==0.2.7'"), ("llguidance", "pip install 'llguidance>=1.9'")):
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in ("xgrammar", "llguidance") else real(name, *a)
+    )
+    for name, install in (
+        ("xgrammar", "pip install 'xgrammar==0.2.7'"),
+        ("llguidance", "pip install 'llguidance>=1.9'"),
+    ):
         with pytest.raises(ValueError, match=f"--grammar-backend {name} needs the {name} package") as info:
             ServerArgs(grammar_backend=name)
         assert install in str(info.value)
@@ -340,7 +352,7 @@ def test_ebnf_is_parsed_by_langrt_whatever_the_backend():
     from langrt.constrained.cfg.ebnf import EbnfError
     from langrt.constrained.backends import dialects
 
-    rules = dialects.parse_rules("root ::= expr\nexpr ::= expr \"+\" [0-9] | [0-9]\n")
+    rules = dialects.parse_rules('root ::= expr\nexpr ::= expr "+" [0-9] | [0-9]\n')
     assert "r1 ::= ((r1) (" in dialects.xgrammar_ebnf(rules), "left recursion is the engines' to parse"
     with pytest.raises(EbnfError, match="no rule named 'nope'"):
         dialects.parse_rules("root ::= nope")

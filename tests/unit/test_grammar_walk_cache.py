@@ -9,10 +9,24 @@ import numpy as np
 from langrt.constrained import GrammarCompiler
 from langrt.constrained.cfg.walk_cache import RuleWalks
 
-FIRST = {"type": "object", "properties": {"name": {"type": "string"}, "when": {"type": "string", "format": "date-time"},
-                                          "n": {"type": "integer"}}, "required": ["name", "when", "n"]}
-SECOND = {"type": "object", "properties": {"title": {"type": "string"}, "at": {"type": "string", "format": "date-time"},
-                                           "count": {"type": "integer"}}, "required": ["title", "at", "count"]}
+FIRST = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "when": {"type": "string", "format": "date-time"},
+        "n": {"type": "integer"},
+    },
+    "required": ["name", "when", "n"],
+}
+SECOND = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "at": {"type": "string", "format": "date-time"},
+        "count": {"type": "integer"},
+    },
+    "required": ["title", "at", "count"],
+}
 TEXT = '{"title": "a \\"quoted\\" word", "at": "2024-01-02T03:04:05Z", "count": -12}'
 
 
@@ -27,7 +41,9 @@ def masks_along(grammar, text: str) -> list[np.ndarray]:
 
 def test_a_second_schema_reuses_the_first_ones_rule_walks(vocab):
     shared = GrammarCompiler(vocab)
-    masks_along(shared.compile_json_schema(FIRST), TEXT.replace("title", "name").replace('"at"', '"when"').replace("count", "n"))
+    masks_along(
+        shared.compile_json_schema(FIRST), TEXT.replace("title", "name").replace('"at"', '"when"').replace("count", "n")
+    )
     walks: RuleWalks = shared._walks
     hits_before, misses_before = walks.hits, walks.misses
     second = masks_along(shared.compile_json_schema(SECOND), TEXT)

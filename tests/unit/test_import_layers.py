@@ -27,6 +27,7 @@ LAYERS = {
     "foundation": ["envs", "errors", "cpu_features", "version", "child_setup"],
 }  # fmt: skip
 
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[0] == "kernels":
@@ -52,7 +53,9 @@ def _imports(path: Path, module: str, modules: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             # `from langrt import envs` imports langrt.envs, not the langrt package's __init__
             subs = {f"{base}.{alias.name}" for alias in node.names} & modules
             found |= subs or {base}

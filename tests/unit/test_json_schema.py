@@ -59,7 +59,9 @@ def test_suite_compiles_or_names_the_keyword_and_never_accepts_invalid():
                 valid += 1
                 valid_accepted += matched
             elif not test["valid"]:
-                assert not matched, f"{name} / {group['description']} / {test['description']}: invalid instance accepted"
+                assert not matched, (
+                    f"{name} / {group['description']} / {test['description']}: invalid instance accepted"
+                )
     assert compiled + refused == 411 and compiled >= 235
     assert valid_accepted / valid >= 0.90, f"{valid_accepted}/{valid} valid instances accepted"
 
@@ -103,7 +105,7 @@ def test_suite_token_level_on_the_builtin_vocabulary(compiler):
 
 # ---- exact bounds (property tests) -------------------------------------------------------------
 
-bounds = st.one_of(st.none(), st.integers(-10**6, 10**6))
+bounds = st.one_of(st.none(), st.integers(-(10**6), 10**6))
 
 
 @settings(max_examples=150, deadline=None)
@@ -155,7 +157,7 @@ def test_string_lengths_count_characters_not_bytes_or_escapes(lo, extra, text):
 def test_surrogate_escapes_only_in_pairs():
     """\\uD83D\\uDE00 is one character (a pair); a lone \\uD800 or \\uDC00 escape is refused."""
     pattern = re.compile(schema_to_regex({"type": "string", "maxLength": 1}))
-    assert pattern.fullmatch(json.dumps("\U0001F600"))  # "\ud83d\ude00"
+    assert pattern.fullmatch(json.dumps("\U0001f600"))  # "\ud83d\ude00"
     for lone in ('"\\ud800"', '"\\udc00"', '"\\ud83d"', '"\\ude00\\ud83d"'):
         assert not pattern.fullmatch(lone), lone
 
@@ -243,7 +245,10 @@ def test_references_through_ids_and_anchors():
         "$id": "https://example.com/root.json",
         "properties": {"a": {"$ref": "item.json"}, "b": {"$ref": "#num"}},
         "required": ["a", "b"],
-        "$defs": {"item": {"$id": "item.json", "type": "string", "maxLength": 3}, "n": {"$anchor": "num", "type": "integer"}},
+        "$defs": {
+            "item": {"$id": "item.json", "type": "string", "maxLength": 3},
+            "n": {"$anchor": "num", "type": "integer"},
+        },
     }
     pattern = re.compile(schema_to_regex(schema))
     assert pattern.fullmatch('{"a": "xyz", "b": 7}')
@@ -253,7 +258,10 @@ def test_references_through_ids_and_anchors():
 def test_recursion_is_bounded_by_max_ref_depth():
     schema = SCHEMAS[4]
     chain = lambda n: {"v": n} if n == 0 else {"v": n, "next": chain(n - 1)}  # noqa: E731
-    shallow, deep = re.compile(schema_to_regex(schema, max_ref_depth=3)), re.compile(schema_to_regex(schema, max_ref_depth=6))
+    shallow, deep = (
+        re.compile(schema_to_regex(schema, max_ref_depth=3)),
+        re.compile(schema_to_regex(schema, max_ref_depth=6)),
+    )
     assert shallow.fullmatch(json.dumps(chain(2))) and not shallow.fullmatch(json.dumps(chain(4)))
     assert deep.fullmatch(json.dumps(chain(4)))
 

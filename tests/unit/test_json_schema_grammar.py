@@ -78,15 +78,25 @@ def test_recursion_is_unbounded_not_unrolled():
 
 def test_values_left_free_nest_to_any_depth():
     deep = [[[[[[[{"a": [1, {"b": None}]}]]]]]]]
-    check({"type": "object", "properties": {"x": {}}, "required": ["x"], "additionalProperties": False},
-          valid=[{"x": deep}], invalid=[{"y": 1}, {"x": deep, "y": 1}])
+    check(
+        {"type": "object", "properties": {"x": {}}, "required": ["x"], "additionalProperties": False},
+        valid=[{"x": deep}],
+        invalid=[{"y": 1}, {"x": deep, "y": 1}],
+    )
 
 
 def test_a_schema_past_one_regexs_size_limit_compiles_as_rules():
     # 40 definitions, each an object of twelve enums, used by two anyOfs: one regex would copy
     # every definition into each use
-    defs = {f"d{i}": {"type": "object", "properties": {f"p{j}": {"enum": [f"v{i}_{j}_{k}" for k in range(8)]} for j in range(12)},
-                      "required": [f"p{j}" for j in range(12)], "additionalProperties": False} for i in range(40)}
+    defs = {
+        f"d{i}": {
+            "type": "object",
+            "properties": {f"p{j}": {"enum": [f"v{i}_{j}_{k}" for k in range(8)]} for j in range(12)},
+            "required": [f"p{j}" for j in range(12)],
+            "additionalProperties": False,
+        }
+        for i in range(40)
+    }
     schema = {"$defs": defs, "type": "object", "properties": {
         "a": {"anyOf": [{"$ref": f"#/$defs/d{i}"} for i in range(40)]},
         "b": {"type": "array", "items": {"anyOf": [{"$ref": f"#/$defs/d{i}"} for i in range(40)]}}},
@@ -150,51 +160,141 @@ KEYWORD_CASES = [
     ({"not": {"enum": ["US", "CA"]}, "type": "string"}, ["a", "x-y"], ["US", "CA"]),
     ({"not": {"const": True}}, [False, None], [True]),
     ({"type": "object", "not": {"required": ["a"]}}, [{}, {"b": 1}], [{"a": 1}]),
-    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, "not": {"required": ["a", "b"]}},
-     [{"a": 1}, {"b": 1}, {}], [{"a": 1, "b": 2}]),
-    ({"type": "object", "properties": {"country": {"enum": ["US", "CA"]}, "zip": {"type": "string"},
-                                       "postal": {"type": "string"}}, "required": ["country"],
-      "if": {"properties": {"country": {"const": "US"}}}, "then": {"required": ["zip"]},
-      "else": {"required": ["postal"]}},
-     [{"country": "US", "zip": "12345"}, {"country": "CA", "postal": "K1A"}],
-     [{"country": "US", "postal": "K1A"}, {"country": "CA", "zip": "12345"}]),
-    ({"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
-     [{"a": 1, "b": 2}, {"b": 1}, {}], [{"a": 1}]),
-    ({"type": "object", "properties": {"a": {}, "b": {}}, "dependencies": {"a": {"properties": {"b": {"type": "string"}}, "required": ["b"]}}},
-     [{"a": 1, "b": "2"}, {"b": 1}], [{"a": 1, "b": 2}, {"a": 1}]),
-    ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}, "^y-": {"type": "string"}}, "additionalProperties": False},
-     [{"x-a": 1}, {"x-a": 1, "y-b": "s"}, {}], [{"x-a": "s"}, {"a": 1}]),
-    ({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
-      "patternProperties": {"^[a-z]$": {"type": "integer"}}, "additionalProperties": False},
-     [{"name": "n"}, {"name": "n", "a": 1}], [{"name": "n", "a": "s"}, {"a": 1}]),
+    (
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, "not": {"required": ["a", "b"]}},
+        [{"a": 1}, {"b": 1}, {}],
+        [{"a": 1, "b": 2}],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"country": {"enum": ["US", "CA"]}, "zip": {"type": "string"}, "postal": {"type": "string"}},
+            "required": ["country"],
+            "if": {"properties": {"country": {"const": "US"}}},
+            "then": {"required": ["zip"]},
+            "else": {"required": ["postal"]},
+        },
+        [{"country": "US", "zip": "12345"}, {"country": "CA", "postal": "K1A"}],
+        [{"country": "US", "postal": "K1A"}, {"country": "CA", "zip": "12345"}],
+    ),
+    (
+        {"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+        [{"a": 1, "b": 2}, {"b": 1}, {}],
+        [{"a": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {}, "b": {}},
+            "dependencies": {"a": {"properties": {"b": {"type": "string"}}, "required": ["b"]}},
+        },
+        [{"a": 1, "b": "2"}, {"b": 1}],
+        [{"a": 1, "b": 2}, {"a": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "patternProperties": {"^x-": {"type": "integer"}, "^y-": {"type": "string"}},
+            "additionalProperties": False,
+        },
+        [{"x-a": 1}, {"x-a": 1, "y-b": "s"}, {}],
+        [{"x-a": "s"}, {"a": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+            "patternProperties": {"^[a-z]$": {"type": "integer"}},
+            "additionalProperties": False,
+        },
+        [{"name": "n"}, {"name": "n", "a": 1}],
+        [{"name": "n", "a": "s"}, {"a": 1}],
+    ),
     ({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1}, [{"a": 1}, {"b": 1}], [{}]),
-    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {}},
-      "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, [{"a": 1}, {"b": 1}], [{"a": 1, "b": 2}, {}]),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {}},
+            "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
+        },
+        [{"a": 1}, {"b": 1}],
+        [{"a": 1, "b": 2}, {}],
+    ),
     ({"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]}, [-3, 11], [5, 0, 10]),
     ({"type": "string", "format": "path"}, ["a", "x-y"], [1]),
     ({"type": "string", "pattern": "(^$)|(^a[0-9]$)"}, ["", "a1"], ["a", "xa1", "a12"]),
-    ({"type": "string", "format": "duration"}, ["P1D", "PT1H30M", "P2W"], [1]),  # bad durations: the suite's duration.json
+    (
+        {"type": "string", "format": "duration"},
+        ["P1D", "PT1H30M", "P2W"],
+        [1],
+    ),  # bad durations: the suite's duration.json
     ({"type": "object", "propertyNames": {"maxLength": 1}}, [{}, {"a": 1}, {"b": [2], "a": None}], [{"ab": 1}]),
-    ({"type": "object", "properties": {"a": {}, "long": {}}, "propertyNames": {"enum": ["a", "b"]}},
-     [{"a": 1}, {}], [{"long": 1}]),
-    ({"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
-     [[1, "a"], [1], []], [[1, 2], [1, "a", 3]]),
+    (
+        {"type": "object", "properties": {"a": {}, "long": {}}, "propertyNames": {"enum": ["a", "b"]}},
+        [{"a": 1}, {}],
+        [{"long": 1}],
+    ),
+    (
+        {"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
+        [[1, "a"], [1], []],
+        [[1, 2], [1, "a", 3]],
+    ),
     # propertyNames beside patterns and additionalProperties, a string leaving out one value
     # beside a pattern: the automata of both at once (dfa_product.py)
-    ({"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer"}}, "propertyNames": {"maxLength": 3},
-      "additionalProperties": False}, [{"ab": 1}, {}, {"abc": 2, "x": 3}], [{"abcd": 1}, {"ab": "x"}, {"A": 1}]),
-    ({"type": "object", "properties": {"name": {"type": "string"}}, "additionalProperties": {"type": "integer"},
-      "propertyNames": {"pattern": "^[a-z]+$"}}, [{"name": "x", "ab": 1}, {"ab": 2}], [{"AB": 1}, {"ab": "s"}, {"name": 1}]),
-    ({"type": "string", "pattern": "^[a-z]+$", "not": {"const": "stable"}}, ["beta", "stables", "stabl"], ["stable", "Beta", ""]),
+    (
+        {
+            "type": "object",
+            "patternProperties": {"^[a-z]+$": {"type": "integer"}},
+            "propertyNames": {"maxLength": 3},
+            "additionalProperties": False,
+        },
+        [{"ab": 1}, {}, {"abc": 2, "x": 3}],
+        [{"abcd": 1}, {"ab": "x"}, {"A": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "additionalProperties": {"type": "integer"},
+            "propertyNames": {"pattern": "^[a-z]+$"},
+        },
+        [{"name": "x", "ab": 1}, {"ab": 2}],
+        [{"AB": 1}, {"ab": "s"}, {"name": 1}],
+    ),
+    (
+        {"type": "string", "pattern": "^[a-z]+$", "not": {"const": "stable"}},
+        ["beta", "stables", "stabl"],
+        ["stable", "Beta", ""],
+    ),
     # oneOf whose complements cannot be written whole (items, pattern): each branch keeps the
     # instances proved to fail the other (here: by type), narrower, never wider
-    ({"oneOf": [{"properties": {"e": {"type": "array", "items": {"type": "string", "pattern": "^a"}}}},
-                {"properties": {"e": {"type": "string", "pattern": "^a"}}}]},
-     [{"e": ["ab"]}, {"e": "ab"}, {"e": []}], [{}, {"e": "b"}, {"e": ["b"]}, {"e": 1}, 5]),
+    (
+        {
+            "oneOf": [
+                {"properties": {"e": {"type": "array", "items": {"type": "string", "pattern": "^a"}}}},
+                {"properties": {"e": {"type": "string", "pattern": "^a"}}},
+            ]
+        },
+        [{"e": ["ab"]}, {"e": "ab"}, {"e": []}],
+        [{}, {"e": "b"}, {"e": ["b"]}, {"e": 1}, 5],
+    ),
     # values pinned by enum/const beside keywords no grammar writes: checked by jsonschema
-    ({"allOf": [{"enum": [{"x": 1, "xy": "a"}, {"x": "s"}, {"x": 1}]}, {"not": {"patternProperties": {"^x": {"type": "integer"}}}}]},
-     [{"x": 1, "xy": "a"}, {"x": "s"}], [{"x": 1}, {"x": 2, "xy": "a"}]),
-    ({"type": "object", "const": {"ab": 1}, "not": {"propertyNames": {"maxLength": 1}}}, [{"ab": 1}], [{"a": 1}, {"ab": 2}]),
+    (
+        {
+            "allOf": [
+                {"enum": [{"x": 1, "xy": "a"}, {"x": "s"}, {"x": 1}]},
+                {"not": {"patternProperties": {"^x": {"type": "integer"}}}},
+            ]
+        },
+        [{"x": 1, "xy": "a"}, {"x": "s"}],
+        [{"x": 1}, {"x": 2, "xy": "a"}],
+    ),
+    (
+        {"type": "object", "const": {"ab": 1}, "not": {"propertyNames": {"maxLength": 1}}},
+        [{"ab": 1}],
+        [{"a": 1}, {"ab": 2}],
+    ),
 ]
 
 
@@ -237,7 +337,11 @@ def test_open_objects_take_unlisted_properties_anywhere_and_nothing_invalid():
         automaton = local_automaton(source, MAX_STATES)
         accepts = lambda text: full_match(automaton, text)  # noqa: E731
     validator = jsonschema.Draft202012Validator(schema)
-    valid = [{"$schema": "s", "a": 1}, {"a": 1, "z": [1, {"q": None}], "b": "x", "w": 2}, {"x-on": True, "a": 2, "x-off": False}]
+    valid = [
+        {"$schema": "s", "a": 1},
+        {"a": 1, "z": [1, {"q": None}], "b": "x", "w": 2},
+        {"x-on": True, "a": 2, "x-off": False},
+    ]
     invalid = [{"b": "x"}, {"a": "1"}, {"a": 1, "x-on": 1}, {"$schema": "s", "b": 2, "a": 1}]
     for v in valid:
         assert validator.is_valid(v) and accepts(json.dumps(v)), v
@@ -285,7 +389,15 @@ def test_open_objects_keep_oneof_branches_apart():
 
 
 def random_schema(rng, depth=0):
-    kind = "object" if depth == 0 and rng.random() < 0.6 else rng.choice(["string", "integer", "enum", "boolean", "array", "object", "object"] if depth < 2 else ["string", "integer", "enum", "boolean"])
+    kind = (
+        "object"
+        if depth == 0 and rng.random() < 0.6
+        else rng.choice(
+            ["string", "integer", "enum", "boolean", "array", "object", "object"]
+            if depth < 2
+            else ["string", "integer", "enum", "boolean"]
+        )
+    )
     if kind == "string":
         return {"type": "string", "maxLength": rng.randint(0, 4)} if rng.random() < 0.5 else {"type": "string"}
     if kind == "integer":
@@ -322,7 +434,7 @@ def random_value(rng, schema, depth=0, root=None, shuffle=False):
         return rng.choice(schema["enum"] + ["zz"])
     t = schema.get("type")
     if t == "string":
-        return "".join(rng.choice("ab\"é ") for _ in range(rng.randint(0, 5)))
+        return "".join(rng.choice('ab"é ') for _ in range(rng.randint(0, 5)))
     if t == "integer":
         return rng.randint(-7, 7)
     if t == "boolean":
@@ -335,7 +447,11 @@ def random_value(rng, schema, depth=0, root=None, shuffle=False):
     return {n: random_value(rng, schema["properties"][n], depth + 1, root, shuffle) for n in names}
 
 
-@settings(max_examples=int(os.environ.get("LANGRT_RANDOM_SCHEMAS", 150)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("LANGRT_RANDOM_SCHEMAS", 150)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(seed=st.integers(0, 2**32 - 1), any_order=st.booleans())
 def test_random_schemas_accept_valid_instances_and_never_an_invalid_one(seed, any_order):
     """any_order: properties are compiled, and instances written, in any order."""
@@ -359,7 +475,9 @@ def test_random_schemas_accept_valid_instances_and_never_an_invalid_one(seed, an
 
 
 @settings(max_examples=300, deadline=None)
-@given(points=st.lists(st.one_of(st.integers(0, 0x7F), st.integers(0xD7F0, 0xE010), st.integers(0, 0x10FFFF)), max_size=8))
+@given(
+    points=st.lists(st.one_of(st.integers(0, 0x7F), st.integers(0xD7F0, 0xE010), st.integers(0, 0x10FFFF)), max_size=8)
+)
 @example(points=[0x100001, 0x100003])  # plane 16: complement() once gave back U+100000 (> MAX_CP)
 def test_ranges_without_points_is_the_intersection_with_their_complement(points):
     """keys.py cuts names' first characters out of the key alphabet with rx.without (one pass),

@@ -132,7 +132,9 @@ def test_sources_headers_flags_each_change_the_key(spec, tmp_path):
     other.mkdir()
     for name in ("a.cpp", "a.h"):
         (other / name).write_text((tmp_path / "src" / name).read_text())
-    assert LibrarySpec(spec.name, (other / "a.cpp",), spec.cflags, spec.label).key() == spec.key()  # same sources: one build
+    assert (
+        LibrarySpec(spec.name, (other / "a.cpp",), spec.cflags, spec.label).key() == spec.key()
+    )  # same sources: one build
 
 
 def test_two_source_trees_alternate_without_rebuilding(spec, tmp_path):
@@ -206,7 +208,9 @@ def ship(spec: LibrarySpec, tmp_path: Path, **changes) -> tuple[LibrarySpec, Pat
     prebuilt.mkdir()
     library = prebuilt / f"{spec.name}.cpython-311-x86_64-linux-gnu.so"
     library.write_text("binary")
-    entry = build_sources.manifest_entry(spec.library(), library.name, torch.__version__, str(torch.version.git_version))
+    entry = build_sources.manifest_entry(
+        spec.library(), library.name, torch.__version__, str(torch.version.git_version)
+    )
     build_sources.write_manifest(prebuilt, [{**entry, **changes}])
     return dataclasses.replace(spec, prebuilt_dir=prebuilt), library
 
@@ -230,7 +234,10 @@ def test_a_shipped_library_of_other_sources_or_another_torch_is_not_taken(spec, 
     (tmp_path / "prebuilt").rmdir()
     shipped, library = ship(spec, tmp_path)
     spec.sources[0].write_text("int a() { return 2; }\n")  # edited after the package was built
-    assert build_cache.prebuilt(shipped) == (None, "its sources or flags differ from these (edited since the package was built)")
+    assert build_cache.prebuilt(shipped) == (
+        None,
+        "its sources or flags differ from these (edited since the package was built)",
+    )
 
 
 def test_status_says_a_shipped_library_that_does_not_load_and_what_is_used_instead(spec, tmp_path, monkeypatch):
@@ -246,8 +253,16 @@ def test_the_layer_and_quantized_libraries_take_their_sources_from_one_list():
     from langrt_kernels.cpu import quant
 
     shipped = {library.name: library for library in build_sources.shipped_libraries("x86_64")}
-    assert sorted(shipped) == ["langrt_cpu_kernels", "langrt_cpu_kernels_avx2", "langrt_cpu_kernels_scalar", "langrt_cpu_quant"]
-    assert [library.name for library in build_sources.shipped_libraries("aarch64")] == ["langrt_cpu_kernels_scalar", "langrt_cpu_quant"]
+    assert sorted(shipped) == [
+        "langrt_cpu_kernels",
+        "langrt_cpu_kernels_avx2",
+        "langrt_cpu_kernels_scalar",
+        "langrt_cpu_quant",
+    ]
+    assert [library.name for library in build_sources.shipped_libraries("aarch64")] == [
+        "langrt_cpu_kernels_scalar",
+        "langrt_cpu_quant",
+    ]
     for isa in ("avx512", "avx2", "scalar"):
         assert kernels_cpu.library_spec(isa).library() == shipped[kernels_cpu.LIBRARIES[isa][0]]
     assert quant.library_spec().library() == shipped["langrt_cpu_quant"]

@@ -22,7 +22,10 @@ def test_shared_prefixes_match_brute_force():
     rng = random.Random(0)
     for trial in range(200):
         stems = ["".join(rng.choice("ab") for _ in range(rng.randrange(0, 6))) for _ in range(3)]
-        prompts = [rng.choice(stems) + "".join(rng.choice("abc") for _ in range(rng.randrange(0, 4))) for _ in range(rng.randrange(1, 7))]
+        prompts = [
+            rng.choice(stems) + "".join(rng.choice("abc") for _ in range(rng.randrange(0, 4)))
+            for _ in range(rng.randrange(1, 7))
+        ]
         groups = shared_prefixes(prompts, min_chars=1)
         found = {(g.chars, g.members) for g in groups}
         # every prefix two prompts share up to where they differ is a group holding both
@@ -50,8 +53,14 @@ class FakeBackend:
     def generate(self, payload):
         texts = payload["text"]
         if isinstance(texts, list):
-            return [{"text": "", "meta_info": {"prompt_tokens": 5, "cached_tokens": 3, "input_token_logprobs": [1]}} for _ in texts]
-        return {"text": "<b>out</b>", "meta_info": {"id": "r1", "prompt_tokens": 9, "cached_tokens": 4, "completion_tokens": 2}}
+            return [
+                {"text": "", "meta_info": {"prompt_tokens": 5, "cached_tokens": 3, "input_token_logprobs": [1]}}
+                for _ in texts
+            ]
+        return {
+            "text": "<b>out</b>",
+            "meta_info": {"id": "r1", "prompt_tokens": 9, "cached_tokens": 4, "completion_tokens": 2},
+        }
 
     def flush_cache(self):
         self.flushed = True
@@ -64,7 +73,9 @@ def test_recording_backend_records_and_delegates():
     backend.generate({"text": "Q: <script>x</script>", "sampling_params": {"max_new_tokens": 4}})
     backend.generate({"text": "Q: <script>x</script>", "sampling_params": {"max_new_tokens": 0}})
     backend.generate({"text": "Q: <script>x</script> yes", "sampling_params": {"max_new_tokens": 0}})
-    backend.generate({"text": ["Q: ", "Q: yes", "Q: no"], "sampling_params": {"max_new_tokens": 0}, "return_logprob": True})
+    backend.generate(
+        {"text": ["Q: ", "Q: yes", "Q: no"], "sampling_params": {"max_new_tokens": 0}, "return_logprob": True}
+    )
     calls = backend.run_log.calls
     assert [c.kind for c in calls] == ["gen", "prefix", "prefix", "select"]
     assert calls[3].choices == ["yes", "no"] and "input_token_logprobs" not in calls[3].metas[0]

@@ -193,7 +193,9 @@ def test_chat_fields_with_a_parser():
     sampling = {}
     cr.apply_reasoning(sampling, on, {"max_reasoning_tokens": 9})
     assert sampling == {"reasoning": True, "max_reasoning_tokens": 9}
-    assert cr.split_text(on, "<think>a</think> b") == ("a", "b") and cr.message_fields(on, "a") == {"reasoning_content": "a"}
+    assert cr.split_text(on, "<think>a</think> b") == ("a", "b") and cr.message_fields(on, "a") == {
+        "reasoning_content": "a"
+    }
     off = cr.reasoning_request({}, "qwen3", {"enable_thinking": False})
     sampling = {}
     cr.apply_reasoning(sampling, off, {})

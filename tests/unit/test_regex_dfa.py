@@ -15,7 +15,9 @@ from langrt.constrained.dfa_equivalence import first_difference as difference
 from langrt.constrained.dfa_equivalence import rule_view
 from langrt.constrained.native import regex_dfa
 
-pytestmark = pytest.mark.skipif(not regex_dfa.available(), reason="the C++ regex builder cannot be built here (no g++, or LANGRT_CPU_KERNELS=0)")
+pytestmark = pytest.mark.skipif(
+    not regex_dfa.available(), reason="the C++ regex builder cannot be built here (no g++, or LANGRT_CPU_KERNELS=0)"
+)
 
 
 def outlines_table(regex: str, max_states: int = 200_000):
@@ -26,7 +28,19 @@ def outlines_table(regex: str, max_states: int = 200_000):
 # Regexes in the compilers' subset: literals of one to four UTF-8 bytes, escapes, classes
 # (negated ones leave plane 16 out, as regex.py's do), calls, groups, alternation, counts.
 _CHARS = ["a", "b", "z", "0", "é", "中", "😀", '"', "\\\\", "\\.", "\\x{41}", "\\u00e9", "\\n", " "]
-_RANGES = ["a-c", "x", "0-9", "é-ü", "\\x{80}-\\x{7FF}", "\\x{800}-\\x{FFFF}", "\\x{10000}-\\x{FFFFF}", "\\x00-\\x1f", '"', "\\\\", "\\-"]
+_RANGES = [
+    "a-c",
+    "x",
+    "0-9",
+    "é-ü",
+    "\\x{80}-\\x{7FF}",
+    "\\x{800}-\\x{FFFF}",
+    "\\x{10000}-\\x{FFFFF}",
+    "\\x00-\\x1f",
+    '"',
+    "\\\\",
+    "\\-",
+]
 
 
 @st.composite
@@ -42,7 +56,9 @@ def _count(draw_pair):
     return st.sampled_from(["*", "+", "?", f"{{{lo}}}", f"{{{lo},}}", f"{{{lo},{lo + extra}}}"])
 
 
-_ATOMS = st.one_of(st.sampled_from(_CHARS), char_class(), st.sampled_from(["\\x{100003}", "\\x{100000}", "\\x{10FFFD}"]))
+_ATOMS = st.one_of(
+    st.sampled_from(_CHARS), char_class(), st.sampled_from(["\\x{100003}", "\\x{100000}", "\\x{10FFFD}"])
+)
 
 
 def _grow(inner):
@@ -64,7 +80,9 @@ def test_same_language_as_outlines_core_and_never_more_states(regex):
     assert difference(native, reference) is None, regex
     assert native[0].shape[0] <= reference[0].shape[0]
     # the plane-16 edges the builder lists are those its table spells
-    assert sorted(map(tuple, native[3].tolist())) == sorted((s, r, a) for s, calls in rule_view(native)[3].items() for r, a in calls)
+    assert sorted(map(tuple, native[3].tolist())) == sorted(
+        (s, r, a) for s, calls in rule_view(native)[3].items() for r, a in calls
+    )
 
 
 @pytest.mark.parametrize(
@@ -89,7 +107,9 @@ def test_minimal_automata():
     # a key that is none of several names: one state per trie node and the free tail (outlines-core
     # keeps a copy of every UTF-8 branch per node)
     names = ["name", "note", "age"]
-    regex = '"(?:' + "|".join(["(?:[^\\x00-\\x1f\"\\\\ans\\U00100000-\\U0010ffff]|n(?:[^ao]|a[^m]|o[^t]))x*"] + names) + ')"'
+    regex = (
+        '"(?:' + "|".join(['(?:[^\\x00-\\x1f"\\\\ans\\U00100000-\\U0010ffff]|n(?:[^ao]|a[^m]|o[^t]))x*'] + names) + ')"'
+    )
     native = regex_dfa.build(regex, 200_000)
     assert native is not None and native[0].shape[0] < outlines_table(regex)[0].shape[0]
 
@@ -107,7 +127,9 @@ def test_dot_is_any_character_but_newline():
         assert matches(text) == bool(re.fullmatch("a.c", text)), text
 
 
-@pytest.mark.parametrize("regex", ["\\d+", "^a", "a$", "(?i)a", "[[:alpha:]]", "a{,3}", "[a&&b]", "\\p{L}", "\\bx", "(?P<n>a)", "\\x{D800}"])
+@pytest.mark.parametrize(
+    "regex", ["\\d+", "^a", "a$", "(?i)a", "[[:alpha:]]", "a{,3}", "[a&&b]", "\\p{L}", "\\bx", "(?P<n>a)", "\\x{D800}"]
+)
 def test_syntax_it_does_not_read_goes_to_outlines_core(regex):
     assert regex_dfa.build(regex, 1000) is None
 

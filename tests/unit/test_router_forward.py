@@ -129,7 +129,9 @@ def test_with_an_api_key_only_health_is_open():
         for path, headers in (("/health", {}), ("/list_workers", {}), ("/list_workers", {"Authorization": "Bearer k"})):
             async with client.get(url + path, headers=headers) as resp:
                 statuses.append(resp.status)
-        async with client.post(url + "/add_worker?url=http://127.0.0.1:9", headers={"Authorization": "Bearer x"}) as resp:
+        async with client.post(
+            url + "/add_worker?url=http://127.0.0.1:9", headers={"Authorization": "Bearer x"}
+        ) as resp:
             statuses.append(resp.status)
         return statuses, hits
 

@@ -12,7 +12,9 @@ from langrt.server_args import ServerArgs
 
 
 def test_replicas_get_the_launch_settings_but_not_its_address():
-    args = ServerArgs(dp_size=2, port=31000, host="0.0.0.0", max_total_tokens=4096, disable_radix_cache=True, api_key="k")
+    args = ServerArgs(
+        dp_size=2, port=31000, host="0.0.0.0", max_total_tokens=4096, disable_radix_cache=True, api_key="k"
+    )
     flags = replica_flags(args)
     assert flags == ["--max-total-tokens", "4096", "--disable-radix-cache", "--api-key", "k"]
 
@@ -52,7 +54,9 @@ def test_replica_ports_avoid_the_public_port_and_each_other(monkeypatch):
 
     monkeypatch.setattr("socket.socket", FakeSocket)
     launched = []
-    monkeypatch.setattr(replicas.subprocess, "Popen", lambda command, **kw: launched.append(command) or types.SimpleNamespace())
+    monkeypatch.setattr(
+        replicas.subprocess, "Popen", lambda command, **kw: launched.append(command) or types.SimpleNamespace()
+    )
     made = replicas.Replicas(ServerArgs(dp_size=2, port=31000))
     assert made.urls == ["http://127.0.0.1:40001", "http://127.0.0.1:40002"]
     assert [c[c.index("--port") + 1] for c in launched] == ["40001", "40002"]

@@ -6,7 +6,15 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from langrt.router.policies import CacheAware, CacheAwareSettings, LeastLoad, RandomPolicy, RoundRobin, Worker, make_policy
+from langrt.router.policies import (
+    CacheAware,
+    CacheAwareSettings,
+    LeastLoad,
+    RandomPolicy,
+    RoundRobin,
+    Worker,
+    make_policy,
+)
 from langrt.router.tree import PrefixTree
 
 
@@ -36,7 +44,9 @@ def test_match_splits_edges_and_names_the_deepest_worker():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from("abc"), st.text("xyz", max_size=8)), max_size=20), st.text("xyz", max_size=10))
+@given(
+    st.lists(st.tuples(st.sampled_from("abc"), st.text("xyz", max_size=8)), max_size=20), st.text("xyz", max_size=10)
+)
 def test_match_length_equals_naive_longest_common_prefix(inserts, query):
     tree, sent = PrefixTree(), {}
     for worker, text in inserts:

@@ -144,8 +144,7 @@ def test_combined_filters(top_k, top_p, min_p, kept):
 
 
 def test_rows_with_different_filters_in_one_batch():
-    params = [SamplingParams(top_k=2), SamplingParams(top_p=0.3), SamplingParams(min_p=0.2),
-              SamplingParams()] * 5000
+    params = [SamplingParams(top_k=2), SamplingParams(top_p=0.3), SamplingParams(min_p=0.2), SamplingParams()] * 5000
     torch.manual_seed(4)
     tokens = batch_of(params).sample(LOGITS.expand(len(params), -1))
     assert set(tokens[0::4].tolist()) == {0, 1}
@@ -209,10 +208,7 @@ def test_temperature_scales_logits(temperature):
 
 def test_higher_temperature_increases_entropy():
     logits = torch.randn(30, generator=torch.Generator().manual_seed(7)) * 2
-    entropies = [
-        entropy(empirical(draw(logits, SamplingParams(temperature=t)), 30))
-        for t in (0.3, 0.7, 1.0, 2.0, 5.0)
-    ]
+    entropies = [entropy(empirical(draw(logits, SamplingParams(temperature=t)), 30)) for t in (0.3, 0.7, 1.0, 2.0, 5.0)]
     assert entropies == sorted(entropies)
     assert entropies[-1] - entropies[0] > 1.0
 
@@ -290,9 +286,7 @@ def test_generator_on_another_device_is_rejected():
 
 def test_frequency_and_presence_penalties_exact():
     logits = torch.zeros(2, 5)
-    batch = batch_of(
-        [SamplingParams(frequency_penalty=0.5), SamplingParams(presence_penalty=0.25)]
-    )
+    batch = batch_of([SamplingParams(frequency_penalty=0.5), SamplingParams(presence_penalty=0.25)])
     batch.apply_penalties(logits, [[4], [4]], [[0, 0, 1], [0, 0, 1]])
     assert torch.equal(logits[0], torch.tensor([-1.0, -0.5, 0.0, 0.0, 0.0]))
     assert torch.equal(logits[1], torch.tensor([-0.25, -0.25, 0.0, 0.0, 0.0]))
@@ -401,9 +395,7 @@ def test_half_precision_logits():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu_semantics():
-    tokens = batch_of([SamplingParams(top_k=3)] * DRAWS, device="cuda").sample(
-        LOGITS.cuda().expand(DRAWS, -1)
-    )
+    tokens = batch_of([SamplingParams(top_k=3)] * DRAWS, device="cuda").sample(LOGITS.cuda().expand(DRAWS, -1))
     assert tokens.device.type == "cuda" and set(tokens.tolist()) == {0, 1, 2}
     rows = [(SamplingParams(seed=5), make_generator(5, "cuda")) for _ in range(2)]
     batch = batch_of([p for p, _ in rows], [g for _, g in rows], device="cuda")
@@ -441,8 +433,7 @@ def test_top_logprobs_descending_and_consistent():
     assert values.shape == ids.shape == (5, 4)
     assert torch.all(values[:, :-1] >= values[:, 1:])
     assert torch.equal(ids[:, 0], logits.argmax(-1))
-    torch.testing.assert_close(values, logprobs_of(logits.repeat_interleave(4, 0),
-                                                   ids.flatten()).view(5, 4))
+    torch.testing.assert_close(values, logprobs_of(logits.repeat_interleave(4, 0), ids.flatten()).view(5, 4))
     assert top_logprobs(logits, 0)[0].shape == (5, 0)
     assert top_logprobs(logits, 1000)[1].shape == (5, 100)
     assert math.isclose(top_logprobs(logits, 100)[0].exp().sum(-1)[0].item(), 1.0, rel_tol=1e-5)

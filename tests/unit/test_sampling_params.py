@@ -110,9 +110,7 @@ def test_rejections_name_the_param(kwargs, param):
 REJECTED_AS_DICT = [(k, p) for k, p in REJECTED if None not in k.values()]  # None = default
 
 
-@pytest.mark.parametrize(
-    "kwargs,param", REJECTED_AS_DICT, ids=[repr(k) for k, _ in REJECTED_AS_DICT]
-)
+@pytest.mark.parametrize("kwargs,param", REJECTED_AS_DICT, ids=[repr(k) for k, _ in REJECTED_AS_DICT])
 def test_from_dict_rejects_the_same(kwargs, param):
     with pytest.raises(InvalidRequest) as err:
         SamplingParams.from_dict(kwargs)
@@ -181,9 +179,7 @@ def test_from_dict_none_means_default():
 
 
 def test_from_dict_normalizes_containers():
-    p = SamplingParams.from_dict(
-        {"stop": "</s>", "stop_token_ids": [2, 7], "stop_regex": r"\n\n+"}
-    )
+    p = SamplingParams.from_dict({"stop": "</s>", "stop_token_ids": [2, 7], "stop_regex": r"\n\n+"})
     assert p.stop == ("</s>",)
     assert p.stop_token_ids == (2, 7)
     assert p.stop_regex == (r"\n\n+",)
@@ -274,7 +270,11 @@ def test_json_schema_options_reach_the_schema_compiler():
     from langrt.constrained.cfg.build import full_match, local_automaton
     from langrt.constrained.spec import GrammarSpec
 
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    }
     p = SamplingParams(json_schema=schema, json_schema_options={"any_order": True, "open_objects": False})
     assert p.json_schema_options == ("any_order",) == SamplingParams.from_dict(p.to_dict()).json_schema_options
     assert SamplingParams(json_schema=schema, json_schema_options=["any_order", "any_order"]) == p
@@ -282,7 +282,11 @@ def test_json_schema_options_reach_the_schema_compiler():
     assert spec != plain and spec.options == ("any_order",)
 
     def accepts(source, text):
-        return re.fullmatch(source, text) is not None if isinstance(source, str) else full_match(local_automaton(source, 10_000), text)
+        return (
+            re.fullmatch(source, text) is not None
+            if isinstance(source, str)
+            else full_match(local_automaton(source, 10_000), text)
+        )
 
     assert accepts(spec.translate(), '{"b": 1, "a": 2}') and not accepts(plain.translate(), '{"b": 1, "a": 2}')
     assert accepts(spec.translate(), '{"a": 1, "b": 2}') and not accepts(spec.translate(), '{"b": 1}')

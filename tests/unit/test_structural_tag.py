@@ -35,7 +35,8 @@ TAGS = {
 
 
 @pytest.mark.parametrize(
-    "triggers", [["<tool_call>"], ['{"name": '], ["aa"], ["abab"], ["ab", "b"], ["<f", "<g", "x<"], ["a|b", "]^-"], ["é<"]]
+    "triggers",
+    [["<tool_call>"], ['{"name": '], ["aa"], ["abab"], ["ab", "b"], ["<f", "<g", "x<"], ["a|b", "]^-"], ["é<"]],
 )
 def test_free_text_holds_no_trigger(triggers):
     dfa = build_byte_dfa(avoiding(triggers), 100_000)
@@ -89,7 +90,9 @@ def test_tags_only_with_a_separator_and_a_limit():
 
 
 def test_a_schema_that_is_one_regex_is_copied_into_the_start_rule():
-    source, pda = automaton({**TAGS, "structures": [{"begin": "<function=any>", "schema": {"enum": [1, 2]}, "end": "<"}]})
+    source, pda = automaton(
+        {**TAGS, "structures": [{"begin": "<function=any>", "schema": {"enum": [1, 2]}, "end": "<"}]}
+    )
     assert isinstance(source, str)
     assert full_match(pda, "x <function=any>2< y") and not full_match(pda, "<function=any>3<")
 

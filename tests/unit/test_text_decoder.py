@@ -30,7 +30,9 @@ def pair(request, smollm_path, tiny_llama_dir):
 def test_decode_equals_transformers(pair):
     full, light = pair
     gen = torch.Generator().manual_seed(0)
-    samples = [full.encode(t) for t in TEXTS] + [torch.randint(0, 49152, (40,), generator=gen).tolist() for _ in range(20)]
+    samples = [full.encode(t) for t in TEXTS] + [
+        torch.randint(0, 49152, (40,), generator=gen).tolist() for _ in range(20)
+    ]
     for ids in samples:
         for skip in (True, False):
             assert light.decode(ids, skip_special_tokens=skip) == full.decode(ids, skip_special_tokens=skip)

@@ -70,7 +70,11 @@ class Hashed:
 
     def __call__(self, context: list[int]) -> torch.Tensor:
         g = torch.Generator().manual_seed(zlib.crc32(repr(list(context)).encode()))
-        row = torch.randn(V, generator=g) if self.levels is None else torch.randint(0, self.levels, (V,), generator=g).float()
+        row = (
+            torch.randn(V, generator=g)
+            if self.levels is None
+            else torch.randint(0, self.levels, (V,), generator=g).float()
+        )
         for token, value in self.favour.items():
             row[token] = value
         return row
@@ -126,7 +130,12 @@ class ScriptedDrafts:
 def make_req(prompt=PROMPT, matcher=None, return_logprob=False, seed=None, **params) -> Req:
     params.setdefault("temperature", 0.0)
     params.setdefault("max_new_tokens", 16)
-    req = Req(f"r{prompt[0]}", list(prompt), SamplingParams(seed=seed, **params), RequestOptions(return_logprob=return_logprob))
+    req = Req(
+        f"r{prompt[0]}",
+        list(prompt),
+        SamplingParams(seed=seed, **params),
+        RequestOptions(return_logprob=return_logprob),
+    )
     req.status = ReqStatus.RUNNING
     req.matcher = matcher
     if seed is not None:
@@ -281,7 +290,9 @@ def test_a_constrained_row_never_gives_a_forbidden_token(decoder, compiler, voca
     b = decoder.encode("b")[0]
     emitter = make_emitter(decoder)
     greedy = make_req(matcher=grammar.matcher())
-    sampled = [make_req(prompt=[100 + s] + PROMPT[1:], matcher=grammar.matcher(), temperature=1.0, seed=s) for s in range(20)]
+    sampled = [
+        make_req(prompt=[100 + s] + PROMPT[1:], matcher=grammar.matcher(), temperature=1.0, seed=s) for s in range(20)
+    ]
     forward(emitter, [greedy] + sampled, Constant({BANG: 20.0, b: 3.0}))
     assert greedy.output_ids == [b]
     for req in sampled:
@@ -310,7 +321,7 @@ def test_greedy_among_allowed_takes_the_lowest_id_on_ties(decoder, compiler):
     row = logits_with({BANG: 10.0, brace: 3.0, brace_quote: 3.0})
     expected = masked_argmax(grammar.matcher(), row)
     runner = forward(emitter, [req], Constant({BANG: 10.0, brace: 3.0, brace_quote: 3.0}))
-    assert req.output_ids == [expected] == [brace], "the draft `{\"` lost the tie: the run ends"
+    assert req.output_ids == [expected] == [brace], 'the draft `{"` lost the tie: the run ends'
     assert sorted(t for r, t in runner.single if r == 0) == [brace, brace_quote] and 0 not in runner.full_rows
 
 
@@ -367,8 +378,12 @@ def test_rows_without_drafts_read_only_their_allowed_tokens(decoder, compiler, v
     emitter = make_emitter(decoder, jump_forward=False)
     forced = make_req(matcher=compiler.compile_regex(LANGUAGES).matcher())
     free = make_req(prompt=[200] + PROMPT[1:], matcher=compiler.compile_regex(r"[a-z]+").matcher())
-    sampled = make_req(prompt=[201] + PROMPT[1:], matcher=compiler.compile_regex(LANGUAGES).matcher(), temperature=1.0, seed=0)
-    logprobs = make_req(prompt=[202] + PROMPT[1:], matcher=compiler.compile_regex(LANGUAGES).matcher(), return_logprob=True)
+    sampled = make_req(
+        prompt=[201] + PROMPT[1:], matcher=compiler.compile_regex(LANGUAGES).matcher(), temperature=1.0, seed=0
+    )
+    logprobs = make_req(
+        prompt=[202] + PROMPT[1:], matcher=compiler.compile_regex(LANGUAGES).matcher(), return_logprob=True
+    )
     model = Hashed(favour={BANG: 20.0})
     runner = forward(emitter, [forced, free, sampled, logprobs], model)
     allowed = compiler.compile_regex(LANGUAGES).matcher().allowed_ids_along([], 1)[0]
@@ -393,13 +408,17 @@ def test_sampled_rows_draw_as_from_the_masked_full_rows(decoder, compiler, jump_
         walker.fill_bitmask(bits, 0)
         allowed = ((bits[0].unsqueeze(-1) >> torch.arange(32)) & 1).flatten()[:V].bool()
         row = model(PROMPT + expected).masked_fill(~allowed, float("-inf")).unsqueeze(0)
-        batch = SamplingBatch.from_params([SamplingParams(**{k: v for k, v in params.items() if k != "seed"})], [generator], "cpu")
+        batch = SamplingBatch.from_params(
+            [SamplingParams(**{k: v for k, v in params.items() if k != "seed"})], [generator], "cpu"
+        )
         expected.append(int(batch.sample(row)[0]))
         assert walker.accept_token(expected[-1])
     req = make_req(matcher=compiler.compile_regex(LANGUAGES).matcher(), **params)
     runs = generate(make_emitter(decoder, jump_forward), [req], model)
     assert req.output_ids == expected
     assert any(r.single for r in runs)
+
+
 # ---- 4. certain tails -----------------------------------------------------------------------
 
 

@@ -25,7 +25,9 @@ SCHEMAS = [
 
 # Where there is no C++ compiler langrt runs the numpy walk (tested everywhere else); the two
 # walks can only be compared where the library builds.
-pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="no C++ compiler to build the walk")
+pytestmark = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None, reason="no C++ compiler to build the walk"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +63,10 @@ RULE_GRAMMARS = [
 ]  # fmt: skip
 
 
-RULE_TEXTS = {"ebnf": ['["ab",["","c d"],[]]'], "json_schema": ['{"n": 3, "k": "x", "kids": [{"k": "", "kids": []}]}', '{"k": "q"}']}
+RULE_TEXTS = {
+    "ebnf": ['["ab",["","c d"],[]]'],
+    "json_schema": ['{"n": 3, "k": "x", "kids": [{"k": "", "kids": []}]}', '{"k": "q"}'],
+}
 
 
 @pytest.mark.parametrize("kind,source", RULE_GRAMMARS)
@@ -109,7 +114,7 @@ def test_subtree_bytes_are_the_bytes_below_each_node():
     import random
 
     rng = random.Random(3)
-    words = [bytes(rng.choice(b"ab\x00\xff\"") for _ in range(rng.randint(1, 6))) for _ in range(300)]
+    words = [bytes(rng.choice(b'ab\x00\xff"') for _ in range(rng.randint(1, 6))) for _ in range(300)]
     trie = token_walk.VocabTrie(words)
     n = trie.node_byte.size
     for i in range(n):

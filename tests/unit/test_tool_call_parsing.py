@@ -22,13 +22,21 @@ ADD = {
     "function": {
         "name": "add",
         "description": "Add two integers",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
     },
 }
 NOW = {"type": "function", "function": {"name": "now"}}
 TWO_TURNS = [
     {"role": "user", "content": "Add 2 and 3"},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "5"},
 ]
 
@@ -101,9 +109,13 @@ def test_the_constraint_follows_tool_choice():
     assert auto["triggers"] == ["<tool_call>"] and "free_text" not in auto and auto["max_tags"] is None
     assert [s["begin"] for s in auto["structures"]] == [HERMES.begin("add"), HERMES.begin("now")]
     assert auto["structures"][1]["schema"] == {"type": "object", "properties": {}}
-    required = constraint(parse_tools({"tools": [ADD, NOW], "tool_choice": "required", "parallel_tool_calls": False}), LLAMA3)
+    required = constraint(
+        parse_tools({"tools": [ADD, NOW], "tool_choice": "required", "parallel_tool_calls": False}), LLAMA3
+    )
     assert required["free_text"] is False and required["separator"] == "; " and required["max_tags"] == 1
-    named = constraint(parse_tools({"tools": [ADD, NOW], "tool_choice": {"type": "function", "function": {"name": "now"}}}), HERMES)
+    named = constraint(
+        parse_tools({"tools": [ADD, NOW], "tool_choice": {"type": "function", "function": {"name": "now"}}}), HERMES
+    )
     assert [s["begin"] for s in named["structures"]] == [HERMES.begin("now")] and named["max_tags"] == 1
     assert constraint(parse_tools({"tools": [ADD], "tool_choice": "none"}), HERMES) is None
 

@@ -135,7 +135,10 @@ class PushdownMasks:
         if native is not None:
             if rule not in self._native:
                 dfa = self.pda.rules[rule]
-                self._native[rule] = (WalkTable(dfa.table, dfa.dead), EscapeBits(dfa.num_states, self._escape_rows(rule)))
+                self._native[rule] = (
+                    WalkTable(dfa.table, dfa.dead),
+                    EscapeBits(dfa.num_states, self._escape_rows(rule)),
+                )
             (library, trie), (table, escapes) = native, self._native[rule]
             walk = lambda: trie.walk(library, table, state, self.vocab.num_words, escapes)  # noqa: E731
             found = self._walks.get(self.pda.rules[rule], escapes.key, state, walk)
@@ -144,7 +147,11 @@ class PushdownMasks:
                 self._prepare(rule)
             inner = self._inner[rule].packed(state).numpy()
             opens = self._escapes[rule][state]
-            found = (inner, self._open[rule].packed(self.pda.rules[rule].num_states + state).numpy() if opens else None, [])
+            found = (
+                inner,
+                self._open[rule].packed(self.pda.rules[rule].num_states + state).numpy() if opens else None,
+                [],
+            )
         with self._lock:
             self._top_memo[(rule, state)] = found
         return found

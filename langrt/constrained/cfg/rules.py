@@ -111,7 +111,7 @@ def _check_left_recursion(rules: dict[str, Node], nullable: dict[str, bool], fai
             fail(
                 rules[name].pos,
                 f"left recursion: {' -> '.join(cycle)} (a rule reaching itself before reading a "
-                "character); write it with repetition, e.g. list ::= item (\",\" item)*",
+                'character); write it with repetition, e.g. list ::= item ("," item)*',
             )
         if name in done:
             return

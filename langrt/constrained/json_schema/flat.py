@@ -30,7 +30,7 @@ REFUSED = {
 PENDING = {
     "object": {"unevaluatedProperties": True},
     "array": {"contains": None, "minContains": None, "maxContains": None, "unevaluatedItems": True},
-}  # fmt: skip
+}
 _PENDING_TYPE = {k: t for t, ks in PENDING.items() for k in ks}
 
 
@@ -80,7 +80,17 @@ class Flat:
 
     def clone(self) -> "Flat":
         new = copy.copy(self)
-        for name in ("types", "lower", "upper", "multiple_of", "patterns", "formats", "required", "forbidden", "excluded"):
+        for name in (
+            "types",
+            "lower",
+            "upper",
+            "multiple_of",
+            "patterns",
+            "formats",
+            "required",
+            "forbidden",
+            "excluded",
+        ):
             setattr(new, name, list(getattr(self, name)) if name != "types" else set(self.types))
         new.prefix = [list(p) for p in self.prefix]
         new.props = {k: list(v) for k, v in self.props.items()}
@@ -160,7 +170,9 @@ def _list(s: dict, key: str) -> list:
 def _satisfiable(f: Flat) -> bool:
     """False when no value fits `f`'s own keywords (values of its properties unchecked). An
     object both requiring and forbidding a name is no object: "object" leaves the types."""
-    if "object" in f.types and (set(f.required) & set(f.forbidden) or f.max_props is not None and f.min_props > f.max_props):
+    if "object" in f.types and (
+        set(f.required) & set(f.forbidden) or f.max_props is not None and f.min_props > f.max_props
+    ):
         f.types.discard("object")
     if not f.types or (f.enum is not None and not f.enum):
         return False
@@ -202,8 +214,12 @@ def _apply_type_and_values(f: Flat, s: dict) -> None:
 
 def _apply_numbers(f: Flat, s: dict) -> None:
     """The bounds (minimum, exclusiveMinimum, maximum, exclusiveMaximum) and multipleOf."""
-    for key, dest, ex in (("minimum", f.lower, False), ("exclusiveMinimum", f.lower, True),
-                          ("maximum", f.upper, False), ("exclusiveMaximum", f.upper, True)):  # fmt: skip
+    for key, dest, ex in (
+        ("minimum", f.lower, False),
+        ("exclusiveMinimum", f.lower, True),
+        ("maximum", f.upper, False),
+        ("exclusiveMaximum", f.upper, True),
+    ):
         if key in s:
             dest.append((_number(s, key), ex))
     if "multipleOf" in s:
@@ -291,7 +307,11 @@ def _apply_properties(f: Flat, s: dict, base) -> None:
     props = s.get("properties", {})
     if not isinstance(props, dict):
         raise _bad("properties", "an object of schemas")
-    extra = Node(_subschema(s["additionalProperties"], "additionalProperties"), base) if "additionalProperties" in s else None
+    extra = (
+        Node(_subschema(s["additionalProperties"], "additionalProperties"), base)
+        if "additionalProperties" in s
+        else None
+    )
     patterns = s.get("patternProperties", {})
     if not isinstance(patterns, dict):
         raise _bad("patternProperties", "an object of schemas")

@@ -12,7 +12,10 @@ _IPV4 = rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}"
 _H16 = "[0-9a-fA-F]{1,4}"
 _IPV6 = "|".join(
     [f"(?:{_H16}:){{7}}{_H16}", f"::(?:{_H16}(?::{_H16}){{0,6}})?"]
-    + [f"(?:{_H16}:){{{k - 1}}}{_H16}::" + (f"(?:{_H16}(?::{_H16}){{0,{6 - k}}})?" if k < 7 else "") for k in range(1, 8)]
+    + [
+        f"(?:{_H16}:){{{k - 1}}}{_H16}::" + (f"(?:{_H16}(?::{_H16}){{0,{6 - k}}})?" if k < 7 else "")
+        for k in range(1, 8)
+    ]
     + [f"(?:{_H16}:){{6}}{_IPV4}", f"::(?:{_H16}:){{0,5}}{_IPV4}"]
     + [f"(?:{_H16}:){{{k - 1}}}{_H16}::(?:{_H16}:){{0,{5 - k}}}{_IPV4}" for k in range(1, 6)]
 )
@@ -59,8 +62,7 @@ _RELATIVE_REF = (  # RFC 3986 relative-ref: network-path, absolute path, or a fi
 _VARSPEC = "[A-Za-z0-9_]+(?:[.][A-Za-z0-9_]+)*(?::[1-9][0-9]{0,3}|[*])?"  # RFC 6570 varname, prefix or explode
 _DURATION = (  # ISO 8601 as JSON Schema's appendix: at least one component, weeks alone
     "P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)(?:T{t})?|T{t})|P[0-9]+W"
-).format(t="(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
-)
+).format(t="(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)")
 
 FORMATS = {
     "date": _DATE,

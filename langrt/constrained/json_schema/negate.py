@@ -20,16 +20,57 @@ from langrt.errors import UnsupportedSchema
 
 # The keywords that assert something (draft 4 to 2020-12); the rest (annotations, `format`,
 # unknown words) say nothing about validity, so their complement is empty.
-ASSERTIONS = frozenset({"type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
-                        "exclusiveMinimum", "maxLength", "minLength", "pattern", "items", "prefixItems",
-                        "additionalItems", "maxItems", "minItems", "uniqueItems", "contains", "maxContains",
-                        "minContains", "maxProperties", "minProperties", "required", "properties",
-                        "patternProperties", "additionalProperties", "dependentRequired", "dependentSchemas",
-                        "dependencies", "propertyNames", "allOf", "anyOf", "oneOf", "not", "if", "$ref",
-                        "$dynamicRef", "$recursiveRef", "unevaluatedItems", "unevaluatedProperties"})  # fmt: skip
+ASSERTIONS = frozenset(
+    {
+        "type",
+        "enum",
+        "const",
+        "multipleOf",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "contains",
+        "maxContains",
+        "minContains",
+        "maxProperties",
+        "minProperties",
+        "required",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "dependentRequired",
+        "dependentSchemas",
+        "dependencies",
+        "propertyNames",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "$ref",
+        "$dynamicRef",
+        "$recursiveRef",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    }
+)
 _NUMERIC = ("integer", "number")
-_BOUNDS = {"minimum": "exclusiveMaximum", "exclusiveMinimum": "maximum",
-           "maximum": "exclusiveMinimum", "exclusiveMaximum": "minimum"}  # fmt: skip
+_BOUNDS = {
+    "minimum": "exclusiveMaximum",
+    "exclusiveMinimum": "maximum",
+    "maximum": "exclusiveMinimum",
+    "exclusiveMaximum": "minimum",
+}
 # Why 3: a complement of a complement of ... each level multiplies alternatives.
 _MAX_DEPTH = 3
 
@@ -54,7 +95,9 @@ def negate(s, resolve, keyword: str = "not", depth: int = 0, narrow: bool = Fals
         if key not in ASSERTIONS and not isinstance(key, tuple):
             continue  # then / else count only under `if`
         try:
-            out += _negate_keyword(s, key, value, lambda sub: negate(sub, resolve, keyword, depth + 1, narrow), resolve, keyword)
+            out += _negate_keyword(
+                s, key, value, lambda sub: negate(sub, resolve, keyword, depth + 1, narrow), resolve, keyword
+            )
         except UnsupportedSchema:
             if not narrow:
                 raise
@@ -79,8 +122,11 @@ def _negate_keyword(s: dict, key, value, inner, resolve, keyword: str) -> list:
     if key == EXCLUDE:
         return [{"enum": list(value["values"])}]
     if key == "properties":
-        return [{"type": "object", "required": [name], "properties": {name: n}}
-                for name, sub in value.items() for n in inner(sub)]  # fmt: skip
+        return [
+            {"type": "object", "required": [name], "properties": {name: n}}
+            for name, sub in value.items()
+            for n in inner(sub)
+        ]
     if key in _BOUNDS:
         if isinstance(value, bool):
             raise _refuse(keyword, f"of a draft-4 boolean {key!r}")
@@ -97,8 +143,10 @@ def _negate_keyword(s: dict, key, value, inner, resolve, keyword: str) -> list:
         return [value]
     if key == "if":
         then, else_ = s.get("then", True), s.get("else", True)
-        return [{"allOf": [value, {"anyOf": inner(then) or [False]}]},
-                *({"allOf": [n, {"anyOf": inner(else_) or [False]}]} for n in inner(value))]  # fmt: skip
+        return [
+            {"allOf": [value, {"anyOf": inner(then) or [False]}]},
+            *({"allOf": [n, {"anyOf": inner(else_) or [False]}]} for n in inner(value)),
+        ]
     raise _refuse(keyword, f"of a schema with {key!r}: its complement cannot be expressed here")
 
 

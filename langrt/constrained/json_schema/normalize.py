@@ -77,10 +77,17 @@ class Normalizer:
         for sub in _list(s, "allOf"):
             flats = self.conjoin(flats, Node(_subschema(sub, "allOf"), base))
         if "anyOf" in s:
-            flats = [g for sub in _list(s, "anyOf") for g in self.conjoin([f.clone() for f in flats], Node(_subschema(sub, "anyOf"), base))]
+            flats = [
+                g
+                for sub in _list(s, "anyOf")
+                for g in self.conjoin([f.clone() for f in flats], Node(_subschema(sub, "anyOf"), base))
+            ]
             self._check_size(flats, "anyOf")
         if "oneOf" in s:
-            branches = [self.conjoin([f.clone() for f in flats], Node(_subschema(sub, "oneOf"), base)) for sub in _list(s, "oneOf")]
+            branches = [
+                self.conjoin([f.clone() for f in flats], Node(_subschema(sub, "oneOf"), base))
+                for sub in _list(s, "oneOf")
+            ]
             branches = [[f for f in b if _satisfiable(f)] for b in branches]
             overlap = self._overlap(branches)
             if overlap is not None:
@@ -195,7 +202,10 @@ class Normalizer:
             try:
                 nots, narrowed = [{"anyOf": negate(sub, resolve, "oneOf") or [False]} for sub in subs], False
             except UnsupportedSchema:
-                nots, narrowed = [{"anyOf": negate(sub, resolve, "oneOf", narrow=True) or [False]} for sub in subs], True
+                nots, narrowed = (
+                    [{"anyOf": negate(sub, resolve, "oneOf", narrow=True) or [False]} for sub in subs],
+                    True,
+                )
             self._written[key] = ([{"allOf": [sub] + nots[:i] + nots[i + 1 :]} for i, sub in enumerate(subs)], narrowed)
         return self._written[key]
 
@@ -282,7 +292,9 @@ class Normalizer:
         if b.enum is not None and not any(json_equal(v, e) for e in b.enum):
             return True
         if t in ("integer", "number"):
-            return any(v < x or (ex and v == x) for x, ex in b.lower) or any(v > x or (ex and v == x) for x, ex in b.upper)
+            return any(v < x or (ex and v == x) for x, ex in b.lower) or any(
+                v > x or (ex and v == x) for x, ex in b.upper
+            )
         if t == "string":
             if len(v) < b.min_length or (b.max_length is not None and len(v) > b.max_length):
                 return True

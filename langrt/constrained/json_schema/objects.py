@@ -75,7 +75,8 @@ class ObjectMixin:
             kv = self.book.rule_for(kv)  # written at every gap: one rule, called
         if f.min_props > max(n_required, 1 if members or kv else 0) or (f.min_props > n_required and n_required):
             raise UnsupportedSchema(
-                f"'minProperties': {f.min_props} is more than the {n_required} required properties", param="minProperties"
+                f"'minProperties': {f.min_props} is more than the {n_required} required properties",
+                param="minProperties",
             )
         if self.any_order and self.book is not None and f.max_props is None and (len(members) > 1 or kv):
             body = self._any_order(f, names, members, kv)
@@ -133,7 +134,9 @@ class ObjectMixin:
     def _any_object(self, f: Flat) -> str | None:
         if f.min_props > 1:
             # Duplicate keys would count twice in the text and once in the parsed object.
-            raise UnsupportedSchema("'minProperties' above 1 is supported only with required properties", param="minProperties")
+            raise UnsupportedSchema(
+                "'minProperties' above 1 is supported only with required properties", param="minProperties"
+            )
         key = key_not_in(f.forbidden) if f.forbidden else rx.JSON_STRING
         kv = key + self.colon + self.any_value()
         more = None if f.max_props is None else f.max_props - 1
@@ -165,7 +168,9 @@ class ObjectMixin:
         if named is None:
             return None
         if self.book is None or calls_any(named) or calls_any(key):
-            raise UnsupportedSchema("'propertyNames' beside patternProperties or additionalProperties", param="propertyNames")
+            raise UnsupportedSchema(
+                "'propertyNames' beside patternProperties or additionalProperties", param="propertyNames"
+            )
         return self.book.rule_for(intersection_body([key, named], why="'propertyNames' cutting the keys"))
 
     def _named_kv(self, f: Flat, names: list[str]) -> str | None:
@@ -213,6 +218,7 @@ class ObjectMixin:
         if extra is not None:
             firsts.append(extra + tails[0])
         return rx.alt(firsts), first_required is None
+
 
 def _search(pattern: str, name: str) -> bool:
     """What jsonschema runs for patternProperties."""

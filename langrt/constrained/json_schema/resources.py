@@ -8,8 +8,19 @@ from urllib.parse import urljoin
 # Keywords whose value is a subschema, a list of them, or a name -> subschema map: where
 # embedded resources ($id) and anchors can sit. Data keywords (const, enum, default) are not
 # walked, so a "$id" inside an example value is not mistaken for a resource.
-_SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
-              "unevaluatedItems", "unevaluatedProperties", "additionalItems")
+_SUBSCHEMA = (
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "additionalItems",
+)
 _SUBSCHEMA_LISTS = ("prefixItems", "allOf", "anyOf", "oneOf")
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 

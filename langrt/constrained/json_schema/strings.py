@@ -81,14 +81,16 @@ class StringMixin:
             else:
                 groups.append([a, a, *tail])
         return rx.alt(
-            rx.seq(rx.repeat(chunk, a, b), self._counted(t_lo, t_hi) if t_hi > 0 else "")
-            for a, b, t_lo, t_hi in groups
+            rx.seq(rx.repeat(chunk, a, b), self._counted(t_lo, t_hi) if t_hi > 0 else "") for a, b, t_lo, t_hi in groups
         )
 
 
 def _keywords(kinds: list[str], lo: int, hi: int | None) -> str:
     """The keywords of a string whose automaton is built by intersection, as its refusal names
     them: "'pattern' with 'format' and 'maxLength' 300"."""
-    named = [f"'{k}'" for k in dict.fromkeys(kinds)] + ([f"'minLength' {lo}"] if lo else []) + ([f"'maxLength' {hi}"] if hi is not None else [])
+    named = (
+        [f"'{k}'" for k in dict.fromkeys(kinds)]
+        + ([f"'minLength' {lo}"] if lo else [])
+        + ([f"'maxLength' {hi}"] if hi is not None else [])
+    )
     return "the string's " + " with ".join(named) if named else "the string"
-

@@ -34,8 +34,9 @@ def build_library(source: Path) -> ctypes.CDLL:
         with tempfile.TemporaryDirectory(dir=cache) as tmp:  # built aside, then renamed: processes may race
             built = Path(tmp) / f"{source.stem}.so"
             compiler = str(envs.CXX.get())
-            done = subprocess.run([compiler, *FLAGS, "-o", str(built), str(source)],
-                                  capture_output=True, text=True, timeout=120)  # fmt: skip
+            done = subprocess.run(
+                [compiler, *FLAGS, "-o", str(built), str(source)], capture_output=True, text=True, timeout=120
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-300:]}")
             os.replace(built, path)

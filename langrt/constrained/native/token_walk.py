@@ -71,15 +71,20 @@ class VocabTrie:
         self._lists = None
         # per node, the word and bit of the first token it spells (0 and 0 where none)
         has = self.node_tokens[1:] > self.node_tokens[:-1]
-        first = self.token_ids[np.minimum(self.node_tokens[:-1], len(ids) - 1)].astype(np.int64) if ids else np.zeros(0, np.int64)
+        first = (
+            self.token_ids[np.minimum(self.node_tokens[:-1], len(ids) - 1)].astype(np.int64)
+            if ids
+            else np.zeros(0, np.int64)
+        )
         self.node_word = np.where(has, first >> 5, 0).astype(np.int32)
         self.node_bit = np.where(has, np.int64(1) << (first & 31), 0).astype(np.uint32)
         self.subtree_bytes = _subtree_bytes(self.node_byte, self.depth)
         self._pointers: tuple[int, ...] | None = None
         self._local = threading.local()
 
-    def walk(self, library, table: "WalkTable", state: int, num_words: int,
-             escapes: EscapeBits | None = None) -> tuple[np.ndarray, np.ndarray | None, list[int]]:  # fmt: skip
+    def walk(
+        self, library, table: "WalkTable", state: int, num_words: int, escapes: EscapeBits | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
         """(words, open, nodes): the tokens readable from `state` of `table`, as int32 mask
         words. With a rule's `escapes`: only those read without leaving the rule, and `nodes`
         lists the trie nodes where a token, after one byte or more, reaches a byte `escapes`
@@ -88,16 +93,35 @@ class VocabTrie:
         scratch = self._scratch(num_words)
         rows, bits = escapes.addresses if escapes is not None else (None, None)
         n = library.langrt_token_walk(
-            table.address, table.dead, state, rows, bits, *self._addresses(), self.node_byte.size, self.max_depth,
-            table.num_states, scratch.words_at, scratch.open_at, scratch.nodes_at, MAX_ESCAPE_NODES if escapes is not None else 0,
+            table.address,
+            table.dead,
+            state,
+            rows,
+            bits,
+            *self._addresses(),
+            self.node_byte.size,
+            self.max_depth,
+            table.num_states,
+            scratch.words_at,
+            scratch.open_at,
+            scratch.nodes_at,
+            MAX_ESCAPE_NODES if escapes is not None else 0,
             self._subtree_at,
-        )  # fmt: skip
+        )
         return scratch.take(escapes is not None, n)
 
     def _addresses(self) -> tuple[int, ...]:
         """The trie arrays' addresses, taken once (each `.ctypes.data` costs microseconds)."""
         if self._pointers is None:
-            arrays = (self.node_byte, self.depth, self.skip, self.node_tokens, self.token_ids, self.node_word, self.node_bit)
+            arrays = (
+                self.node_byte,
+                self.depth,
+                self.skip,
+                self.node_tokens,
+                self.token_ids,
+                self.node_word,
+                self.node_bit,
+            )
             self._pointers = tuple(a.ctypes.data for a in arrays)
             self._subtree_at = self.subtree_bytes.ctypes.data
         return self._pointers
@@ -113,7 +137,13 @@ class VocabTrie:
         """The trie as Python lists (node byte, depth, skip, token offsets, token ids), for
         walks in Python (cfg/masks.py); made on first use."""
         if self._lists is None:
-            self._lists = (self.node_byte.tolist(), self.depth.tolist(), self.skip.tolist(), self.node_tokens.tolist(), self.token_ids.tolist())
+            self._lists = (
+                self.node_byte.tolist(),
+                self.depth.tolist(),
+                self.skip.tolist(),
+                self.node_tokens.tolist(),
+                self.token_ids.tolist(),
+            )
         return self._lists
 
 
@@ -150,7 +180,11 @@ class _Scratch:
     def __init__(self, num_words: int):
         self.words, self.open = np.zeros(num_words, np.int32), np.zeros(num_words, np.int32)
         self.nodes = np.empty(MAX_ESCAPE_NODES, dtype=np.int32)
-        self.words_at, self.open_at, self.nodes_at = self.words.ctypes.data, self.open.ctypes.data, self.nodes.ctypes.data
+        self.words_at, self.open_at, self.nodes_at = (
+            self.words.ctypes.data,
+            self.open.ctypes.data,
+            self.nodes.ctypes.data,
+        )
 
     def take(self, escapes: bool, n: int) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
         words = self.words.copy()

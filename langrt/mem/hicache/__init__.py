@@ -25,8 +25,17 @@ GB = 1 << 30
 # fewer, larger files. 32 tokens wastes at most 31 positions per prefix.
 BLOCK_TOKENS = 32
 # Serving settings that change the K/V a prefix gets (weights as loaded, numerics, layout).
-_KV_SETTINGS = ("load_format", "model_impl", "dtype", "device", "attention_backend", "quantization",
-                "cpu_dense_copy", "enable_torch_compile", "tp_size")  # fmt: skip
+_KV_SETTINGS = (
+    "load_format",
+    "model_impl",
+    "dtype",
+    "device",
+    "attention_backend",
+    "quantization",
+    "cpu_dense_copy",
+    "enable_torch_compile",
+    "tp_size",
+)
 
 
 def create_tiers(args, runner) -> KVTiers:
@@ -46,8 +55,10 @@ def create_tiers(args, runner) -> KVTiers:
     if args.hicache_size:
         blocks = int(args.hicache_size * GB) // block_bytes
         if blocks == 0:
-            raise ValueError(f"--hicache-size {args.hicache_size} GB holds no block of this model's K/V "
-                             f"({block_bytes} bytes for {BLOCK_TOKENS} tokens); give it more")  # fmt: skip
+            raise ValueError(
+                f"--hicache-size {args.hicache_size} GB holds no block of this model's K/V "
+                f"({block_bytes} bytes for {BLOCK_TOKENS} tokens); give it more"
+            )
         host = HostTier(blocks, shape, kv_pool.dtype, pin=kv_pool.device.type == "cuda")
     disk = DiskTier(args.hicache_dir, int(args.hicache_disk_size * GB)) if args.hicache_dir else None
     return HiCache(kv_pool, kv_identity(args, kv_pool).namespace, BLOCK_TOKENS, host, disk)
@@ -65,9 +76,12 @@ def kv_identity(args, kv_pool) -> KVIdentity:
     return KVIdentity(
         model_files=model_files(Path(args.model_path) if args.model_path else builtin_model_path()),
         settings=tuple(sorted(settings.items())),
-        num_layers=len(kv_pool.k_buffers), num_kv_heads=k.shape[1], head_dim=k.shape[2],
-        dtype=str(kv_pool.dtype), block_tokens=BLOCK_TOKENS,
-    )  # fmt: skip
+        num_layers=len(kv_pool.k_buffers),
+        num_kv_heads=k.shape[1],
+        head_dim=k.shape[2],
+        dtype=str(kv_pool.dtype),
+        block_tokens=BLOCK_TOKENS,
+    )
 
 
 __all__ = ["BLOCK_TOKENS", "HiCache", "KVTiers", "NoTiers", "create_tiers", "kv_identity"]

@@ -159,8 +159,11 @@ class HiCache(KVTiers):
         if self.host is not None:
             out["hicache_host_blocks"] = len(self.host)
         if self.disk is not None:
-            out.update(hicache_disk_blocks=len(self.disk), hicache_disk_bytes=self.disk.used,
-                       hicache_disk_rejected_files=self.disk.rejected)  # fmt: skip
+            out.update(
+                hicache_disk_blocks=len(self.disk),
+                hicache_disk_bytes=self.disk.used,
+                hicache_disk_rejected_files=self.disk.rejected,
+            )
         return out
 
 

@@ -60,8 +60,17 @@ class PagedPoolArgs:
     def op_args(self) -> list:
         """The fused C++ op's pool arguments, from `k_buffers` to `scale` (heads and kv_heads go
         with the layer sizes)."""
-        return [self.k_buffers, self.v_buffers, self.slots, self.req_to_token, self.rows, self.reqs, self.starts,
-                self.ends, self.scale]  # fmt: skip
+        return [
+            self.k_buffers,
+            self.v_buffers,
+            self.slots,
+            self.req_to_token,
+            self.rows,
+            self.reqs,
+            self.starts,
+            self.ends,
+            self.scale,
+        ]
 
 
 class CpuAttentionBackend(TorchAttentionBackend):
@@ -108,7 +117,9 @@ class _KernelAttention(Attention):
         for i, n in enumerate(batch.extend_lens):
             start, seq_len = batch.extend_starts[i], batch.seq_lens[i]
             if limit is not None and n > limit:
-                self.extends.append(_SingleExtend(backend, batch.req_pool_indices[i], start, seq_len, n, batch.input_ids.device))
+                self.extends.append(
+                    _SingleExtend(backend, batch.req_pool_indices[i], start, seq_len, n, batch.input_ids.device)
+                )
                 continue
             row_ends = range(seq_len - n + 1, seq_len + 1)  # each token sees its request's keys up to itself
             rows += range(start, start + n)
@@ -119,7 +130,9 @@ class _KernelAttention(Attention):
         self.reqs = torch.tensor(reqs, dtype=torch.int64)
         self.ends = torch.tensor(ends, dtype=torch.int32)
         # Each row's first visible key, per distinct window (full-attention layers: 0).
-        self.starts = {w: self.ends.new_zeros(len(ends)) if w is None else (self.ends - w).clamp_(min=0) for w in backend.windows}
+        self.starts = {
+            w: self.ends.new_zeros(len(ends)) if w is None else (self.ends - w).clamp_(min=0) for w in backend.windows
+        }
         self.window_table, self.window_reqs = self._window_table(local) if backend.window_kv else (None, None)
 
     def _window_table(self, local: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,8 +161,19 @@ class _KernelAttention(Attention):
         if b.window_kv:  # one window for all layers: every layer reads the window pool
             slots = b.kv_pool.window_slots(slots)
         table, reqs = self._table(0)
-        return PagedPoolArgs(b.kv_pool.k_buffers, b.kv_pool.v_buffers, slots, table,
-                             self.rows, reqs, self.starts[b.windows[0]], self.ends, b.num_heads, b.num_kv_heads, b.scale)  # fmt: skip
+        return PagedPoolArgs(
+            b.kv_pool.k_buffers,
+            b.kv_pool.v_buffers,
+            slots,
+            table,
+            self.rows,
+            reqs,
+            self.starts[b.windows[0]],
+            self.ends,
+            b.num_heads,
+            b.num_kv_heads,
+            b.scale,
+        )
 
     def attend(self, layer_id, q, k, v):
         b = self.b

@@ -139,7 +139,11 @@ class _PaddedShortExtends:
             return None
         lens = torch.tensor(seq_lens, device=device)[:, None, None]
         # query e of request i sits at position len_i - E_i + e (padding rows: clamped, unused)
-        q_pos = lens - torch.tensor(extend_lens, device=device)[:, None, None] + torch.arange(width, device=device)[None, :, None]
+        q_pos = (
+            lens
+            - torch.tensor(extend_lens, device=device)[:, None, None]
+            + torch.arange(width, device=device)[None, :, None]
+        )
         q_pos = torch.minimum(q_pos, lens - 1)
         k_pos = torch.arange(max_len, device=device)[None, None, :]
         visible = b.window_mask(q_pos, k_pos, window) & (k_pos < lens)  # [B, E, L]
@@ -161,7 +165,9 @@ class _PaddedShortExtends:
         mask = self.masks[b.layer_windows[layer_id]]
         mask = None if mask is None else mask.to(q.dtype)
         out = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, scale=b.scale)
-        return out.reshape(bs, kv_heads, group, width, dim).permute(0, 3, 1, 2, 4).reshape(bs * width, b.num_heads * dim)
+        return (
+            out.reshape(bs, kv_heads, group, width, dim).permute(0, 3, 1, 2, 4).reshape(bs * width, b.num_heads * dim)
+        )
 
     def attend_into(self, layer_id: int, q: torch.Tensor, out: torch.Tensor) -> None:
         """Reads these requests' rows of q [T, H*D], writes their rows of out."""
@@ -180,7 +186,9 @@ class _SingleExtend:
         self.start, self.extend_len = start, extend_len
         self.kv_index = backend.req_pool.slots(row, seq_len)
         self.window_index = backend.kv_pool.window_slots(self.kv_index) if backend.window_kv else None
-        self.masks = {window: self._mask(seq_len - extend_len, extend_len, window, device) for window in backend.windows}
+        self.masks = {
+            window: self._mask(seq_len - extend_len, extend_len, window, device) for window in backend.windows
+        }
 
     def _mask(self, prefix_len: int, extend_len: int, window: int | None, device) -> torch.Tensor | None:
         """None when SDPA's own (top-left aligned) causal mask is exact: no prefix, no window cut."""

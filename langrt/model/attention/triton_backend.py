@@ -76,16 +76,26 @@ class _TritonAttention(Attention):
         common = (q.view(n, heads, dim), b.kv_pool.k_buffers[layer_id], b.kv_pool.v_buffers[layer_id], table)
         if self.is_decode:
             b.decode_kernels.decode_attention_triton(
-                *common, rows, self.seq_lens, scale=b.scale, sliding_window=b.layer_windows[layer_id],
-                num_kv_splits=self.num_kv_splits, out=out.view(n, heads, dim),
-            )  # fmt: skip
+                *common,
+                rows,
+                self.seq_lens,
+                scale=b.scale,
+                sliding_window=b.layer_windows[layer_id],
+                num_kv_splits=self.num_kv_splits,
+                out=out.view(n, heads, dim),
+            )
         else:
             b.extend_kernels.extend_attention_triton(
-                *common, rows, self.seq_lens, self.qo_indptr, self.max_extend_len,
-                scale=b.scale, sliding_window=b.layer_windows[layer_id], out=out.view(n, heads, dim),
-            )  # fmt: skip
+                *common,
+                rows,
+                self.seq_lens,
+                self.qo_indptr,
+                self.max_extend_len,
+                scale=b.scale,
+                sliding_window=b.layer_windows[layer_id],
+                out=out.view(n, heads, dim),
+            )
         return out
-
 
     def _table(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(req_to_token-like table, each request's row in it) that layer `layer_id` reads: for a
@@ -116,4 +126,6 @@ def _check_runs_on(device: torch.device, kernels) -> None:
             "(or set TRITON_INTERPRET=1 to run the kernels in Triton's interpreter, for tests)"
         )
     if device.type != "cpu" and interpreted:
-        raise ValueError(f"TRITON_INTERPRET=1 runs the Triton kernels on CPU only, but the model is on {device}; unset it")
+        raise ValueError(
+            f"TRITON_INTERPRET=1 runs the Triton kernels on CPU only, but the model is on {device}; unset it"
+        )
