@@ -18,9 +18,16 @@ _ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 def chat_prompt(
-    manager, template: str | None, messages, tools: ToolRequest | None, template_kwargs: dict | None = None
+    manager,
+    template: str | None,
+    messages,
+    tools: ToolRequest | None,
+    template_kwargs: dict | None = None,
+    continue_final: bool = False,
 ) -> list[int]:
-    """`template_kwargs`: more variables for the template (chat_template_kwargs, checked)."""
+    """`template_kwargs`: more variables for the template (chat_template_kwargs, checked).
+    `continue_final`: the last message, an assistant's, is left open for the output to continue
+    (no generation prompt after it), as vLLM's and SGLang's `continue_final_message`."""
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages must be a non-empty list", param="messages")
     if len(messages) >= manager.ready.context_len:  # each message is at least one token
@@ -37,6 +44,10 @@ def chat_prompt(
         raise InvalidRequest(
             "this model has no chat template; use /v1/completions or --chat-template", param="messages"
         )
+    if continue_final and normalized[-1]["role"] != "assistant":
+        raise InvalidRequest(
+            "continue_final_message needs the last message to be the assistant's", param="continue_final_message"
+        )
     extra = dict(template_kwargs or {})
     if template_renders_tools(template):
         if tools is not None:
@@ -45,7 +56,12 @@ def chat_prompt(
         normalized = _written_out(normalized, tools)
     try:
         text = manager.tokenizer.apply_chat_template(
-            normalized, chat_template=template, tokenize=False, add_generation_prompt=True, **extra
+            normalized,
+            chat_template=template,
+            tokenize=False,
+            add_generation_prompt=not continue_final,
+            continue_final_message=continue_final,
+            **extra,
         )
     except Exception as e:  # jinja errors: the template refused these messages
         raise InvalidRequest(f"the chat template rejected the messages: {e}", param="messages") from e

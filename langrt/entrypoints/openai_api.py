@@ -58,6 +58,7 @@ CHAT_FIELDS = (
         "web_search_options",
         "functions",
         "function_call",
+        "continue_final_message",
     }
     | chat_reasoning.FIELDS
 )
@@ -84,7 +85,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     tools = parse_tools(body)
     template = request.app["chat_template"]
     kwargs = chat_reasoning.template_kwargs(body)
-    prompt = chat_prompt(manager, template, body.get("messages"), tools, kwargs)
+    prompt = chat_prompt(manager, template, body.get("messages"), tools, kwargs, _continue_final(body))
     reasoning = chat_reasoning.reasoning_request(body, request.app.get("reasoning_parser"), kwargs)
     params, syntax = _chat_params(body, manager.ready.context_len - len(prompt), tools, template, reasoning)
     top = top_n(body.get("top_logprobs"), "top_logprobs")
@@ -119,6 +120,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "usage": usage(states, states[:1]),
         }
     )
+
+
+def _continue_final(body: dict) -> bool:
+    value = body.get("continue_final_message", False)
+    if not isinstance(value, bool):
+        raise InvalidRequest("continue_final_message must be true or false", param="continue_final_message")
+    return value
 
 
 def _chat_params(body: dict, room: int, tools, template, reasoning) -> tuple[SamplingParams, Any]:

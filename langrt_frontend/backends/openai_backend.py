@@ -130,6 +130,8 @@ class OpenAI:
         prefix = self._assistant_prefix(context, "gen")
         fields, check = constraint_fields(params, self.constraints, self.is_chat_model, prefix)
         if prefix and not fields:
+            if self.server_kind == "langrt or SGLang":
+                return self._continue_request(context, params, prefix, check)
             raise self.constraints.refuse(
                 "gen",
                 f"the chat API cannot continue an assistant message already begun ({prefix!r}): "
@@ -143,6 +145,15 @@ class OpenAI:
         body = {"model": self.model, **self._prompt(context), **sampling}
         body.update(logprob_fields(params, self.is_chat_model, self.constraints), **fields)
         return _GenRequest(body, check, prefix, stops)
+
+    def _continue_request(self, context: Context, params: GenParams, prefix: str, check: Check) -> "_GenRequest":
+        """langrt's and SGLang's chat API continue the begun assistant message itself
+        (`continue_final_message`): the server's prompt ends with `prefix`, as the native text does,
+        and the output is what follows it."""
+        messages = [dict(m) for m in context.messages] + [{"role": "assistant", "content": prefix}]
+        body = {"model": self.model, "messages": messages, "continue_final_message": True}
+        body.update(sampling_fields(params, self.constraints), **logprob_fields(params, True, self.constraints))
+        return _GenRequest(body, check, "", [])
 
     # ---- select -------------------------------------------------------------------------------
 

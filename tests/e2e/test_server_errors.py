@@ -260,3 +260,7 @@ def test_response_format_constrains_chat_output(guarded):
         and payload["error"]["param"] == "response_format"
         and "strict true" in payload["error"]["message"]
     )
+    # continuing a final message needs one of the assistant's
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "continue_final_message": True}
+    status, payload = guarded.post("/v1/chat/completions", body, headers=AUTH, check=False)
+    assert status == 400 and payload["error"]["param"] == "continue_final_message"

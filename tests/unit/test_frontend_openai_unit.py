@@ -304,9 +304,29 @@ def test_chat_primitives_outside_an_assistant_block_or_after_its_text_are_refuse
     assert "select" in str(no_role.run(backend=backend).error()) and "outside any role block" in str(
         no_role.run(backend=backend).error()
     )
-    error = after_text.run(backend=backend).error()
-    assert isinstance(error, sgl.UnsupportedPrimitive) and "already begun" in str(error) and "'Sure: '" in str(error)
     assert server.requests == []
+    # a server that cannot continue an assistant message (not langrt or SGLang) refuses it
+    plain = fake()
+    error = after_text.run(backend=sgl.OpenAI("m", base_url=plain.url)).error()
+    assert isinstance(error, sgl.UnsupportedPrimitive) and "already begun" in str(error) and "'Sure: '" in str(error)
+    assert plain.requests == []
+
+
+def test_a_begun_assistant_message_is_continued_on_langrt(fake):
+    """langrt and SGLang continue the final assistant message (continue_final_message): the
+    begun text goes as that message, and the output is what follows it."""
+    server = fake(gets=LANGRT_PROBES)
+
+    @sgl.function
+    def after_text(s):
+        s += sgl.user("q") + sgl.assistant("Sure: " + sgl.gen("x", max_tokens=4))
+
+    state = after_text.run(backend=sgl.OpenAI("m", base_url=server.url), temperature=0)
+    assert state.error() is None and state["x"] == "ok"
+    ((_, body),) = server.requests
+    assert body["continue_final_message"] is True and body["max_tokens"] == 4
+    assert body["messages"] == [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Sure: "}]
+    assert state.messages()[-1] == {"role": "assistant", "content": "Sure: ok"}
 
 
 def test_images_are_refused_by_name(fake, tmp_path):
