@@ -94,18 +94,7 @@ class Engine:
         and results of a batch carry their "index". Closing the iterator early aborts the
         requests. `lora_path` names a loaded LoRA adapter (per prompt or for all; None: the base
         model)."""
-        call = _call_of(
-            prompt,
-            sampling_params,
-            input_ids,
-            return_logprob,
-            logprob_start_len,
-            top_logprobs_num,
-            return_text_in_logprobs,
-            rid,
-            stream,
-            lora_path,
-        )
+        call = _call_of(locals())
         if stream:
             return self._stream_sync(call)
         return self._call(self._generate(call))
@@ -123,17 +112,7 @@ class Engine:
         lora_path=None,
     ) -> dict | list[dict]:
         """`generate` for callers on an event loop (runs on the engine's own loop)."""
-        call = _call_of(
-            prompt,
-            sampling_params,
-            input_ids,
-            return_logprob,
-            logprob_start_len,
-            top_logprobs_num,
-            return_text_in_logprobs,
-            rid,
-            lora_path=lora_path,
-        )
+        call = _call_of(locals())
         if asyncio.get_running_loop() is not self._loop:
             return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._generate(call), self._loop))
         return await self._generate(call)
@@ -150,19 +129,9 @@ class Engine:
         rid=None,
     ) -> AsyncIterator[dict]:
         """`generate(..., stream=True)` as an async iterator, on the engine's own loop."""
+        call = _call_of({**locals(), "stream": True})
         if asyncio.get_running_loop() is not self._loop:
             raise RuntimeError("async_generate_stream runs on the engine's loop; use generate(..., stream=True)")
-        call = _call_of(
-            prompt,
-            sampling_params,
-            input_ids,
-            return_logprob,
-            logprob_start_len,
-            top_logprobs_num,
-            return_text_in_logprobs,
-            rid,
-            stream=True,
-        )
         async for result in self._generate_stream(call):
             yield result
 
@@ -291,28 +260,19 @@ def _listify(input_ids):
     return [list(x) if not isinstance(x, int) else x for x in input_ids]
 
 
-def _call_of(
-    prompt,
-    sampling_params,
-    input_ids,
-    return_logprob,
-    logprob_start_len,
-    top_logprobs_num,
-    return_text_in_logprobs,
-    rid,
-    stream=False,
-    lora_path=None,
-) -> GenerateCall:
-    """generate's arguments as one GenerateCall (a tuple of prompts becomes a list)."""
+def _call_of(args: dict) -> GenerateCall:
+    """A generate method's arguments (its `locals()`, taken first thing) as one GenerateCall; a
+    tuple of prompts becomes a list. Arguments a method does not take keep their defaults."""
+    prompt = args["prompt"]
     return GenerateCall(
         text=prompt if isinstance(prompt, (str, list)) or prompt is None else list(prompt),
-        input_ids=_listify(input_ids),
-        sampling_params=sampling_params,
-        rid=rid,
-        return_logprob=return_logprob,
-        logprob_start_len=logprob_start_len,
-        top_logprobs_num=top_logprobs_num,
-        return_text_in_logprobs=return_text_in_logprobs,
-        stream=stream,
-        lora_path=lora_path,
+        input_ids=_listify(args["input_ids"]),
+        sampling_params=args["sampling_params"],
+        rid=args["rid"],
+        return_logprob=args["return_logprob"],
+        logprob_start_len=args["logprob_start_len"],
+        top_logprobs_num=args["top_logprobs_num"],
+        return_text_in_logprobs=args["return_text_in_logprobs"],
+        stream=args.get("stream", False),
+        lora_path=args.get("lora_path"),
     )

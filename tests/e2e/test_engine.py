@@ -251,3 +251,22 @@ def test_many_requests_more_than_rows(tiny_llama_dir, new_engine):
     outs = eng.generate([f"prompt number {i}" for i in range(10)], greedy(8))
     assert [o["meta_info"]["completion_tokens"] for o in outs] == [8] * 10
     assert_pools_empty(eng)
+
+
+def test_async_generate_and_stream_give_generate_s_result(engine):
+    """async_generate from another event loop, and async_generate_stream on the engine's own
+    (elsewhere it refuses, naming what to use), return what generate returns."""
+    import asyncio
+
+    prompt, params = [1, 504, 3458, 282], greedy(6)
+    whole = engine.generate(input_ids=prompt, sampling_params=params, rid="sync")
+    other = asyncio.run(engine.async_generate(input_ids=prompt, sampling_params=params, rid="async"))
+    assert other["output_ids"] == whole["output_ids"] and other["text"] == whole["text"]
+
+    async def collect():
+        return [r async for r in engine.async_generate_stream(input_ids=prompt, sampling_params=params)]
+
+    streamed = asyncio.run_coroutine_threadsafe(collect(), engine._loop).result(timeout=120)
+    assert streamed[-1]["output_ids"] == whole["output_ids"] and streamed[-1]["text"] == whole["text"]
+    with pytest.raises(RuntimeError, match="use generate"):
+        asyncio.run(collect())
