@@ -38,7 +38,9 @@ def test_quick_workloads_end_to_end(tmp_path):
 
     out = tmp_path / "workloads.json"
     results = run.main(["--quick", "--only", "few_shot_mmlu", "fork_vote", "--out", str(out)])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
+    written = json.loads(out.read_text())
+    assert "commit" in written.pop("meta"), "the file records the run (results_meta)"
+    assert written == json.loads(json.dumps(results))
     assert [w["name"] for w in results["workloads"]] == ["few_shot_mmlu", "fork_vote"]
     for row in results["workloads"]:
         for system in SYSTEMS:
