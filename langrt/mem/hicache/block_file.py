@@ -43,16 +43,7 @@ class BlockName:
 def encode_block(name: BlockName, data: torch.Tensor) -> bytes:
     assert tuple(data.shape) == name.shape and data.dtype == name.dtype, "a block of the named layout"
     payload = data.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
-    header = {
-        "namespace": name.namespace.hex(),
-        "key": name.key.hex(),
-        "parent": name.parent.hex(),
-        "tokens": list(name.tokens),
-        "dtype": str(name.dtype).removeprefix("torch."),
-        "shape": list(name.shape),
-        "nbytes": len(payload),
-        "crc32": zlib.crc32(payload),
-    }
+    header = {**_identity(name), "nbytes": len(payload), "crc32": zlib.crc32(payload)}
     text = json.dumps(header).encode()
     return MAGIC + _LEN.pack(len(text)) + text + payload
 
@@ -77,8 +68,9 @@ def decode_block(blob: bytes, name: BlockName) -> torch.Tensor:
     return torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(name.dtype).reshape(name.shape)
 
 
-def _check_header(header: dict, name: BlockName) -> None:
-    expected = {
+def _identity(name: BlockName) -> dict:
+    """The header fields that say which block a file holds (written, then checked on read)."""
+    return {
         "namespace": name.namespace.hex(),
         "key": name.key.hex(),
         "parent": name.parent.hex(),
@@ -86,6 +78,10 @@ def _check_header(header: dict, name: BlockName) -> None:
         "dtype": str(name.dtype).removeprefix("torch."),
         "shape": list(name.shape),
     }
+
+
+def _check_header(header: dict, name: BlockName) -> None:
+    expected = _identity(name)
     for field, value in expected.items():
         if header.get(field) != value:
             raise CorruptBlockFile(f"header {field} does not match the block looked up")
