@@ -108,6 +108,10 @@ class ServerArgs:
     disable_jump_forward: bool = _flag(
         "decode grammar-forced text token by token instead of appending it in one step", default=False
     )
+    disable_mask_prefetch: bool = _flag(
+        "compute constrained requests' token masks after each forward pass instead of on a thread during it",
+        default=False,
+    )
     speculative_algorithm: str | None = _flag(
         "speculative decoding: NGRAM = drafts copied from where the request's last tokens occurred before (its prompt and output, recent outputs); DRAFT = drafts a smaller model with the same tokenizer generates (--speculative-draft-model-path); verified in the next pass, outputs are what they would be without it (docs/architecture.md)",
         default=None,

@@ -82,6 +82,13 @@ class GrammarMatcher:
         if bitmask.shape[1] > mask.numel():
             bitmask[row, mask.numel() :] = 0
 
+    def prefetch(self, drafts: list[int]) -> None:
+        """Compute (and memoize) the masks a pass computing `drafts` will read: at the current
+        state and after each draft. Does not move the matcher; safe on another thread while
+        the matcher is not moved (scheduler.constraints.MaskPrefetch)."""
+        if not self.terminated:
+            self.allowed_ids_along(drafts, len(drafts) + 1)
+
     def accept_token(self, token_id: int) -> bool:
         if self.terminated:
             return False

@@ -141,6 +141,12 @@ class ThinkThenGrammar:
             free = isinstance(self.inner, FreeAnswer)
             _copy_row(bitmask, row, self.tokens.open_row if free else self.tokens.free_row)
 
+    def prefetch(self, drafts: list[int]) -> None:
+        """The answer's masks (GrammarMatcher.prefetch) once thinking is over; while thinking
+        the rows are fixed ones."""
+        if not self.thinking and hasattr(self.inner, "prefetch"):
+            self.inner.prefetch(drafts)
+
     def accept_token(self, token: int) -> bool:
         return self._think(token) if self.thinking else self.inner.accept_token(token)
 

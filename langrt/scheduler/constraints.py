@@ -12,11 +12,12 @@ Matchers of the other engines draft nothing, so their requests decode token by t
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 import torch
 
@@ -28,6 +29,8 @@ from langrt.request import FinishReason, Req
 
 
 COMPILE_LOG = 64  # compiled grammars remembered for the dashboard
+logger = logging.getLogger("langrt.scheduler")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,47 @@ class GrammarQueue:
     def close(self) -> None:
         if self._service is not None:
             self._service.close()
+
+
+class MaskPrefetch:
+    """The token masks a pass's sampling will read, computed on a thread while the model runs
+    the pass: each constrained request's allowed tokens at its grammar state and along its
+    drafts (matcher.prefetch; matchers without it are skipped). The forward pass spends its
+    time in torch's kernels and the masks theirs in numpy and C++, all of which release the GIL,
+    so a state's first mask (a trie walk over the vocabulary) no longer adds to the step; a
+    memoized one was a lookup anyway. The thread only reads the matchers, and only while the pass runs:
+    `during` returns once it is done."""
+
+    def __init__(self, enabled: bool = True):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="langrt-masks") if enabled else None
+
+    def during(self, reqs: list[Req], forward: Callable[[], T]) -> T:
+        """forward()'s result, the masks `reqs` will read computed meanwhile (see the class)."""
+        work = [(r.matcher.prefetch, list(r.draft_ids)) for r in reqs if _prefetchable(r)]
+        job = self._pool.submit(_prefetch_all, work) if self._pool is not None and work else None
+        try:
+            return forward()
+        finally:
+            if job is not None:
+                job.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def _prefetchable(req: Req) -> bool:
+    return req.matcher is not None and not req.finished and hasattr(req.matcher, "prefetch")
+
+
+def _prefetch_all(work: list) -> None:
+    """A failure here is left to the scheduler thread, which computes the same mask itself and
+    fails the request that needs it as it would have without prefetching."""
+    for prefetch, drafts in work:
+        try:
+            prefetch(drafts)
+        except Exception:  # noqa: BLE001 - see the docstring
+            logger.debug("mask prefetch failed; the step computes it", exc_info=True)
 
 
 def mask_logits(reqs: list[Req], logits: torch.Tensor) -> None:

@@ -25,7 +25,7 @@ from langrt.constrained.backends.base import prechecked
 from langrt.constrained.reasoning import think_tokens_for
 from langrt.constrained.spec import GrammarSpec
 from langrt.errors import InvalidRequest
-from langrt.scheduler.constraints import GrammarQueue, think_first
+from langrt.scheduler.constraints import GrammarQueue, MaskPrefetch, think_first
 from langrt.tokenizer.incremental_decoder import IncrementalDecoder
 from langrt.scheduler.logprob_collector import collect_input_logprobs
 from langrt.scheduler.prefill_adder import PrefillAdder, PrefillItem, reserved_tokens
@@ -100,6 +100,7 @@ class Scheduler:
         self.grammar_queue = GrammarQueue(self._make_grammar_service)
         self.grammar_timeout_s = args.grammar_compile_timeout
         self.grammar_backend = args.grammar_backend
+        self.masks_ahead = MaskPrefetch(not args.disable_mask_prefetch)  # filled during the pass
         self.think_tokens = think_tokens_for(
             args.reasoning_parser, tokenizer.encode, runner.vocab_size, self.stop_checker.eos_token_ids
         )
@@ -211,7 +212,8 @@ class Scheduler:
             return []
         self._draft_after_prompts(prefill)
         batch = self._build_batch(decode, prefill)
-        hidden = self.runner.forward(batch)
+        sampled = decode + [item.req for item in prefill if item.completes_prompt]
+        hidden = self.masks_ahead.during(sampled, lambda: self.runner.forward(batch))
         self.stats.forward_passes += 1
         self.stats.forward_tokens += batch.num_tokens
         self.stats.drafted_tokens += sum(len(r.draft_ids) for r in decode) + sum(len(i.req.draft_ids) for i in prefill)
