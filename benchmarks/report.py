@@ -1,13 +1,18 @@
-"""The results table of benchmarks/README.md, written from benchmarks/results/*.json.
+"""The results tables of benchmarks/README.md and of the README's headline results, written from
+benchmarks/results/*.json.
 
-    .venv/bin/python -m benchmarks.report           # rewrite the table between the markers
-    .venv/bin/python -m benchmarks.report --check   # exit 1 where the README's table is not what the files give
+    .venv/bin/python -m benchmarks.report           # rewrite both tables between their markers
+    .venv/bin/python -m benchmarks.report --check   # exit 1 where a table is not what the files give
 
 One row per results file: the benchmark that wrote it, its headline figures (ratios, speed-ups,
 hit rates, as recorded), the commit and CPU it ran on, and whether it is current. A result is
 marked stale where a commit after the one it recorded (`meta.commit`, written by results_meta)
 touched the code it measures: its benchmark's script and the runtime (`git log <commit>..HEAD --
 <paths>`). A file with no recorded commit is marked as such: its figures belong to no known code.
+
+The README's headline table has one row per HEADLINES entry, its figures read from the results
+file it names (templates like `{engines.langrt.decode_tok_s_median:.1f}`), followed by the commit,
+CPU and status of each file it read.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
+HEADLINE_BEGIN, HEADLINE_END = "<!-- headline:begin -->", "<!-- headline:end -->"
 # The code every benchmark measures besides its own script: the runtime and its kernels.
 RUNTIME = ("langrt", "kernels")
 # Benchmarks that measure less than the whole runtime (a change elsewhere leaves them current).
@@ -50,6 +56,84 @@ class Row:
     commit: str | None
     cpu: str
     status: str
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A row of the README's headline table: what is measured, the results file (its stem), and
+    templates of langrt's figure and the peer's, filled from that file."""
+
+    what: str
+    results: str
+    langrt: str
+    peer: str = ""
+
+
+HEADLINES = (
+    Headline(
+        "Decode, batch 1, built-in model (SmolLM2-135M, Q4_1 GGUF), 2 threads",
+        "bench_cpu_decode_SmolLM2-135M-Instruct.Q4_1",
+        "{engines.langrt.decode_tok_s_median:.1f} tok/s",
+        "llama.cpp {engines.llama_cpp.decode_tok_s_median:.1f} tok/s (langrt {langrt_vs_llama_cpp.decode_median:.2f}x)",
+    ),
+    Headline(
+        "Time to first token, 1,000-token prompt, built-in model",
+        "bench_cpu_decode_SmolLM2-135M-Instruct.Q4_1",
+        "{engines.langrt.ttft_s_median:.2f} s",
+        "llama.cpp {engines.llama_cpp.ttft_s_median:.2f} s (langrt {langrt_vs_llama_cpp.ttft_speedup_median:.2f}x faster)",
+    ),
+    Headline(
+        "MaskBench: 300 real schemas passed, closed objects in schema order",
+        "bench_maskbench",
+        "default {engines.langrt.passing_pct:.1f}% ({engines.langrt.invalid_accepted} invalid accepted)",
+        "xgrammar strict {engines.xgrammar.passing_pct:.1f}% ({engines.xgrammar.invalid_accepted} invalid accepted)",
+    ),
+    Headline(
+        "MaskBench: the same, objects open and in any order",
+        "bench_maskbench",
+        "any order {engines.langrt-any.passing_pct:.1f}% ({engines.langrt-any.invalid_accepted} invalid accepted)",
+        "xgrammar compliant {engines.xgrammar-compliant.passing_pct:.1f}% "
+        "({engines.xgrammar-compliant.invalid_accepted} invalid accepted)",
+    ),
+    Headline(
+        "JSON extraction, jump-forward vs token by token, 1 request",
+        "bench_json",
+        "{by_batch.1.speedup_output_tok_s:.2f}x output tok/s",
+    ),
+)
+FIELD = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")
+
+
+def fill(template: str, data: dict, name: str) -> str:
+    """`template` with each {dotted.path:format} replaced by that value of `data`."""
+
+    def value(match: re.Match) -> str:
+        node = data
+        for key in match[1].split("."):
+            if not isinstance(node, dict) or key not in node:
+                raise KeyError(f"results/{name}.json has no {match[1]} (a headline row reads it)")
+            node = node[key]
+        return format(node, match[2] or "")
+
+    return FIELD.sub(value, template)
+
+
+def headline_table(repo: Path = REPO, headlines: tuple[Headline, ...] | None = None) -> str:
+    headlines = HEADLINES if headlines is None else headlines
+    results = repo / "benchmarks" / "results"
+    lines = ["| What | langrt | Peer | Results |", "|---|---|---|---|"]
+    read: dict[str, dict] = {}
+    for h in headlines:
+        data = read.setdefault(h.results, json.loads((results / f"{h.results}.json").read_text()))
+        link = f"[{h.results}.json](benchmarks/results/{h.results}.json)"
+        lines.append(f"| {h.what} | {fill(h.langrt, data, h.results)} | {fill(h.peer, data, h.results)} | {link} |")
+    lines.append("")
+    for name, data in read.items():
+        commit = recorded_commit(data)
+        status = status_of(commit, source_paths(benchmark_of(name, repo), repo), repo)
+        at = f"commit {commit[:7]}" if commit else "no recorded commit"
+        lines.append(f"- `{name}.json`: {at}, {cpu_of(data) or 'CPU not recorded'}; {status}.")
+    return "\n".join(lines)
 
 
 def git(repo: Path, *args: str) -> str | None:
@@ -171,13 +255,13 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def with_table(readme: str, body: str) -> str:
-    """`readme` with the text between BEGIN and END replaced by `body` (the markers and the
+def with_table(readme: str, body: str, begin: str = BEGIN, end: str = END) -> str:
+    """`readme` with the text between `begin` and `end` replaced by `body` (the markers and the
     body appended at the end where the README has none)."""
-    block = f"{BEGIN}\n{body}\n{END}"
-    if BEGIN in readme and END in readme:
-        head, rest = readme.split(BEGIN, 1)
-        return head + block + rest.split(END, 1)[1]
+    block = f"{begin}\n{body}\n{end}"
+    if begin in readme and end in readme:
+        head, rest = readme.split(begin, 1)
+        return head + block + rest.split(end, 1)[1]
     return readme.rstrip("\n") + f"\n\n## Results files\n\nWritten by `python -m benchmarks.report`.\n\n{block}\n"
 
 
@@ -187,17 +271,29 @@ def main(argv: list[str] | None = None, repo: Path = REPO) -> int:
         "--check", action="store_true", help="change nothing; exit 1 where the README's table is out of date"
     )
     args = parser.parse_args(argv)
-    readme_path = repo / "benchmarks" / "README.md"
-    readme = readme_path.read_text()
-    updated = with_table(readme, table(collect(repo)))
-    if args.check:
-        if updated != readme:
-            print(f"{readme_path} is out of date: run python -m benchmarks.report", file=sys.stderr)
-            return 1
-        return 0
-    readme_path.write_text(updated)
-    print(f"wrote the results table in {readme_path}")
-    return 0
+    tables = {
+        repo / "benchmarks" / "README.md": lambda text: with_table(text, table(collect(repo))),
+        # the front page's table, where it has the markers
+        repo / "README.md": lambda text: (
+            with_table(text, headline_table(repo), HEADLINE_BEGIN, HEADLINE_END) if HEADLINE_BEGIN in text else text
+        ),
+    }
+    stale = []
+    for path, rewrite in tables.items():
+        if not path.exists():
+            continue
+        text = path.read_text()
+        updated = rewrite(text)
+        if updated == text:
+            continue
+        if args.check:
+            stale.append(path)
+        else:
+            path.write_text(updated)
+            print(f"wrote the results table in {path}")
+    for path in stale:
+        print(f"{path} is out of date: run python -m benchmarks.report", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from benchmarks import report
 
 
@@ -96,3 +98,31 @@ def test_a_readme_without_markers_gets_the_table_appended():
         text
         == f"# B\n\n## Results files\n\nWritten by `python -m benchmarks.report`.\n\n{report.BEGIN}\n| t |\n{report.END}\n"
     )
+
+
+HEADLINES = (
+    report.Headline("Speed", "bench_x_new", "{batches.1.tok_s:.1f} tok/s", "peer ({batches.1.speedup:.2f}x)"),
+    report.Headline("Reuse", "bench_x_new", "{no_reuse.cache_hit_rate:.0%}"),
+)
+
+
+def test_the_front_page_table_is_filled_from_the_files_it_names(tmp_path, monkeypatch):
+    repo, _, second = make_repo(tmp_path)
+    write(repo / "benchmarks" / "results" / "bench_x_new.json", result(second, 1.25))
+    write(repo / "README.md", f"# P\n\n{report.HEADLINE_BEGIN}\nhand-written\n{report.HEADLINE_END}\n\nend\n")
+    monkeypatch.setattr(report, "HEADLINES", HEADLINES)
+    assert report.main([], repo=repo) == 0
+    readme = (repo / "README.md").read_text()
+    assert "hand-written" not in readme and readme.startswith("# P\n\n") and readme.endswith("\n\nend\n")
+    link = "[bench_x_new.json](benchmarks/results/bench_x_new.json)"
+    assert f"| Speed | 10.0 tok/s | peer (1.25x) | {link} |" in readme
+    assert f"| Reuse | 1% |  | {link} |" in readme
+    assert f"- `bench_x_new.json`: commit {second[:7]}, Test CPU (avx2); current." in readme
+    assert report.main(["--check"], repo=repo) == 0
+    write(repo / "benchmarks" / "results" / "bench_x_new.json", result(second, 1.5))
+    assert report.main(["--check"], repo=repo) == 1, "a changed figure makes the front page out of date"
+
+
+def test_a_headline_naming_a_missing_figure_says_which():
+    with pytest.raises(KeyError, match=r"results/f.json has no batches.2.tok_s"):
+        report.fill("{batches.2.tok_s}", {"batches": {"1": {"tok_s": 1.0}}}, "f")
