@@ -69,18 +69,39 @@ class Headline:
     peer: str = ""
 
 
+_BUILTIN = "bench_cpu_decode_SmolLM2-135M-Instruct.Q4_1"
+_QWEN_1_5B = "bench_cpu_decode_qwen2.5-coder-1.5b"
+_LANGRT, _LLAMA, _VS = "summary.engines.langrt", "summary.engines.llama_cpp", "summary.langrt_vs_llama_cpp"
 HEADLINES = (
     Headline(
         "Decode, batch 1, built-in model (SmolLM2-135M, Q4_1 GGUF), 2 threads",
-        "bench_cpu_decode_SmolLM2-135M-Instruct.Q4_1",
-        "{engines.langrt.decode_tok_s_median:.1f} tok/s",
-        "llama.cpp {engines.llama_cpp.decode_tok_s_median:.1f} tok/s (langrt {langrt_vs_llama_cpp.decode_median:.2f}x)",
+        _BUILTIN,
+        f"{{{_LANGRT}.decode_tok_s_median:.1f}} tok/s",
+        f"llama.cpp {{{_LLAMA}.decode_tok_s_median:.1f}} tok/s (langrt {{{_VS}.decode_median:.2f}}x)",
     ),
     Headline(
         "Time to first token, 1,000-token prompt, built-in model",
-        "bench_cpu_decode_SmolLM2-135M-Instruct.Q4_1",
-        "{engines.langrt.ttft_s_median:.2f} s",
-        "llama.cpp {engines.llama_cpp.ttft_s_median:.2f} s (langrt {langrt_vs_llama_cpp.ttft_speedup_median:.2f}x faster)",
+        _BUILTIN,
+        f"{{{_LANGRT}.ttft_s_median:.2f}} s",
+        f"llama.cpp {{{_LLAMA}.ttft_s_median:.2f}} s (langrt {{{_VS}.ttft_speedup_median:.2f}}x as fast)",
+    ),
+    Headline(
+        "Decode, batch 1, Qwen2.5-Coder-1.5B (Q4_K_M GGUF, 1.1 GB), 2 threads",
+        _QWEN_1_5B,
+        f"{{{_LANGRT}.decode_tok_s_median:.1f}} tok/s",
+        f"llama.cpp {{{_LLAMA}.decode_tok_s_median:.1f}} tok/s (langrt {{{_VS}.decode_median:.2f}}x)",
+    ),
+    Headline(
+        "Time to first token, 1,000-token prompt, Qwen2.5-Coder-1.5B",
+        _QWEN_1_5B,
+        f"{{{_LANGRT}.ttft_s_median:.1f}} s",
+        f"llama.cpp {{{_LLAMA}.ttft_s_median:.1f}} s (langrt {{{_VS}.ttft_speedup_median:.2f}}x as fast)",
+    ),
+    Headline(
+        "Memory after load (all processes' PSS), Qwen2.5-Coder-1.5B",
+        _QWEN_1_5B,
+        f"{{{_LANGRT}.pss_after_load_bytes_median/1e9:.2f}} GB",
+        f"llama.cpp {{{_LLAMA}.pss_after_load_bytes_median/1e9:.2f}} GB",
     ),
     Headline(
         "MaskBench: 300 real schemas passed, closed objects in schema order",
@@ -101,11 +122,12 @@ HEADLINES = (
         "{by_batch.1.speedup_output_tok_s:.2f}x output tok/s",
     ),
 )
-FIELD = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")
+FIELD = re.compile(r"\{([^{}:/]+)(?:/([0-9.e+]+))?(?::([^{}]*))?\}")
 
 
 def fill(template: str, data: dict, name: str) -> str:
-    """`template` with each {dotted.path:format} replaced by that value of `data`."""
+    """`template` with each {dotted.path:format} (or {dotted.path/divisor:format}) replaced by that
+    value of `data`."""
 
     def value(match: re.Match) -> str:
         node = data
@@ -113,7 +135,7 @@ def fill(template: str, data: dict, name: str) -> str:
             if not isinstance(node, dict) or key not in node:
                 raise KeyError(f"results/{name}.json has no {match[1]} (a headline row reads it)")
             node = node[key]
-        return format(node, match[2] or "")
+        return format(node / float(match[2]) if match[2] else node, match[3] or "")
 
     return FIELD.sub(value, template)
 
@@ -128,11 +150,13 @@ def headline_table(repo: Path = REPO, headlines: tuple[Headline, ...] | None = N
         link = f"[{h.results}.json](benchmarks/results/{h.results}.json)"
         lines.append(f"| {h.what} | {fill(h.langrt, data, h.results)} | {fill(h.peer, data, h.results)} | {link} |")
     lines.append("")
+    runs: dict[str, list[str]] = {}  # the files measured at one commit, on one CPU, of one status
     for name, data in read.items():
         commit = recorded_commit(data)
         status = status_of(commit, source_paths(benchmark_of(name, repo), repo), repo)
         at = f"commit {commit[:7]}" if commit else "no recorded commit"
-        lines.append(f"- `{name}.json`: {at}, {cpu_of(data) or 'CPU not recorded'}; {status}.")
+        runs.setdefault(f"{at}, {cpu_of(data) or 'CPU not recorded'}; {status}", []).append(f"`{name}.json`")
+    lines += [f"- {', '.join(names)}: {run}." for run, names in runs.items()]
     return "\n".join(lines)
 
 
@@ -193,7 +217,9 @@ def cpu_of(data: dict) -> str:
         flags = cpu.get("path_flags", cpu.get("flags", []))
         return f"{cpu.get('model', '?')} ({', '.join(flags)})"
     flags = data.get("cpu_flags")
-    return ", ".join(flags) if isinstance(flags, list) else ""
+    listed = ", ".join(flags) if isinstance(flags, list) else ""
+    model = data.get("cpu_model")  # bench_cpu_decode's own record
+    return f"{model} ({listed})" if isinstance(model, str) and listed else listed
 
 
 def headline(data: dict) -> list[str]:

@@ -117,7 +117,7 @@ def test_the_front_page_table_is_filled_from_the_files_it_names(tmp_path, monkey
     link = "[bench_x_new.json](benchmarks/results/bench_x_new.json)"
     assert f"| Speed | 10.0 tok/s | peer (1.25x) | {link} |" in readme
     assert f"| Reuse | 1% |  | {link} |" in readme
-    assert f"- `bench_x_new.json`: commit {second[:7]}, Test CPU (avx2); current." in readme
+    assert f"- `bench_x_new.json`: commit {second[:7]}, Test CPU (avx2); current." in readme  # read once, listed once
     assert report.main(["--check"], repo=repo) == 0
     write(repo / "benchmarks" / "results" / "bench_x_new.json", result(second, 1.5))
     assert report.main(["--check"], repo=repo) == 1, "a changed figure makes the front page out of date"
@@ -126,3 +126,7 @@ def test_the_front_page_table_is_filled_from_the_files_it_names(tmp_path, monkey
 def test_a_headline_naming_a_missing_figure_says_which():
     with pytest.raises(KeyError, match=r"results/f.json has no batches.2.tok_s"):
         report.fill("{batches.2.tok_s}", {"batches": {"1": {"tok_s": 1.0}}}, "f")
+
+
+def test_a_headline_figure_may_be_scaled():
+    assert report.fill("{a.b/1e3:.1f} kB, {a.c}", {"a": {"b": 2500, "c": 3}}, "f") == "2.5 kB, 3"
