@@ -203,8 +203,8 @@ class LlamaForCausalLM(nn.Module):
         for module in self.layers.modules():
             if isinstance(module, Linear) and not module.quantized and module.weight.shape[1] % BLOCK == 0:
                 module.fill_quantized(0, QuantizedWeight.quantize(module.weight, layer_type))
-        if self.lm_head_weight.shape[1] % BLOCK:
-            return
+        if self.lm_head_weight.shape[1] % BLOCK or isinstance(self.lm_head_packed, QuantizedWeight):
+            return  # rows not whole blocks; or blocks already (a GGUF file's)
         head = QuantizedWeight.quantize(self.lm_head_weight, head_type)
         if not self.config.tie_word_embeddings:
             self.lm_head.fill_quantized(0, head)
@@ -296,14 +296,18 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head_packed = self.lm_head.packed
 
     def _load_quantized(self, name: str, offset: int | None, weight: QuantizedWeight) -> torch.Tensor | None:
-        """A Linear keeps the blocks (-> None); the embedding takes their values (-> the tensor
-        to copy), and when tied the LM head multiplies its blocks."""
+        """A Linear keeps the blocks (-> None), and so does the embedding on a CPU without tensor
+        parallelism (elsewhere it takes their values: -> the tensor to copy); when tied the LM
+        head multiplies its blocks."""
         module = self.get_submodule(name.removesuffix(".weight")) if name.endswith(".weight") else None
         if isinstance(module, Linear):
             module.fill_quantized(offset or 0, weight)
             return None
         if name == "embed_tokens.weight" and self.config.tie_word_embeddings:
             self.lm_head_packed = weight
+        if name == "embed_tokens.weight" and self.tp is None and self.embed_tokens.weight.device.type == "cpu":
+            self.embed_tokens.fill_quantized(weight)  # rows dequantized as they are looked up
+            return None
         return weight.dequantize(self.embed_tokens.weight.dtype)
 
     def _expected_fills(self) -> list[str]:

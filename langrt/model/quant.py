@@ -226,6 +226,11 @@ class QuantizedWeight:
 
         return tile_linear(x, self.data, self.ggml_type)
 
+    def rows(self, ids: torch.Tensor) -> QuantizedWeight:
+        """The weight's rows `ids` (1-D, in that order) as a weight of their own: each row's
+        blocks are its own, so they are selected as they are."""
+        return QuantizedWeight(self.data.index_select(0, ids), self.ggml_type, self.in_features, context=self.context)
+
     @property
     def nbytes(self) -> int:
         return self.data.numel()
@@ -243,10 +248,7 @@ class QuantizedWeight:
         out = torch.empty(rows.shape[0], dtype=hidden.dtype)
         for row in rows.unique().tolist():
             places = (rows == row).nonzero().flatten()
-            weight = self.data.index_select(0, token_ids.index_select(0, places))
-            part = QuantizedWeight(weight, self.ggml_type, self.in_features, context=self.context).matmul(
-                hidden[row : row + 1]
-            )
+            part = self.rows(token_ids.index_select(0, places)).matmul(hidden[row : row + 1])
             out[places] = part[0]
         return out
 
