@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from runner_driver import make_scheduler, run_requests
+from test_constrained import TREE_SCHEMA
 
 from langrt.constrained.cfg.masks import PushdownMasks
 from langrt.constrained.masks import TokenMasks
@@ -16,20 +17,11 @@ from langrt.request import Req
 from langrt.sampling.sampling_params import SamplingParams
 from langrt.scheduler.constraints import MaskPrefetch
 
-TREE = {
-    "type": "object",
-    "properties": {
-        "label": {"enum": ["leaf", "node"]},
-        "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2},
-    },
-    "required": ["label", "kids"],
-    "additionalProperties": False,
-}
 REGEX = r'\{"name": "[a-z]{1,10}", "kind": "(cat|dog)", "legs": [0-9]\}'
 
 
 def constrained_reqs(tokenizer) -> list[Req]:
-    grammars = [{"regex": REGEX}, {"json_schema": json.dumps(TREE)}] * 2
+    grammars = [{"regex": REGEX}, {"json_schema": json.dumps(TREE_SCHEMA)}] * 2
     return [
         Req(
             f"r{i}",
