@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#define LANGRT_AVX2 __attribute__((target("avx2,fma,f16c")))
+#include "quant_avx2.h"
 
 namespace langrt_quant {
 namespace {
@@ -20,13 +20,6 @@ LANGRT_AVX2 inline __m256 load8(const void* x, bool bf16, int64_t i) {
   if (!bf16) return _mm256_loadu_ps(static_cast<const float*>(x) + i);
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-LANGRT_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 LANGRT_AVX2 inline float hmax(__m256 v) {
@@ -57,14 +50,6 @@ LANGRT_AVX2 inline __m256i bit_bytes(const uint8_t* p) {
   const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), spread);
   return _mm256_cmpeq_epi8(_mm256_or_si256(bytes, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE)), _mm256_set1_epi64x(-1));
-}
-
-// 16 bytes of nibbles (low: weights 0-15, high: 16-31) as 32 bytes in weight order: the bytes
-// loaded into both lanes, the high lane shifted by 4 (3 instructions, where shifting, masking and
-// inserting the halves took 5).
-LANGRT_AVX2 inline __m256i nibble_bytes(const uint8_t* quants) {
-  const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants)));
-  return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 // 8 bytes of 2-bit quants (byte i: weights i, i + 8, i + 16, i + 24) as 32 bytes in weight order.

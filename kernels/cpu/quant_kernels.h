@@ -144,7 +144,7 @@ struct QuantizedRows {
   const float* d;   // [rows, k / 32]
   const float* s;   // [rows, k / 32]
   int64_t k;
-  const float* h = nullptr;  // Q2_K only: d * the sum of q over each 16, [rows, k / 16] (its minimums multiply them)
+  const float* h = nullptr;  // Q2_K and (dot_rows_k_avx2) Q6_K: d * the sum of q over each 16, [rows, k / 16]
 };
 
 // h[2b + i] = d[b] * (the sum of q[32b + 16i ..][0 .. 16)), for `blocks` blocks of 32 (QuantizedRows::h).
@@ -169,6 +169,18 @@ void dot_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, i
                    int64_t m0, int64_t m1, const OutRows& out);
 void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                      int64_t m0, int64_t m1, const OutRows& out);
+
+// Q4_K and Q6_K on AVX2 (quant_avx2_k.cpp): x's int16 quants as bytes, q = 256 * hi + lo (lo
+// unsigned, hi signed), made by split_rows_k: for Q4_K in the order its kernel meets them (within
+// each 64 weights: weights 0-15 of the first block, of the second, then 16-31 of each), for Q6_K
+// as they are. Q6_K also needs x.h (half_sums). The same integer sums as dot_rows_avx2.
+struct ByteRows {
+  const uint8_t* lo;
+  const int8_t* hi;
+};
+void split_rows_k(int qtype, const int16_t* q, int64_t rows, int64_t k, uint8_t* lo, int8_t* hi);
+void dot_rows_k_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
+                     const ByteRows& bytes, int64_t m0, int64_t m1, const OutRows& out);
 
 // dot_rows_avx2 for 4- and 5-bit blocks (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K: vnni_type) on AVX512-VNNI CPUs, 16 weight rows
 // at a time (quant_vnni.cpp); x's int16 quants split by split_rows into lo (unsigned) and hi

@@ -54,8 +54,15 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype,
 #endif
     quantize(first, bf16, x.stride(0), r1 - r0, k, q.data() + r0 * k, d.data() + r0 * blocks, s.data() + r0 * blocks);
   });
-  // Q2_K's minimums (one per 16 weights) multiply the activations' sums over each 16.
-  std::vector<float> h(qtype == langrt_quant::kQ2_K ? rows * blocks * 2 : 0);
+  // Q4_K and Q6_K on AVX2: the activations as bytes (quant_avx2_k.cpp), where VNNI does not take them.
+#if defined(__x86_64__)
+  const bool bytes = avx2 && langrt_quant::packed_k(static_cast<int>(qtype)) &&
+                     !(isa == 2 && langrt_quant::vnni_type(static_cast<int>(qtype)));
+#else
+  const bool bytes = false;
+#endif
+  // Q2_K's minimums (one per 16 weights) and Q6_K's -32 (on bytes) multiply the activations' sums over each 16.
+  std::vector<float> h(qtype == langrt_quant::kQ2_K || (bytes && qtype == langrt_quant::kQ6_K) ? rows * blocks * 2 : 0);
   if (!h.empty()) langrt_quant::half_sums(q.data(), d.data(), rows * blocks, h.data());
   const langrt_quant::QuantizedRows xq{q.data(), d.data(), s.data(), k, h.empty() ? nullptr : h.data()};
   const langrt_quant::OutRows o{out.data_ptr(), out.stride(0), bf16};
@@ -76,6 +83,12 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype,
     return out;
   }
 #endif
+  std::vector<uint8_t> lo(bytes ? rows * k : 0);
+  std::vector<int8_t> hi(bytes ? rows * k : 0);
+#if defined(__x86_64__)
+  if (bytes) langrt_quant::split_rows_k(static_cast<int>(qtype), q.data(), rows, k, lo.data(), hi.data());
+#endif
+  const langrt_quant::ByteRows xb{lo.data(), hi.data()};
   // A task is at least ~2k block products: a decode's small layers stay on one thread. Up to 4
   // rows (one group) a task's weight rows are read once anyway and go through whole; each
   // output's sum is the same whatever the chunks (the tiles keep one accumulator per product).
@@ -87,6 +100,10 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype,
       for (int64_t m0 = 0; m0 < rows; m0 += kRowChunk) {
         const int64_t m1 = std::min(rows, m0 + kRowChunk);
 #if defined(__x86_64__)
+        if (bytes) {
+          langrt_quant::dot_rows_k_avx2(qtype, wp, row_bytes, c0, c1, xq, xb, m0, m1, o);
+          continue;
+        }
         if (avx2) {
           langrt_quant::dot_rows_avx2(qtype, wp, row_bytes, c0, c1, xq, m0, m1, o);
           continue;

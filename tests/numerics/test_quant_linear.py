@@ -82,6 +82,30 @@ def test_vnni_kernel_takes_the_avx2_kernels_integer_sums(qtype, monkeypatch):
     assert _rel(got, quant.quant_linear(x, blocks, t)) < 1e-6
 
 
+@pytest.mark.skipif(quant.isa() != "avx2", reason="needs AVX2 (quant_avx2_k.cpp)")
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 9])  # the byte kernel's groups of 4 activation rows and their tails
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+def test_avx2_k_quants_on_bytes_take_the_scalar_kernels_integer_sums(qtype, rows, monkeypatch):
+    """Q4_K and Q6_K on AVX2 multiply the activations' int16 quants split into bytes
+    (quant_avx2_k.cpp, Q4_K two blocks to a register): the same integer sums as the scalar kernel,
+    so within float32 rounding of it. Rows of 6 super-blocks, activations at the int16 extremes
+    (every block's largest value rounds to +-32767: the high byte's -128 and 127, the low byte's
+    255) and one outlier channel."""
+    n, k = 37, 1536
+    raw = random_k_quant_rows(Q[qtype], n, k, seed=rows)
+    blocks = QuantizedWeight.from_gguf(torch.from_numpy(raw), int(Q[qtype]), k).data
+    values = torch.from_numpy(gguf.quants.dequantize(raw, Q[qtype]).reshape(n, k).copy())
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
+    x[:, 7] = 40.0
+    x[:, 32::64] = -x[:, 32::64].abs().amax() * 2  # blocks whose largest value is negative
+    t = quant.GGML_TYPES[qtype]
+    monkeypatch.setenv(quant.ISA_ENV, "avx2")
+    got = quant.quant_linear(x, blocks, t)
+    assert _rel(got, x.double() @ values.double().T) < REL[torch.float32]
+    monkeypatch.setenv(quant.ISA_ENV, "scalar")
+    assert _rel(got, quant.quant_linear(x, blocks, t)) < 1e-6
+
+
 @pytest.mark.parametrize("qtype", TYPES)
 def test_dequantize_gives_gguf_values_exactly(qtype):
     blocks, values = _weights(qtype, 37, 96, seed=1)

@@ -1,0 +1,194 @@
+// Q4_K and Q6_K (the bulk of Q4_K_M files) on AVX2: the activations' int16 quants split into
+// bytes, q = 256 * hi + lo (lo unsigned, hi signed), so that VPMADDUBSW multiplies them with the
+// weights' unsigned quants straight from the bytes: no widening to int16, and for Q4_K two blocks
+// share each multiply's register. The integer sums per block (per 16 weights for Q6_K) are
+// exactly quant_avx2.cpp's, scaled in the same float32 products, so the results agree with it
+// within float32 rounding; every product takes the same steps whatever the tile, so a row's bits
+// do not depend on how many rows its pass has.
+//
+// Why: quant_avx2.cpp widens each block's quants to int16 and converts and scales every block
+// apart, and on a 2-core Zen 3 it reached ~5 GB/s of blocks per core against ~14 GB/s the core
+// can read; a decode step of a 1.5B Q4_K_M model was bound by that arithmetic, not by memory.
+// A single activation row (a decode's) also streams the weight rows one after another here, which
+// the hardware prefetchers follow better than 4 rows read side by side.
+//
+// Q4_K: w = d * sc * q - dmin * m (q in [0, 15]); Q6_K: w = d * sc * (q - 32) (q in [0, 63]),
+// whose -32 and Q4_K's minimum multiply the activations' sums (QuantizedRows::s, ::h) apart.
+// Overflow: Q4_K's int16 pair sums are at most 2 * 2 * 255 * 15, Q6_K's 2 * 255 * 63.
+#include "quant_kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "quant_avx2.h"
+
+namespace langrt_quant {
+namespace {
+
+// 8 bytes of 2-bit quants (byte i: weights i, i + 8, i + 16, i + 24 at bits 0, 2, 4, 6) as 32
+// bytes in weight order, times 16 (Q6_K's high pairs): 64-bit lane c shifts the same 8 bytes by 2c.
+LANGRT_AVX2 inline __m256i high_pairs(const uint8_t* p) {
+  int64_t bits;
+  std::memcpy(&bits, p, 8);
+  const __m256i spread = _mm256_srlv_epi64(_mm256_set1_epi64x(bits), _mm256_setr_epi64x(0, 2, 4, 6));
+  return _mm256_slli_epi16(_mm256_and_si256(spread, _mm256_set1_epi8(3)), 4);
+}
+
+// Super-block s's scales as float32 products d * sc (k_scale's): Q4_K's 8 in v[0], Q6_K's 16 in v[0], v[1].
+template <int QT>
+LANGRT_AVX2 inline void super_scales(const RowLayout& row, int64_t s, __m256* v) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(row.d[s]));
+  if constexpr (QT == kQ4_K) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub + 8 * s));
+    v[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
+  } else {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.sub + 16 * s));
+    v[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
+    v[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8))));
+  }
+}
+
+// What the offsets add to one product: Q4_K's -(dmin * m) times each block's d_x * sum(q); Q6_K's
+// -32 * d * sc times each 16's d_x * sum(q).
+template <int QT>
+LANGRT_AVX2 float offsets(const RowLayout& row, const QuantizedRows& x, int64_t m, int64_t blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t s = 0; s < blocks / 8; ++s) {
+    if constexpr (QT == kQ4_K) {
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub_m + 8 * s));
+      const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(row.m[s])), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
+      acc = _mm256_fmadd_ps(mins, _mm256_loadu_ps(x.s + m * blocks + 8 * s), acc);
+    } else {
+      __m256 v[2];
+      super_scales<QT>(row, s, v);
+      const float* h = x.h + 2 * (m * blocks + 8 * s);
+      acc = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(h), acc);
+      acc = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(h + 8), acc);
+    }
+  }
+  return QT == kQ4_K ? hsum(acc) : -32.0f * hsum(acc);
+}
+
+// Lanes 0-3 of a pair's scales from element a, lanes 4-7 from element a + 1.
+LANGRT_AVX2 inline __m256 spread_pair(__m256 v, int a) {
+  return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(a, a, a, a, a + 1, a + 1, a + 1, a + 1));
+}
+
+// The int32 sums of 32 weight bytes w (unsigned) times 32 activations (bytes lo, hi), summed in pairs of int16.
+LANGRT_AVX2 inline __m256i byte_dot(__m256i low_products, __m256i high_products) {
+  return _mm256_add_epi32(_mm256_madd_epi16(low_products, _mm256_set1_epi16(1)),
+                          _mm256_madd_epi16(high_products, _mm256_set1_epi16(256)));
+}
+
+// Q4_K: weight row n against activation rows m0 .. m0 + RM, two blocks at a time: the 32 bytes of
+// nibbles of blocks b, b + 1 give their weights 0-15 (A) and 16-31 (B), which the activations'
+// bytes in k_order meet; int32 lanes 0-3 sum block b, lanes 4-7 block b + 1.
+template <int RM>
+LANGRT_AVX2 void q4k_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc) {
+  const int64_t blocks = x.k / kBlock;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t s = 0; s < blocks / 8; ++s) {
+    __m256 scales;
+    super_scales<kQ4_K>(row, s, &scales);
+    for (int p = 0; p < 4; ++p) {
+      const int64_t b = 8 * s + 2 * p;
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row.quants + 16 * b));
+      const __m256i a = _mm256_and_si256(raw, low4), c = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      const __m256 ws = spread_pair(scales, 2 * p);
+      for (int j = 0; j < RM; ++j) {
+        const int64_t at = (m0 + j) * x.k + kBlock * b;
+        const __m256i* lo = reinterpret_cast<const __m256i*>(xb.lo + at);
+        const __m256i* hi = reinterpret_cast<const __m256i*>(xb.hi + at);
+        const __m256i low = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(lo), a),
+                                             _mm256_maddubs_epi16(_mm256_loadu_si256(lo + 1), c));
+        const __m256i high = _mm256_add_epi16(_mm256_maddubs_epi16(a, _mm256_loadu_si256(hi)),
+                                              _mm256_maddubs_epi16(c, _mm256_loadu_si256(hi + 1)));
+        const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x.d + (m0 + j) * blocks + b)));
+        const __m256 xs = spread_pair(_mm256_castps128_ps256(d2), 0);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byte_dot(low, high)), _mm256_mul_ps(ws, xs), acc[j]);
+      }
+    }
+  }
+}
+
+// Q6_K: one block at a time; int32 lanes 0-3 sum its weights 0-15, lanes 4-7 weights 16-31 (a scale each).
+template <int RM>
+LANGRT_AVX2 void q6k_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc) {
+  const int64_t blocks = x.k / kBlock;
+  for (int64_t s = 0; s < blocks / 8; ++s) {
+    __m256 scales[2];
+    super_scales<kQ6_K>(row, s, scales);
+    for (int e = 0; e < 8; ++e) {
+      const int64_t b = 8 * s + e;
+      const uint8_t* q = row.quants + 24 * b;
+      const __m256i w = _mm256_or_si256(nibble_bytes(q), high_pairs(q + 16));
+      const __m256 ws = spread_pair(scales[e / 4], 2 * (e % 4));
+      for (int j = 0; j < RM; ++j) {
+        const int64_t at = (m0 + j) * x.k + kBlock * b;
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.lo + at));
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.hi + at));
+        const __m256i sum = byte_dot(_mm256_maddubs_epi16(lo, w), _mm256_maddubs_epi16(w, hi));
+        const __m256 xs = _mm256_broadcast_ss(x.d + (m0 + j) * blocks + b);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, xs), acc[j]);
+      }
+    }
+  }
+}
+
+template <int QT, int RM>
+LANGRT_AVX2 void k_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
+                        const ByteRows& xb, int64_t m0, const OutRows& out) {
+  const int64_t blocks = x.k / kBlock;
+  for (int64_t n = n0; n < n1; ++n) {
+    const RowLayout row = packed_layout(QT, w + n * row_bytes, blocks);
+    __m256 acc[RM];
+    for (int j = 0; j < RM; ++j) acc[j] = _mm256_setzero_ps();
+    if constexpr (QT == kQ4_K) {
+      q4k_tile<RM>(row, x, xb, m0, acc);
+    } else {
+      q6k_tile<RM>(row, x, xb, m0, acc);
+    }
+    for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) + offsets<QT>(row, x, m0 + j, blocks));
+  }
+}
+
+// Activation rows m0 .. m1 in groups of up to 4 (each weight row decoded once per group).
+template <int QT>
+LANGRT_AVX2 void k_groups(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
+                          const ByteRows& xb, int64_t m0, int64_t m1, const OutRows& out) {
+  for (int64_t m = m0; m < m1; m += 4) {
+    switch (m1 - m) {
+      case 1: k_rows<QT, 1>(w, row_bytes, n0, n1, x, xb, m, out); break;
+      case 2: k_rows<QT, 2>(w, row_bytes, n0, n1, x, xb, m, out); break;
+      case 3: k_rows<QT, 3>(w, row_bytes, n0, n1, x, xb, m, out); break;
+      default: k_rows<QT, 4>(w, row_bytes, n0, n1, x, xb, m, out); break;
+    }
+  }
+}
+
+}  // namespace
+
+void split_rows_k(int qtype, const int16_t* q, int64_t rows, int64_t k, uint8_t* lo, int8_t* hi) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int16_t* src = q + r * k;
+    for (int64_t i = 0; i < k; ++i) {
+      // Q4_K: within each 64 weights (blocks 2c, 2c + 1), part t of 16 is block 2c + (t & 1)'s weights 16 (t >> 1) ..
+      const int64_t t = (i % 64) / 16, from = qtype == kQ4_K ? i - i % 64 + (t & 1) * 32 + (t >> 1) * 16 + i % 16 : i;
+      lo[r * k + i] = static_cast<uint8_t>(src[from] & 0xFF);
+      hi[r * k + i] = static_cast<int8_t>(src[from] >> 8);
+    }
+  }
+}
+
+LANGRT_AVX2 void dot_rows_k_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1,
+                                 const QuantizedRows& x, const ByteRows& bytes, int64_t m0, int64_t m1,
+                                 const OutRows& out) {
+  if (qtype == kQ4_K) return k_groups<kQ4_K>(w, row_bytes, n0, n1, x, bytes, m0, m1, out);
+  if (qtype == kQ6_K) return k_groups<kQ6_K>(w, row_bytes, n0, n1, x, bytes, m0, m1, out);
+}
+
+}  // namespace langrt_quant
+
+#endif  // __x86_64__
