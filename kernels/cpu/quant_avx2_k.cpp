@@ -71,6 +71,16 @@ LANGRT_AVX2 float offsets(const RowLayout& row, const QuantizedRows& x, int64_t 
   return QT == kQ4_K ? hsum(acc) : -32.0f * hsum(acc);
 }
 
+// Weight bytes fetched this far ahead of a super-block's (into the next rows: prefetches do not
+// fault past the end). The hardware prefetchers alone left a decode at 7-9 GB/s of blocks from
+// memory on 2 threads of a Zen 3; 8 KB ahead gave 11-14 (2-16 KB measured; 1.5B model's FFN shapes).
+constexpr int64_t kFetchAhead = 8192;
+
+LANGRT_AVX2 inline void fetch_ahead(const uint8_t* quants, int64_t bytes) {
+  const char* at = reinterpret_cast<const char*>(quants) + kFetchAhead;
+  for (int64_t line = 0; line < bytes; line += 64) _mm_prefetch(at + line, _MM_HINT_T0);
+}
+
 // Lanes 0-3 of a pair's scales from element a, lanes 4-7 from element a + 1.
 LANGRT_AVX2 inline __m256 spread_pair(__m256 v, int a) {
   return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(a, a, a, a, a + 1, a + 1, a + 1, a + 1));
@@ -92,6 +102,7 @@ LANGRT_AVX2 void q4k_tile(const RowLayout& row, const QuantizedRows& x, const By
   for (int64_t s = 0; s < blocks / 8; ++s) {
     __m256 scales;
     super_scales<kQ4_K>(row, s, &scales);
+    fetch_ahead(row.quants + 128 * s, 128);
     for (int p = 0; p < 4; ++p) {
       const int64_t b = 8 * s + 2 * p;
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row.quants + 16 * b));
@@ -120,6 +131,7 @@ LANGRT_AVX2 void q6k_tile(const RowLayout& row, const QuantizedRows& x, const By
   for (int64_t s = 0; s < blocks / 8; ++s) {
     __m256 scales[2];
     super_scales<kQ6_K>(row, s, scales);
+    fetch_ahead(row.quants + 192 * s, 192);
     for (int e = 0; e < 8; ++e) {
       const int64_t b = 8 * s + e;
       const uint8_t* q = row.quants + 24 * b;
