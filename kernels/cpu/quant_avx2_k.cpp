@@ -50,25 +50,15 @@ LANGRT_AVX2 inline void super_scales(const RowLayout& row, int64_t s, __m256* v)
   }
 }
 
-// What the offsets add to one product: Q4_K's -(dmin * m) times each block's d_x * sum(q); Q6_K's
-// -32 * d * sc times each 16's d_x * sum(q).
-template <int QT>
-LANGRT_AVX2 float offsets(const RowLayout& row, const QuantizedRows& x, int64_t m, int64_t blocks) {
+// What Q4_K's minimums add to one product: -(dmin * m) times each block's d_x * sum(q).
+LANGRT_AVX2 float q4k_offsets(const RowLayout& row, const QuantizedRows& x, int64_t m, int64_t blocks) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t s = 0; s < blocks / 8; ++s) {
-    if constexpr (QT == kQ4_K) {
-      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub_m + 8 * s));
-      const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(row.m[s])), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
-      acc = _mm256_fmadd_ps(mins, _mm256_loadu_ps(x.s + m * blocks + 8 * s), acc);
-    } else {
-      __m256 v[2];
-      super_scales<QT>(row, s, v);
-      const float* h = x.h + 2 * (m * blocks + 8 * s);
-      acc = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(h), acc);
-      acc = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(h + 8), acc);
-    }
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub_m + 8 * s));
+    const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(row.m[s])), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
+    acc = _mm256_fmadd_ps(mins, _mm256_loadu_ps(x.s + m * blocks + 8 * s), acc);
   }
-  return QT == kQ4_K ? hsum(acc) : -32.0f * hsum(acc);
+  return hsum(acc);
 }
 
 // Weight bytes fetched this far ahead of a super-block's (into the next rows: prefetches do not
@@ -98,25 +88,31 @@ LANGRT_AVX2 inline __m256i byte_dot(__m256i low_products, __m256i high_products)
 template <int RM>
 LANGRT_AVX2 void q4k_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc) {
   const int64_t blocks = x.k / kBlock;
+  const uint8_t* lo[RM];
+  const int8_t* hi[RM];
+  const float* xd[RM];
+  for (int j = 0; j < RM; ++j) {
+    lo[j] = xb.lo + (m0 + j) * x.k, hi[j] = xb.hi + (m0 + j) * x.k, xd[j] = x.d + (m0 + j) * blocks;
+  }
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t s = 0; s < blocks / 8; ++s) {
     __m256 scales;
     super_scales<kQ4_K>(row, s, &scales);
     fetch_ahead(row.quants + 128 * s, 128);
+#pragma GCC unroll 4
     for (int p = 0; p < 4; ++p) {
       const int64_t b = 8 * s + 2 * p;
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row.quants + 16 * b));
       const __m256i a = _mm256_and_si256(raw, low4), c = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
       const __m256 ws = spread_pair(scales, 2 * p);
       for (int j = 0; j < RM; ++j) {
-        const int64_t at = (m0 + j) * x.k + kBlock * b;
-        const __m256i* lo = reinterpret_cast<const __m256i*>(xb.lo + at);
-        const __m256i* hi = reinterpret_cast<const __m256i*>(xb.hi + at);
-        const __m256i low = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(lo), a),
-                                             _mm256_maddubs_epi16(_mm256_loadu_si256(lo + 1), c));
-        const __m256i high = _mm256_add_epi16(_mm256_maddubs_epi16(a, _mm256_loadu_si256(hi)),
-                                              _mm256_maddubs_epi16(c, _mm256_loadu_si256(hi + 1)));
-        const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x.d + (m0 + j) * blocks + b)));
+        const __m256i* l = reinterpret_cast<const __m256i*>(lo[j] + kBlock * b);
+        const __m256i* h = reinterpret_cast<const __m256i*>(hi[j] + kBlock * b);
+        const __m256i low = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(l), a),
+                                             _mm256_maddubs_epi16(_mm256_loadu_si256(l + 1), c));
+        const __m256i high = _mm256_add_epi16(_mm256_maddubs_epi16(a, _mm256_loadu_si256(h)),
+                                              _mm256_maddubs_epi16(c, _mm256_loadu_si256(h + 1)));
+        const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(xd[j] + b)));
         const __m256 xs = spread_pair(_mm256_castps128_ps256(d2), 0);
         acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byte_dot(low, high)), _mm256_mul_ps(ws, xs), acc[j]);
       }
@@ -126,24 +122,34 @@ LANGRT_AVX2 void q4k_tile(const RowLayout& row, const QuantizedRows& x, const By
 
 // Q6_K: one block at a time; int32 lanes 0-3 sum its weights 0-15, lanes 4-7 weights 16-31 (a scale each).
 template <int RM>
-LANGRT_AVX2 void q6k_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc) {
+LANGRT_AVX2 void q6k_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc,
+                          __m256* sums) {
   const int64_t blocks = x.k / kBlock;
+  const uint8_t* lo[RM];
+  const int8_t* hi[RM];
+  const float* xd[RM];
+  for (int j = 0; j < RM; ++j) {
+    lo[j] = xb.lo + (m0 + j) * x.k, hi[j] = xb.hi + (m0 + j) * x.k, xd[j] = x.d + (m0 + j) * blocks;
+  }
   for (int64_t s = 0; s < blocks / 8; ++s) {
     __m256 scales[2];
     super_scales<kQ6_K>(row, s, scales);
     fetch_ahead(row.quants + 192 * s, 192);
+    for (int j = 0; j < RM; ++j) {  // the scales times each 16's d_x * sum(q), which -32 multiplies
+      const float* h = x.h + 2 * ((m0 + j) * blocks + 8 * s);
+      sums[j] = _mm256_fmadd_ps(scales[1], _mm256_loadu_ps(h + 8), _mm256_fmadd_ps(scales[0], _mm256_loadu_ps(h), sums[j]));
+    }
+#pragma GCC unroll 8
     for (int e = 0; e < 8; ++e) {
       const int64_t b = 8 * s + e;
       const uint8_t* q = row.quants + 24 * b;
       const __m256i w = _mm256_or_si256(nibble_bytes(q), high_pairs(q + 16));
       const __m256 ws = spread_pair(scales[e / 4], 2 * (e % 4));
       for (int j = 0; j < RM; ++j) {
-        const int64_t at = (m0 + j) * x.k + kBlock * b;
-        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.lo + at));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.hi + at));
-        const __m256i sum = byte_dot(_mm256_maddubs_epi16(lo, w), _mm256_maddubs_epi16(w, hi));
-        const __m256 xs = _mm256_broadcast_ss(x.d + (m0 + j) * blocks + b);
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, xs), acc[j]);
+        const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo[j] + kBlock * b));
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi[j] + kBlock * b));
+        const __m256i sum = byte_dot(_mm256_maddubs_epi16(l, w), _mm256_maddubs_epi16(w, h));
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_broadcast_ss(xd[j] + b)), acc[j]);
       }
     }
   }
@@ -155,14 +161,15 @@ LANGRT_AVX2 void k_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t
   const int64_t blocks = x.k / kBlock;
   for (int64_t n = n0; n < n1; ++n) {
     const RowLayout row = packed_layout(QT, w + n * row_bytes, blocks);
-    __m256 acc[RM];
-    for (int j = 0; j < RM; ++j) acc[j] = _mm256_setzero_ps();
+    __m256 acc[RM], sums[RM];
+    for (int j = 0; j < RM; ++j) acc[j] = sums[j] = _mm256_setzero_ps();
     if constexpr (QT == kQ4_K) {
       q4k_tile<RM>(row, x, xb, m0, acc);
+      for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) + q4k_offsets(row, x, m0 + j, blocks));
     } else {
-      q6k_tile<RM>(row, x, xb, m0, acc);
+      q6k_tile<RM>(row, x, xb, m0, acc, sums);
+      for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) - 32.0f * hsum(sums[j]));
     }
-    for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) + offsets<QT>(row, x, m0 + j, blocks));
   }
 }
 
