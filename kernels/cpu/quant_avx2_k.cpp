@@ -50,17 +50,6 @@ LANGRT_AVX2 inline void super_scales(const RowLayout& row, int64_t s, __m256* v)
   }
 }
 
-// What Q4_K's minimums add to one product: -(dmin * m) times each block's d_x * sum(q).
-LANGRT_AVX2 float q4k_offsets(const RowLayout& row, const QuantizedRows& x, int64_t m, int64_t blocks) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t s = 0; s < blocks / 8; ++s) {
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub_m + 8 * s));
-    const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(row.m[s])), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
-    acc = _mm256_fmadd_ps(mins, _mm256_loadu_ps(x.s + m * blocks + 8 * s), acc);
-  }
-  return hsum(acc);
-}
-
 // Weight bytes fetched this far ahead of a super-block's (into the next rows: prefetches do not
 // fault past the end). The hardware prefetchers alone left a decode at 7-9 GB/s of blocks from
 // memory on 2 threads of a Zen 3; 8 KB ahead gave 11-14 (2-16 KB measured; 1.5B model's FFN shapes).
@@ -86,7 +75,8 @@ LANGRT_AVX2 inline __m256i byte_dot(__m256i low_products, __m256i high_products)
 // nibbles of blocks b, b + 1 give their weights 0-15 (A) and 16-31 (B), which the activations'
 // bytes in k_order meet; int32 lanes 0-3 sum block b, lanes 4-7 block b + 1.
 template <int RM>
-LANGRT_AVX2 void q4k_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc) {
+LANGRT_AVX2 void q4k_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc,
+                          __m256* sums) {
   const int64_t blocks = x.k / kBlock;
   const uint8_t* lo[RM];
   const int8_t* hi[RM];
@@ -99,6 +89,10 @@ LANGRT_AVX2 void q4k_tile(const RowLayout& row, const QuantizedRows& x, const By
     __m256 scales;
     super_scales<kQ4_K>(row, s, &scales);
     fetch_ahead(row.quants + 128 * s, 128);
+    const __m128i mins = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub_m + 8 * s));
+    const __m256 offsets = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(row.m[s])), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mins)));
+    for (int j = 0; j < RM; ++j)  // dmin * m times each block's d_x * sum(q), subtracted
+      sums[j] = _mm256_fmadd_ps(offsets, _mm256_loadu_ps(x.s + (m0 + j) * blocks + 8 * s), sums[j]);
 #pragma GCC unroll 4
     for (int p = 0; p < 4; ++p) {
       const int64_t b = 8 * s + 2 * p;
@@ -164,8 +158,8 @@ LANGRT_AVX2 void k_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t
     __m256 acc[RM], sums[RM];
     for (int j = 0; j < RM; ++j) acc[j] = sums[j] = _mm256_setzero_ps();
     if constexpr (QT == kQ4_K) {
-      q4k_tile<RM>(row, x, xb, m0, acc);
-      for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) + q4k_offsets(row, x, m0 + j, blocks));
+      q4k_tile<RM>(row, x, xb, m0, acc, sums);
+      for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) - hsum(sums[j]));
     } else {
       q6k_tile<RM>(row, x, xb, m0, acc, sums);
       for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) - 32.0f * hsum(sums[j]));
