@@ -1,10 +1,10 @@
-// Q4_K and Q6_K (the bulk of Q4_K_M files) on AVX2: the activations' int16 quants split into
-// bytes, q = 256 * hi + lo (lo unsigned, hi signed), so that VPMADDUBSW multiplies them with the
-// weights' unsigned quants straight from the bytes: no widening to int16, and for Q4_K two blocks
-// share each multiply's register. The integer sums per block (per 16 weights for Q6_K) are
-// exactly quant_avx2.cpp's, scaled in the same float32 products, so the results agree with it
-// within float32 rounding; every product takes the same steps whatever the tile, so a row's bits
-// do not depend on how many rows its pass has.
+// Q4_0, Q4_1, Q4_K and Q6_K (the blocks of Q4_0, Q4_1 and Q4_K_M files) on AVX2: the activations'
+// int16 quants split into bytes, q = 256 * hi + lo (lo unsigned, hi signed), so that VPMADDUBSW
+// multiplies them with the weights' unsigned quants straight from the bytes: no widening to int16,
+// and for the 4-bit types two blocks share each multiply's register. The integer sums per block
+// (per 16 weights for Q6_K) are exactly quant_avx2.cpp's, scaled in the same float32 products, so
+// the results agree with it within float32 rounding; every product takes the same steps whatever
+// the tile, so a row's bits do not depend on how many rows its pass has.
 //
 // Why: quant_avx2.cpp widens each block's quants to int16 and converts and scales every block
 // apart, and on a 2-core Zen 3 it reached ~5 GB/s of blocks per core against ~14 GB/s the core
@@ -12,9 +12,10 @@
 // A single activation row (a decode's) also streams the weight rows one after another here, which
 // the hardware prefetchers follow better than 4 rows read side by side.
 //
-// Q4_K: w = d * sc * q - dmin * m (q in [0, 15]); Q6_K: w = d * sc * (q - 32) (q in [0, 63]),
-// whose -32 and Q4_K's minimum multiply the activations' sums (QuantizedRows::s, ::h) apart.
-// Overflow: Q4_K's int16 pair sums are at most 2 * 2 * 255 * 15, Q6_K's 2 * 255 * 63.
+// Q4_0: w = d * (q - 8); Q4_1: w = d * q + m; Q4_K: w = d * sc * q - dmin * m (q in [0, 15]);
+// Q6_K: w = d * sc * (q - 32) (q in [0, 63]); the offsets multiply the activations' sums
+// (QuantizedRows::s, ::h) apart. Overflow: the 4-bit types' int16 pair sums are at most
+// 2 * 2 * 255 * 15, Q6_K's 2 * 255 * 63.
 #include "quant_kernels.h"
 
 #if defined(__x86_64__)
@@ -71,12 +72,53 @@ LANGRT_AVX2 inline __m256i byte_dot(__m256i low_products, __m256i high_products)
                           _mm256_madd_epi16(high_products, _mm256_set1_epi16(256)));
 }
 
-// Q4_K: weight row n against activation rows m0 .. m0 + RM, two blocks at a time: the 32 bytes of
-// nibbles of blocks b, b + 1 give their weights 0-15 (A) and 16-31 (B), which the activations'
-// bytes in k_order meet; int32 lanes 0-3 sum block b, lanes 4-7 block b + 1.
+// Blocks b0 .. b0 + 8 of a 4-bit row: their scales (Q4_K: d * sc; Q4_0, Q4_1: d) and offsets
+// (Q4_K: -(dmin * m); Q4_1: m; Q4_0: -8 d).
+template <int QT>
+LANGRT_AVX2 inline void group_scales(const RowLayout& row, int64_t b0, __m256* scales, __m256* offsets) {
+  if constexpr (QT == kQ4_K) {  // b0 is a super-block's first block
+    super_scales<kQ4_K>(row, b0 / 8, scales);
+    const __m128i mins = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub_m + b0));
+    const __m256 dmin = _mm256_set1_ps(-_cvtsh_ss(row.m[b0 / 8]));
+    *offsets = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mins)));
+  } else {
+    *scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.d + b0)));
+    if constexpr (QT == kQ4_1) {
+      *offsets = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.m + b0)));
+    } else {
+      *offsets = _mm256_mul_ps(*scales, _mm256_set1_ps(-8.0f));
+    }
+  }
+}
+
+// Blocks b, b + 1 against RM activation rows (ws: their weight scales, lanes 0-3 and 4-7): the 32
+// bytes of nibbles give weights 0-15 (a) and 16-31 (c) of both blocks, which the activations'
+// bytes in pair order meet; int32 lanes 0-3 sum block b, lanes 4-7 block b + 1.
 template <int RM>
-LANGRT_AVX2 void q4k_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc,
-                          __m256* sums) {
+LANGRT_AVX2 inline void pair(const uint8_t* quants, int64_t b, __m256 ws, const uint8_t* const* lo,
+                             const int8_t* const* hi, const float* const* xd, __m256* acc) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 16 * b));
+  const __m256i a = _mm256_and_si256(raw, low4), c = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+  for (int j = 0; j < RM; ++j) {
+    const __m256i* l = reinterpret_cast<const __m256i*>(lo[j] + kBlock * b);
+    const __m256i* h = reinterpret_cast<const __m256i*>(hi[j] + kBlock * b);
+    const __m256i low = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(l), a),
+                                         _mm256_maddubs_epi16(_mm256_loadu_si256(l + 1), c));
+    const __m256i high = _mm256_add_epi16(_mm256_maddubs_epi16(a, _mm256_loadu_si256(h)),
+                                          _mm256_maddubs_epi16(c, _mm256_loadu_si256(h + 1)));
+    const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(xd[j] + b)));
+    const __m256 xs = spread_pair(_mm256_castps128_ps256(d2), 0);
+    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byte_dot(low, high)), _mm256_mul_ps(ws, xs), acc[j]);
+  }
+}
+
+// Q4_0, Q4_1, Q4_K: weight row `row` (a whole number of 8 blocks) against activation rows m0 ..
+// m0 + RM, 8 blocks at a time;
+// sums[j] gathers the offsets times each block's d_x * sum(q).
+template <int QT, int RM>
+LANGRT_AVX2 void q4_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc,
+                         __m256* sums) {
   const int64_t blocks = x.k / kBlock;
   const uint8_t* lo[RM];
   const int8_t* hi[RM];
@@ -84,33 +126,13 @@ LANGRT_AVX2 void q4k_tile(const RowLayout& row, const QuantizedRows& x, const By
   for (int j = 0; j < RM; ++j) {
     lo[j] = xb.lo + (m0 + j) * x.k, hi[j] = xb.hi + (m0 + j) * x.k, xd[j] = x.d + (m0 + j) * blocks;
   }
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  for (int64_t s = 0; s < blocks / 8; ++s) {
-    __m256 scales;
-    super_scales<kQ4_K>(row, s, &scales);
-    fetch_ahead(row.quants + 128 * s, 128);
-    const __m128i mins = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.sub_m + 8 * s));
-    const __m256 offsets = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(row.m[s])), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mins)));
-    for (int j = 0; j < RM; ++j)  // dmin * m times each block's d_x * sum(q), subtracted
-      sums[j] = _mm256_fmadd_ps(offsets, _mm256_loadu_ps(x.s + (m0 + j) * blocks + 8 * s), sums[j]);
+  for (int64_t b0 = 0; b0 < blocks; b0 += 8) {
+    __m256 scales, offsets;
+    group_scales<QT>(row, b0, &scales, &offsets);
+    fetch_ahead(row.quants + 16 * b0, 128);
+    for (int j = 0; j < RM; ++j) sums[j] = _mm256_fmadd_ps(offsets, _mm256_loadu_ps(x.s + (m0 + j) * blocks + b0), sums[j]);
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const int64_t b = 8 * s + 2 * p;
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row.quants + 16 * b));
-      const __m256i a = _mm256_and_si256(raw, low4), c = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      const __m256 ws = spread_pair(scales, 2 * p);
-      for (int j = 0; j < RM; ++j) {
-        const __m256i* l = reinterpret_cast<const __m256i*>(lo[j] + kBlock * b);
-        const __m256i* h = reinterpret_cast<const __m256i*>(hi[j] + kBlock * b);
-        const __m256i low = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(l), a),
-                                             _mm256_maddubs_epi16(_mm256_loadu_si256(l + 1), c));
-        const __m256i high = _mm256_add_epi16(_mm256_maddubs_epi16(a, _mm256_loadu_si256(h)),
-                                              _mm256_maddubs_epi16(c, _mm256_loadu_si256(h + 1)));
-        const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(xd[j] + b)));
-        const __m256 xs = spread_pair(_mm256_castps128_ps256(d2), 0);
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byte_dot(low, high)), _mm256_mul_ps(ws, xs), acc[j]);
-      }
-    }
+    for (int p = 0; p < 4; ++p) pair<RM>(row.quants, b0 + 2 * p, spread_pair(scales, 2 * p), lo, hi, xd, acc);
   }
 }
 
@@ -154,15 +176,15 @@ LANGRT_AVX2 void k_rows(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t
                         const ByteRows& xb, int64_t m0, const OutRows& out) {
   const int64_t blocks = x.k / kBlock;
   for (int64_t n = n0; n < n1; ++n) {
-    const RowLayout row = packed_layout(QT, w + n * row_bytes, blocks);
+    const RowLayout row = row_layout(QT, w + n * row_bytes, blocks);
     __m256 acc[RM], sums[RM];
     for (int j = 0; j < RM; ++j) acc[j] = sums[j] = _mm256_setzero_ps();
-    if constexpr (QT == kQ4_K) {
-      q4k_tile<RM>(row, x, xb, m0, acc, sums);
-      for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) - hsum(sums[j]));
-    } else {
+    if constexpr (QT == kQ6_K) {
       q6k_tile<RM>(row, x, xb, m0, acc, sums);
       for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) - 32.0f * hsum(sums[j]));
+    } else {
+      q4_tile<QT, RM>(row, x, xb, m0, acc, sums);
+      for (int j = 0; j < RM; ++j) store_out(out, m0 + j, n, hsum(acc[j]) + hsum(sums[j]));
     }
   }
 }
@@ -187,8 +209,8 @@ void split_rows_k(int qtype, const int16_t* q, int64_t rows, int64_t k, uint8_t*
   for (int64_t r = 0; r < rows; ++r) {
     const int16_t* src = q + r * k;
     for (int64_t i = 0; i < k; ++i) {
-      // Q4_K: within each 64 weights (blocks 2c, 2c + 1), part t of 16 is block 2c + (t & 1)'s weights 16 (t >> 1) ..
-      const int64_t t = (i % 64) / 16, from = qtype == kQ4_K ? i - i % 64 + (t & 1) * 32 + (t >> 1) * 16 + i % 16 : i;
+      // 4-bit: within each 64 weights (blocks 2c, 2c + 1), part t of 16 is block 2c + (t & 1)'s weights 16 (t >> 1) ..
+      const int64_t t = (i % 64) / 16, from = qtype != kQ6_K ? i - i % 64 + (t & 1) * 32 + (t >> 1) * 16 + i % 16 : i;
       lo[r * k + i] = static_cast<uint8_t>(src[from] & 0xFF);
       hi[r * k + i] = static_cast<int8_t>(src[from] >> 8);
     }
@@ -198,6 +220,8 @@ void split_rows_k(int qtype, const int16_t* q, int64_t rows, int64_t k, uint8_t*
 LANGRT_AVX2 void dot_rows_k_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1,
                                  const QuantizedRows& x, const ByteRows& bytes, int64_t m0, int64_t m1,
                                  const OutRows& out) {
+  if (qtype == kQ4_0) return k_groups<kQ4_0>(w, row_bytes, n0, n1, x, bytes, m0, m1, out);
+  if (qtype == kQ4_1) return k_groups<kQ4_1>(w, row_bytes, n0, n1, x, bytes, m0, m1, out);
   if (qtype == kQ4_K) return k_groups<kQ4_K>(w, row_bytes, n0, n1, x, bytes, m0, m1, out);
   if (qtype == kQ6_K) return k_groups<kQ6_K>(w, row_bytes, n0, n1, x, bytes, m0, m1, out);
 }

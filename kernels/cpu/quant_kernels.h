@@ -170,10 +170,12 @@ void dot_rows_avx2(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, i
 void dot_rows_scalar(int qtype, const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, const QuantizedRows& x,
                      int64_t m0, int64_t m1, const OutRows& out);
 
-// Q4_K and Q6_K on AVX2 (quant_avx2_k.cpp): x's int16 quants as bytes, q = 256 * hi + lo (lo
-// unsigned, hi signed), made by split_rows_k: for Q4_K in the order its kernel meets them (within
-// each 64 weights: weights 0-15 of the first block, of the second, then 16-31 of each), for Q6_K
-// as they are. Q6_K also needs x.h (half_sums). The same integer sums as dot_rows_avx2.
+// Q4_0, Q4_1, Q4_K and Q6_K on AVX2 (quant_avx2_k.cpp): x's int16 quants as bytes, q = 256 * hi +
+// lo (lo unsigned, hi signed), made by split_rows_k: for the 4-bit types in the order their kernel
+// meets them (within each 64 weights: weights 0-15 of the first block, of the second, then 16-31
+// of each), for Q6_K as they are; rows of whole groups of 8 blocks. Q6_K also needs x.h
+// (half_sums). The same integer sums as dot_rows_avx2.
+constexpr bool byte_type(int qtype) { return qtype == kQ4_0 || qtype == kQ4_1 || packed_k(qtype); }
 struct ByteRows {
   const uint8_t* lo;
   const int8_t* hi;

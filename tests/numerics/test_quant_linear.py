@@ -84,16 +84,21 @@ def test_vnni_kernel_takes_the_avx2_kernels_integer_sums(qtype, monkeypatch):
 
 @pytest.mark.skipif(quant.isa() != "avx2", reason="needs AVX2 (quant_avx2_k.cpp)")
 @pytest.mark.parametrize("rows", [1, 3, 4, 5, 9])  # the byte kernel's groups of 4 activation rows and their tails
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
-def test_avx2_k_quants_on_bytes_take_the_scalar_kernels_integer_sums(qtype, rows, monkeypatch):
-    """Q4_K and Q6_K on AVX2 multiply the activations' int16 quants split into bytes
-    (quant_avx2_k.cpp, Q4_K two blocks to a register): the same integer sums as the scalar kernel,
-    so within float32 rounding of it. Rows of 6 super-blocks, activations at the int16 extremes
-    (every block's largest value rounds to +-32767: the high byte's -128 and 127, the low byte's
-    255) and one outlier channel."""
-    n, k = 37, 1536
-    raw = random_k_quant_rows(Q[qtype], n, k, seed=rows)
-    blocks = QuantizedWeight.from_gguf(torch.from_numpy(raw), int(Q[qtype]), k).data
+# rows of whole groups of 8 blocks (Q4_0 and Q4_1 rows of other widths take quant_avx2.cpp)
+@pytest.mark.parametrize("qtype, k", [("Q4_0", 512), ("Q4_1", 1536), ("Q4_K", 1536), ("Q6_K", 1536)])
+def test_avx2_blocks_on_bytes_take_the_scalar_kernels_integer_sums(qtype, k, rows, monkeypatch):
+    """Q4_0, Q4_1, Q4_K and Q6_K on AVX2 multiply the activations' int16 quants split into bytes
+    (quant_avx2_k.cpp, the 4-bit types two blocks to a register): the same integer sums as the
+    scalar kernel, so within float32 rounding of it. Activations at the int16 extremes (every
+    block's largest value rounds to +-32767: the high byte's -128 and 127, the low byte's 255) and
+    one outlier channel."""
+    n = 37
+    rng = np.random.default_rng(rows)
+    if qtype in K_QUANTS:
+        raw = random_k_quant_rows(Q[qtype], n, k, seed=rows)
+    else:
+        raw = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), Q[qtype]).reshape(n, -1)
+    blocks = QuantizedWeight.from_gguf(torch.from_numpy(raw.copy()), int(Q[qtype]), k).data
     values = torch.from_numpy(gguf.quants.dequantize(raw, Q[qtype]).reshape(n, k).copy())
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
     x[:, 7] = 40.0
