@@ -91,23 +91,35 @@ LANGRT_AVX2 inline void group_scales(const RowLayout& row, int64_t b0, __m256* s
   }
 }
 
+// Activation rows m0 .. m0 + RM of a pass: where each row's bytes and block scales start.
+template <int RM>
+struct Activations {
+  const uint8_t* lo[RM];
+  const int8_t* hi[RM];
+  const float* d[RM];
+  Activations(const QuantizedRows& x, const ByteRows& xb, int64_t m0) {
+    for (int j = 0; j < RM; ++j) {
+      lo[j] = xb.lo + (m0 + j) * x.k, hi[j] = xb.hi + (m0 + j) * x.k, d[j] = x.d + (m0 + j) * (x.k / kBlock);
+    }
+  }
+};
+
 // Blocks b, b + 1 against RM activation rows (ws: their weight scales, lanes 0-3 and 4-7): the 32
 // bytes of nibbles give weights 0-15 (a) and 16-31 (c) of both blocks, which the activations'
 // bytes in pair order meet; int32 lanes 0-3 sum block b, lanes 4-7 block b + 1.
 template <int RM>
-LANGRT_AVX2 inline void pair(const uint8_t* quants, int64_t b, __m256 ws, const uint8_t* const* lo,
-                             const int8_t* const* hi, const float* const* xd, __m256* acc) {
+LANGRT_AVX2 inline void pair(const uint8_t* quants, int64_t b, __m256 ws, const Activations<RM>& x, __m256* acc) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 16 * b));
   const __m256i a = _mm256_and_si256(raw, low4), c = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
   for (int j = 0; j < RM; ++j) {
-    const __m256i* l = reinterpret_cast<const __m256i*>(lo[j] + kBlock * b);
-    const __m256i* h = reinterpret_cast<const __m256i*>(hi[j] + kBlock * b);
+    const __m256i* l = reinterpret_cast<const __m256i*>(x.lo[j] + kBlock * b);
+    const __m256i* h = reinterpret_cast<const __m256i*>(x.hi[j] + kBlock * b);
     const __m256i low = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(l), a),
                                          _mm256_maddubs_epi16(_mm256_loadu_si256(l + 1), c));
     const __m256i high = _mm256_add_epi16(_mm256_maddubs_epi16(a, _mm256_loadu_si256(h)),
                                           _mm256_maddubs_epi16(c, _mm256_loadu_si256(h + 1)));
-    const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(xd[j] + b)));
+    const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x.d[j] + b)));
     const __m256 xs = spread_pair(_mm256_castps128_ps256(d2), 0);
     acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byte_dot(low, high)), _mm256_mul_ps(ws, xs), acc[j]);
   }
@@ -120,19 +132,14 @@ template <int QT, int RM>
 LANGRT_AVX2 void q4_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc,
                          __m256* sums) {
   const int64_t blocks = x.k / kBlock;
-  const uint8_t* lo[RM];
-  const int8_t* hi[RM];
-  const float* xd[RM];
-  for (int j = 0; j < RM; ++j) {
-    lo[j] = xb.lo + (m0 + j) * x.k, hi[j] = xb.hi + (m0 + j) * x.k, xd[j] = x.d + (m0 + j) * blocks;
-  }
+  const Activations<RM> a(x, xb, m0);
   for (int64_t b0 = 0; b0 < blocks; b0 += 8) {
     __m256 scales, offsets;
     group_scales<QT>(row, b0, &scales, &offsets);
     fetch_ahead(row.quants + 16 * b0, 128);
     for (int j = 0; j < RM; ++j) sums[j] = _mm256_fmadd_ps(offsets, _mm256_loadu_ps(x.s + (m0 + j) * blocks + b0), sums[j]);
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) pair<RM>(row.quants, b0 + 2 * p, spread_pair(scales, 2 * p), lo, hi, xd, acc);
+    for (int p = 0; p < 4; ++p) pair<RM>(row.quants, b0 + 2 * p, spread_pair(scales, 2 * p), a, acc);
   }
 }
 
@@ -141,12 +148,7 @@ template <int RM>
 LANGRT_AVX2 void q6k_tile(const RowLayout& row, const QuantizedRows& x, const ByteRows& xb, int64_t m0, __m256* acc,
                           __m256* sums) {
   const int64_t blocks = x.k / kBlock;
-  const uint8_t* lo[RM];
-  const int8_t* hi[RM];
-  const float* xd[RM];
-  for (int j = 0; j < RM; ++j) {
-    lo[j] = xb.lo + (m0 + j) * x.k, hi[j] = xb.hi + (m0 + j) * x.k, xd[j] = x.d + (m0 + j) * blocks;
-  }
+  const Activations<RM> a(x, xb, m0);
   for (int64_t s = 0; s < blocks / 8; ++s) {
     __m256 scales[2];
     super_scales<kQ6_K>(row, s, scales);
@@ -162,10 +164,10 @@ LANGRT_AVX2 void q6k_tile(const RowLayout& row, const QuantizedRows& x, const By
       const __m256i w = _mm256_or_si256(nibble_bytes(q), high_pairs(q + 16));
       const __m256 ws = spread_pair(scales[e / 4], 2 * (e % 4));
       for (int j = 0; j < RM; ++j) {
-        const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo[j] + kBlock * b));
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi[j] + kBlock * b));
+        const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lo[j] + kBlock * b));
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.hi[j] + kBlock * b));
         const __m256i sum = byte_dot(_mm256_maddubs_epi16(l, w), _mm256_maddubs_epi16(w, h));
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_broadcast_ss(xd[j] + b)), acc[j]);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_broadcast_ss(a.d[j] + b)), acc[j]);
       }
     }
   }
