@@ -108,18 +108,18 @@ struct Activations {
 // bytes of nibbles give weights 0-15 (a) and 16-31 (c) of both blocks, which the activations'
 // bytes in pair order meet; int32 lanes 0-3 sum block b, lanes 4-7 block b + 1.
 template <int RM>
-LANGRT_AVX2 inline void pair(const uint8_t* quants, int64_t b, __m256 ws, const Activations<RM>& x, __m256* acc) {
+LANGRT_AVX2 inline void pair(const uint8_t* quants, int64_t b, __m256 ws, const Activations<RM>& xa, __m256* acc) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 16 * b));
   const __m256i a = _mm256_and_si256(raw, low4), c = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
   for (int j = 0; j < RM; ++j) {
-    const __m256i* l = reinterpret_cast<const __m256i*>(x.lo[j] + kBlock * b);
-    const __m256i* h = reinterpret_cast<const __m256i*>(x.hi[j] + kBlock * b);
+    const __m256i* l = reinterpret_cast<const __m256i*>(xa.lo[j] + kBlock * b);
+    const __m256i* h = reinterpret_cast<const __m256i*>(xa.hi[j] + kBlock * b);
     const __m256i low = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(l), a),
                                          _mm256_maddubs_epi16(_mm256_loadu_si256(l + 1), c));
     const __m256i high = _mm256_add_epi16(_mm256_maddubs_epi16(a, _mm256_loadu_si256(h)),
                                           _mm256_maddubs_epi16(c, _mm256_loadu_si256(h + 1)));
-    const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x.d[j] + b)));
+    const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(xa.d[j] + b)));
     const __m256 xs = spread_pair(_mm256_castps128_ps256(d2), 0);
     acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byte_dot(low, high)), _mm256_mul_ps(ws, xs), acc[j]);
   }
@@ -208,14 +208,11 @@ LANGRT_AVX2 void k_groups(const uint8_t* w, int64_t row_bytes, int64_t n0, int64
 }  // namespace
 
 void split_rows_k(int qtype, const int16_t* q, int64_t rows, int64_t k, uint8_t* lo, int8_t* hi) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int16_t* src = q + r * k;
-    for (int64_t i = 0; i < k; ++i) {
-      // 4-bit: within each 64 weights (blocks 2c, 2c + 1), part t of 16 is block 2c + (t & 1)'s weights 16 (t >> 1) ..
-      const int64_t t = (i % 64) / 16, from = qtype != kQ6_K ? i - i % 64 + (t & 1) * 32 + (t >> 1) * 16 + i % 16 : i;
-      lo[r * k + i] = static_cast<uint8_t>(src[from] & 0xFF);
-      hi[r * k + i] = static_cast<int8_t>(src[from] >> 8);
-    }
+  if (qtype == kQ6_K) return split_rows(q, rows * k, lo, hi);
+  // 4-bit: within each 64 weights (blocks 2c, 2c + 1; rows hold whole groups of 8 blocks), run t
+  // of 16 bytes is block 2c + (t & 1)'s weights 16 (t >> 1) ..
+  for (int64_t at = 0; at < rows * k; at += 64) {
+    for (int t = 0; t < 4; ++t) split_rows(q + at + (t & 1) * 32 + (t >> 1) * 16, 16, lo + at + 16 * t, hi + at + 16 * t);
   }
 }
 

@@ -71,10 +71,17 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype,
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int64_t row_bytes = w.size(1);
 #if defined(__x86_64__)
-  if (isa == 2 && langrt_quant::vnni_type(static_cast<int>(qtype))) {
-    std::vector<uint8_t> lo(rows * k);
-    std::vector<int8_t> hi(rows * k);
-    langrt_quant::split_rows(q.data(), rows * k, lo.data(), hi.data());
+  const bool vnni = isa == 2 && langrt_quant::vnni_type(static_cast<int>(qtype));
+#else
+  const bool vnni = false;
+#endif
+  // Both take x's quants as bytes (q = 256 * hi + lo): VNNI in order, the AVX2 byte kernel in its own.
+  std::vector<uint8_t> lo(vnni || bytes ? rows * k : 0);
+  std::vector<int8_t> hi(lo.size());
+#if defined(__x86_64__)
+  if (vnni) langrt_quant::split_rows(q.data(), rows * k, lo.data(), hi.data());
+  if (bytes) langrt_quant::split_rows_k(static_cast<int>(qtype), q.data(), rows, k, lo.data(), hi.data());
+  if (vnni) {
     // tasks of whole tiles of 16 weight rows
     at::parallel_for(0, (n + 15) / 16, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t m0 = 0; m0 < rows; m0 += kRowChunk) {
@@ -84,11 +91,6 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& w, int64_t qtype,
     });
     return out;
   }
-#endif
-  std::vector<uint8_t> lo(bytes ? rows * k : 0);
-  std::vector<int8_t> hi(bytes ? rows * k : 0);
-#if defined(__x86_64__)
-  if (bytes) langrt_quant::split_rows_k(static_cast<int>(qtype), q.data(), rows, k, lo.data(), hi.data());
 #endif
   const langrt_quant::ByteRows xb{lo.data(), hi.data()};
   // A task is at least ~2k block products: a decode's small layers stay on one thread. Up to 4
