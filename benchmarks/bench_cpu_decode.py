@@ -108,7 +108,7 @@ def measure(spec: EngineSpec, prompts: dict, args) -> dict:
     worker = Worker(spec, args.model, args.threads, args.ctx)
     try:
         row = {"start_to_first_answer_s": worker.start_to_first_answer_s, "memory_after_load": worker.memory(),
-               "system_info": worker.system_info, "version": worker.version}  # fmt: skip
+               "system_info": worker.system_info, "version": worker.version, "kv_value_bytes": worker.kv_value_bytes}  # fmt: skip
         row["decode"] = worker.call(op="decode", ids=prompts["story"], new_tokens=args.new_tokens)
         row["ttft_s"] = worker.call(op="ttft", ids=prompts["long"])["seconds"]
         if spec.engine == "langrt" and prompts["batch"]:
@@ -146,7 +146,7 @@ def run_rounds(specs: list[EngineSpec], tokenizer, args) -> list[dict]:
     return rounds
 
 
-def engine_summary(rows: list[dict], cost: ModelCost, limits: dict, prompt_tokens: int) -> dict:
+def engine_summary(rows: list[dict], cost: ModelCost, limits: dict, prompt_tokens: int, kv_tokens: int) -> dict:
     """Best and median over the rounds, and each best as a fraction of the machine's limit."""
     pick = {
         "decode_tok_s": ([r["decode"]["decode_tok_s"] for r in rows], max),
@@ -167,6 +167,9 @@ def engine_summary(rows: list[dict], cost: ModelCost, limits: dict, prompt_token
     if "batch_tok_s" in s:
         s["batch_fraction_of_gemm_peak"] = cost.flops_per_token * s["batch_tok_s"] / peak
     s["pss_after_load_over_file"] = s["pss_after_load_bytes"] / cost.file_bytes
+    if all("kv_value_bytes" in r for r in rows):  # the engine's own K/V pool (its dtype's size)
+        s["kv_pool_bytes"] = cost.kv_bytes(kv_tokens, rows[0]["kv_value_bytes"])
+        s["pss_after_load_over_file_plus_kv"] = s["pss_after_load_bytes"] / (cost.file_bytes + s["kv_pool_bytes"])
     return s
 
 
@@ -189,8 +192,9 @@ def ratios(engines: dict) -> dict:
 def summarize(results: dict, cost: ModelCost) -> dict:
     names = results["rounds"][0]["engines"].keys()
     prompt_tokens = results["rounds"][0]["prompt_tokens"]["long"]
+    limits, kv_tokens = results["limits"], results["settings"]["ctx"]
     engines = {
-        n: engine_summary([r["engines"][n] for r in results["rounds"]], cost, results["limits"], prompt_tokens)
+        n: engine_summary([r["engines"][n] for r in results["rounds"]], cost, limits, prompt_tokens, kv_tokens)
         for n in names
     }
     summary = {"engines": engines}

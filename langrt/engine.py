@@ -22,6 +22,7 @@ import threading
 from typing import Any, AsyncIterator, Iterator, Sequence
 
 from langrt.embeddings.api import create_embeddings
+from langrt.mem.host_malloc import release_freed_memory
 from langrt.processes.launcher import ChildProcesses
 from langrt.server.req_state import merged_snapshots
 from langrt.server.generate_input import GenerateCall, make_generate_input
@@ -50,6 +51,7 @@ class Engine:
         self.manager: TokenizerManager | None = None
         try:
             self.tokenizer = load_tokenizer(self.args.tokenizer_path or ModelSource.resolve(self.args.model_path).path)
+            release_freed_memory()  # what building the tokenizer left behind
             self.manager = self._call(self._start())
             self.args = self.manager.ready.args
         except BaseException:

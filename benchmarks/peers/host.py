@@ -44,6 +44,7 @@ class Worker:
         ready = self._read()
         self.start_to_first_answer_s = time.perf_counter() - started
         self.system_info, self.version = ready["system_info"], ready["version"]
+        self.kv_value_bytes = ready["kv_value_bytes"]
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()

@@ -18,6 +18,8 @@ class LangrtSide:
         )  # fmt: skip
         self.system_info = describe_path(self.engine.args.dtype, unavailable_reason(), isa())
         self.version = langrt.__version__
+        # langrt's K/V pool holds the model's dtype (float32 on the quantized CPU path)
+        self.kv_value_bytes = 4 if self.engine.args.dtype == "float32" else 2
 
     def flush(self) -> None:
         """Empty the prefix cache (it refuses while requests run: none do between calls)."""

@@ -19,6 +19,7 @@ class LlamaCppSide:
 
         self.system_info = llama_cpp.llama_print_system_info().decode()
         self.version = llama_cpp.__version__
+        self.kv_value_bytes = 2  # llama.cpp's default K and V types are f16
         self.llm = llama_cpp.Llama(model, n_threads=threads, n_threads_batch=threads, n_ctx=ctx, verbose=False)
 
     def flush(self) -> None:

@@ -82,7 +82,8 @@ def main() -> None:
     try:
         side = make_side(args)
         next(iter(side.stream(side.tokenize("Hello"), 1)))  # the first answer
-        reply.write(json.dumps({"ready": True, "system_info": side.system_info, "version": side.version}) + "\n")
+        ready = {"ready": True, "system_info": side.system_info, "version": side.version}
+        reply.write(json.dumps({**ready, "kv_value_bytes": side.kv_value_bytes}) + "\n")
         reply.flush()
         serve(side, reply)
     except Exception:  # noqa: BLE001 - handed to the host, which raises it with this text

@@ -185,17 +185,19 @@ void repack_q4_k(const uint8_t* src, int64_t s, int64_t supers, uint8_t* row) {
 // 2 (r / 32) of byte 128 + 32h + r % 32) -> 8 blocks of 16 nibble bytes and 8 crumb bytes.
 void repack_q6_k(const uint8_t* src, int64_t s, int64_t supers, uint8_t* row) {
   const int64_t blocks = 8 * supers;
-  uint8_t low[kSuper], high[kSuper];
-  for (int w = 0; w < kSuper; ++w) {
-    const int h = w / 128, r = w % 128;
-    low[w] = (src[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
-    high[w] = (src[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
-  }
-  for (int b = 0; b < 8; ++b) {
+  for (int b = 0; b < 8; ++b) {  // weights 32b .. 32b + 31: h = b / 4, r = 32 (b % 4) + i
+    const int h = b / 4, c = b % 4;
+    const uint8_t* ql = src + 64 * h + 32 * (c & 1);  // r % 64 = 32 (c & 1) + i
+    const uint8_t* qh = src + 128 + 32 * h;           // r % 32 = i
+    const int low_shift = 4 * (c >> 1), high_shift = 2 * c;
     uint8_t* q = row + (8 * s + b) * 24;
-    const uint8_t *l = low + 32 * b, *hi = high + 32 * b;
-    for (int i = 0; i < 16; ++i) q[i] = l[i] | (l[16 + i] << 4);
-    for (int i = 0; i < 8; ++i) q[16 + i] = hi[i] | (hi[8 + i] << 2) | (hi[16 + i] << 4) | (hi[24 + i] << 6);
+    for (int i = 0; i < 16; ++i) {
+      q[i] = ((ql[i] >> low_shift) & 0x0F) | (((ql[16 + i] >> low_shift) & 0x0F) << 4);
+    }
+    for (int i = 0; i < 8; ++i) {
+      q[16 + i] = ((qh[i] >> high_shift) & 3) | (((qh[8 + i] >> high_shift) & 3) << 2) |
+                  (((qh[16 + i] >> high_shift) & 3) << 4) | (((qh[24 + i] >> high_shift) & 3) << 6);
+    }
   }
   uint8_t* d = row + blocks * 24;
   std::memcpy(d + 2 * s, src + 208, 2);

@@ -17,6 +17,7 @@ import zmq
 from langrt.ipc import Endpoints, PullQueue, PushQueue
 from langrt.tokenizer.incremental_decoder import IncrementalDecoder
 from langrt.child_setup import configure_logging, exit_with_parent
+from langrt.mem.host_malloc import release_freed_memory
 from langrt.messages import TextUpdate, TextUpdates, TokenUpdate, TokenUpdates
 from langrt.server_args import ServerArgs
 
@@ -69,6 +70,7 @@ def run_detokenizer_process(args: ServerArgs, endpoints: Endpoints, parent_pid: 
     inbox: PullQueue = PullQueue(context, endpoints.detokenizer)
     outbox: PushQueue = PushQueue(context, endpoints.main)
     tokenizer = load_text_decoder(args.tokenizer_path or ModelSource.resolve(args.model_path).path)
+    release_freed_memory()  # what building the tokenizer left behind
     detokenizer = Detokenizer(tokenizer)
     while True:
         message = inbox.get()

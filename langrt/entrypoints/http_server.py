@@ -15,6 +15,7 @@ from langrt.builtin import BUILTIN_NAME
 from langrt.entrypoints import dashboard_api, embeddings_api, lora_api, native_api, openai_api
 from langrt.entrypoints.chat_templates import resolve_chat_template
 from langrt.entrypoints.errors import auth_middleware, error_middleware
+from langrt.mem.host_malloc import release_freed_memory
 from langrt.processes.launcher import ChildProcesses
 from langrt.server.tokenizer_manager import TokenizerManager
 from langrt.model.hf_fallback_config import check_model_servable
@@ -60,6 +61,7 @@ async def serve(args: ServerArgs) -> int:
     runner = None
     try:
         manager = TokenizerManager(args, load_tokenizer(tokenizer_path), children)
+        release_freed_memory()  # what building the tokenizer left behind
         await manager.start()
         app = create_app(manager, args, str(source.path), tokenizer_path)
         # shutdown_timeout: aiohttp waits this long for open connections at cleanup (60 s by

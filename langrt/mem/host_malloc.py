@@ -25,15 +25,35 @@ _TRIM_THRESHOLD = 1 << 30
 _TOP_PAD = 64 << 20
 
 
+def _glibc():
+    """The C library where it is glibc (mallopt and malloc_trim are glibc's), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt, libc.malloc_trim  # musl has neither
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def release_freed_memory() -> None:
+    """Hand the pages malloc holds free back to the kernel (glibc's malloc_trim): once, after a
+    process's start-up, whose parsing and building (the tokenizer's vocabulary as Python strings,
+    its JSON) leave tens to hundreds of MB freed but resident. A no-op elsewhere."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+        libc.malloc_trim(0)
+
+
 def keep_freed_memory() -> bool:
     """Applies the settings above to this process's malloc; False (nothing changed) where the C
     library is not glibc."""
-    if not sys.platform.startswith("linux"):
+    libc = _glibc()
+    if libc is None:
         return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # musl and other C libraries
-        return False
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     applied = all(
         mallopt(param, value)

@@ -20,7 +20,7 @@ from langrt.request import Req
 from langrt.lora.registry import lora_control
 from langrt.scheduler.scheduler import Scheduler
 from langrt.scheduler.snapshot import live_counts, scheduler_snapshot
-from langrt.mem.host_malloc import keep_freed_memory
+from langrt.mem.host_malloc import keep_freed_memory, release_freed_memory
 from langrt.messages import (
     AbortRequest,
     ControlReply,
@@ -61,6 +61,7 @@ def run_scheduler_process(args: ServerArgs, endpoints: Endpoints, parent_pid: in
             return run_encoder_loop(args, ModelSource.resolve(args.model_path), inbox, outbox)
         args = decoder_args(args)
         scheduler = build_scheduler(args, _rank_zero(args, endpoints))
+        release_freed_memory()  # what loading left behind (kept by keep_freed_memory otherwise)
         outbox.put(ready_message(scheduler, args))
         SchedulerLoop(scheduler, inbox, outbox).run()
     except ModelLoadError as e:  # the model's own problem, which its message names: no traceback
@@ -82,17 +83,24 @@ def _rank_zero(args: ServerArgs, endpoints: Endpoints):
 
 
 def build_scheduler(args: ServerArgs, tp=None) -> Scheduler:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langrt.model.gguf_reader import cached_headers
     from langrt.model.loader import ModelSource
     from langrt.model.model_runner import ModelRunner
     from langrt.tokenizer.text_decoder import load_text_decoder
 
     start = time.perf_counter()
-    source = ModelSource.resolve(args.model_path)
-    config = source.model_config(args.model_impl)
-    tokenizer = load_text_decoder(args.tokenizer_path or source.path)
-    loaded = time.perf_counter()
-    runner = ModelRunner(args, source, config, progress=args.log_level in ("debug", "info"), tp=tp)
-    logger.info("tokenizer %.2f s, model and pools %.2f s", loaded - start, time.perf_counter() - loaded)
+    with cached_headers():  # a GGUF file's header read once for the config, tokenizer and weights
+        source = ModelSource.resolve(args.model_path)
+        config = source.model_config(args.model_impl)
+        # The tokenizer is built (Python, then Rust) while the weights are repacked (C++, which
+        # lets go of the GIL): on two cores, most of its time is hidden.
+        with ThreadPoolExecutor(1, thread_name_prefix="langrt-tokenizer") as pool:
+            tokenizer = pool.submit(load_text_decoder, args.tokenizer_path or source.path)
+            runner = ModelRunner(args, source, config, progress=args.log_level in ("debug", "info"), tp=tp)
+            tokenizer = tokenizer.result()
+    logger.info("model, pools and tokenizer %.2f s", time.perf_counter() - start)
     return Scheduler(runner, tokenizer, args)
 
 

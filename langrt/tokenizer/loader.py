@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -133,30 +134,47 @@ def tokenizer_from_gguf_metadata(metadata: Mapping[str, Any], source: str = "GGU
     """Build the tokenizer a GGUF file's `tokenizer.*` metadata describes. `source` names the file in errors."""
     from transformers import PreTrainedTokenizerFast
 
-    backend, default_add_bos = gguf_backend(metadata, source)
+    spec, default_add_bos = gguf_tokenizer_json(metadata, source)
     tokens = metadata["tokenizer.ggml.tokens"]
 
     def token(key: str) -> str | None:
         index = metadata.get(f"tokenizer.ggml.{key}")
         return tokens[index] if index is not None and 0 <= index < len(tokens) else None
 
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token=token("bos_token_id"),
-        eos_token=token("eos_token_id"),
-        unk_token=token("unknown_token_id"),
-        pad_token=token("padding_token_id"),
-        add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", default_add_bos)),
-        add_eos_token=bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
-        chat_template=metadata.get("tokenizer.chat_template"),
-        clean_up_tokenization_spaces=False,
-    )
+    # Handed over as a file: given a `tokenizers.Tokenizer` object instead, transformers deep-copies
+    # it (serialized and parsed again, ~0.8 s for a 151k-token vocabulary).
+    with tempfile.TemporaryDirectory(prefix="langrt-tokenizer-") as directory:
+        file = Path(directory) / "tokenizer.json"
+        file.write_text(spec, encoding="utf-8")
+        try:
+            return PreTrainedTokenizerFast(
+                tokenizer_file=str(file),
+                bos_token=token("bos_token_id"),
+                eos_token=token("eos_token_id"),
+                unk_token=token("unknown_token_id"),
+                pad_token=token("padding_token_id"),
+                add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", default_add_bos)),
+                add_eos_token=bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
+                chat_template=metadata.get("tokenizer.chat_template"),
+                clean_up_tokenization_spaces=False,
+            )
+        except Exception as e:  # the tokenizers library raises plain Exceptions
+            raise ModelLoadError(f"{source}: its tokenizer metadata is inconsistent: {e}") from e
 
 
 def gguf_backend(metadata: Mapping[str, Any], source: str = "GGUF file"):
     """The `tokenizers.Tokenizer` a GGUF file describes, and whether its family adds BOS by default."""
     from tokenizers import Tokenizer
 
+    spec, default_add_bos = gguf_tokenizer_json(metadata, source)
+    try:
+        return Tokenizer.from_str(spec), default_add_bos
+    except Exception as e:  # the tokenizers library raises plain Exceptions
+        raise ModelLoadError(f"{source}: its tokenizer metadata is inconsistent: {e}") from e
+
+
+def gguf_tokenizer_json(metadata: Mapping[str, Any], source: str = "GGUF file") -> tuple[str, bool]:
+    """The tokenizer.json a GGUF file's metadata describes, and whether its family adds BOS by default."""
     kind = metadata.get("tokenizer.ggml.model")
     tokens = metadata.get("tokenizer.ggml.tokens")
     if not tokens:
@@ -172,10 +190,7 @@ def gguf_backend(metadata: Mapping[str, Any], source: str = "GGUF file"):
             f"{source}: tokenizer model {kind!r} is not supported; langrt builds 'gpt2' (byte-level BPE) "
             "and 'llama' (SentencePiece BPE) tokenizers"
         )
-    try:
-        return Tokenizer.from_str(json.dumps(spec, ensure_ascii=False)), default_add_bos
-    except Exception as e:  # the tokenizers library raises plain Exceptions
-        raise ModelLoadError(f"{source}: its tokenizer metadata is inconsistent: {e}") from e
+    return json.dumps(spec, ensure_ascii=False), default_add_bos
 
 
 def _pre_tokenizer(name: str | None, source: str) -> _PreTokenizer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import gguf
 import numpy as np
@@ -103,6 +104,28 @@ def test_tiny_llama_reads_back_exactly(tmp_path):
     assert loaded.hf_config["attention_bias"] is False
     assert loaded.hf_config["torch_dtype"] == "float32"
     assert loaded.num_tensors == len(state)
+
+
+def test_headers_are_parsed_once_inside_cached_headers(tmp_path, monkeypatch):
+    """A process's start-up reads one file's header for the config, the tokenizer and the weights:
+    inside cached_headers() it is parsed once (a rewritten file again), outside every time."""
+    from langrt.model import gguf_reader
+
+    config, state = tiny_llama()
+    path = write_gguf(tmp_path / "llama.gguf", state, config)
+    parses = []
+    parse = gguf_reader.GGUFHeaderParser.header
+    monkeypatch.setattr(gguf_reader.GGUFHeaderParser, "header", lambda self: parses.append(1) or parse(self))
+    with gguf_reader.cached_headers():
+        first, second = GGUFFile(path), GGUFFile(path)
+        assert len(parses) == 1 and first.metadata is second.metadata
+        weights = dict(second.iter_weights(torch.float32))  # each file its own mapping, still readable
+        assert all(torch.equal(weights[name], tensor) for name, tensor in state.items())
+        write_gguf(path, tiny_llama(seed=1)[1], config)  # a new file: size or time differ
+        os.utime(path, ns=(0, 12345))
+        assert GGUFFile(path).metadata is not first.metadata and len(parses) == 2
+    GGUFFile(path), GGUFFile(path)
+    assert len(parses) == 4
 
 
 def test_llama_q_k_are_stored_permuted_and_loaded_unpermuted(tmp_path):
