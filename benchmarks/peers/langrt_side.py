@@ -9,14 +9,12 @@ from typing import Iterator
 
 class LangrtSide:
     def __init__(self, model: str | None, threads: int, ctx: int, dtype: str, quantization: str):
-        import langrt
-        from langrt.cpu_features import describe_path
-        from langrt_kernels.cpu import isa, unavailable_reason
+        import langrt  # and no more in this process: torch is imported by the scheduler alone
 
         self.engine = langrt.Engine(
             model, dtype=dtype, quantization=quantization, max_total_tokens=ctx, num_threads=threads, log_level="warning",
         )  # fmt: skip
-        self.system_info = describe_path(self.engine.args.dtype, unavailable_reason(), isa())
+        self.system_info = self.engine.get_server_info()["cpu_path"]
         self.version = langrt.__version__
         # langrt's K/V pool holds the model's dtype (float32 on the quantized CPU path)
         self.kv_value_bytes = 4 if self.engine.args.dtype == "float32" else 2

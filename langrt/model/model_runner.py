@@ -54,11 +54,13 @@ class ModelRunner:
         self.tp, self.peers, model_config, shard = _tensor_parallel(tp, config, args.torch_dtype)
         self.device = torch.device(args.device)
         self.dtype = args.torch_dtype
+        self.cpu_path: str | None = None  # the CPU kernels' path in words (get_server_info's cpu_path)
         if self.device.type == "cpu":
             torch.set_num_threads(args.num_threads)
             from langrt_kernels.cpu import isa, unavailable_reason
 
-            logger.info(describe_path(args.dtype, unavailable_reason(), isa()))
+            self.cpu_path = describe_path(args.dtype, unavailable_reason(), isa())
+            logger.info(self.cpu_path)
         self.model = self._load(args, source, model_config, shard, progress)
         # the pass running now, as the quantized weights route their products (set per pass)
         self.pass_context = PassContext()

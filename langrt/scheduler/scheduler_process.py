@@ -180,6 +180,7 @@ class SchedulerLoop:
             payload = self.scheduler.flush_cache()
         else:
             payload = {**self.scheduler.cache_stats(), **live_counts(self.scheduler)}
+            payload["cpu_path"] = self.scheduler.runner.cpu_path
         self.outbox.put(ControlReply(m.kind, m.request_id, payload))
 
     def _on_lora(self, m: LoraRequest) -> None:

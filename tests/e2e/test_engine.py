@@ -34,6 +34,29 @@ def assert_pools_empty(engine):
     assert stats["running_requests"] == stats["waiting_requests"] == stats["in_flight_requests"] == 0
 
 
+def test_server_info_names_the_cpu_path(engine):
+    from langrt.cpu_features import describe_path
+    from langrt_kernels.cpu import isa, unavailable_reason
+
+    assert engine.get_server_info()["cpu_path"] == describe_path("float32", unavailable_reason(), isa())
+
+
+def test_an_engine_on_a_gguf_file_leaves_torch_to_the_scheduler():
+    """The scheduler is the one process that imports torch: an Engine's caller (or the HTTP
+    server) serving a GGUF file never loads it (~200 MB, ~2 s). (An HF directory's tokenizer
+    imports it, through transformers' AutoTokenizer.)"""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, langrt; e = langrt.Engine(max_total_tokens=512, log_level='warning'); "
+        "e.generate('hi', {'max_new_tokens': 1}); e.get_server_info(); e.shutdown(); print('torch' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "False"
+
+
 def test_result_shape(engine):
     out = engine.generate(PROMPTS[0], greedy(12))
     meta = out["meta_info"]
