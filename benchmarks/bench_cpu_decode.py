@@ -11,7 +11,7 @@ round and engine, with the prefix cache flushed (langrt) or the evaluated tokens
 (llama.cpp) before every timed call, and prompts new each round so no cache can carry over:
 
 - start to first answer: process start -> model loaded -> first token of a short prompt;
-- resident memory of the engine's whole process tree after that answer (RSS summed; PSS, which
+- resident memory of the engine's whole process tree 3 s after that answer (RSS summed; PSS, which
   counts the pages they share once) and again after the timed calls;
 - batch-1 decode of `--new-tokens` greedy tokens (EOS ignored) from a chat prompt: time to the
   first token, then decode tok/s over the tokens after it; the greedy ids of both engines are
@@ -36,6 +36,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -47,6 +48,7 @@ from peers.host import EngineSpec, Worker  # noqa: E402
 from langrt_kernels.cpu import LAYER_DISABLE_ENV  # noqa: E402
 from langrt.model.fused_layers import ENV as FUSED_LAYERS_ENV  # noqa: E402
 
+SETTLE_S = 3.0
 RESULTS = Path(__file__).parent / "results"
 TOPICS = ["the sea", "a robot", "winter", "a small town", "music", "the moon", "a garden", "trains"]
 
@@ -107,6 +109,9 @@ def round_prompts(tokenizer, round_no: int, args) -> dict:
 def measure(spec: EngineSpec, prompts: dict, args) -> dict:
     worker = Worker(spec, args.model, args.threads, args.ctx)
     try:
+        # Memory once settled: langrt commits its K/V pages and builds the scheduler's tokenizer
+        # while idle after the first answer; both engines get the same pause.
+        time.sleep(SETTLE_S)
         row = {"start_to_first_answer_s": worker.start_to_first_answer_s, "memory_after_load": worker.memory(),
                "system_info": worker.system_info, "version": worker.version, "kv_value_bytes": worker.kv_value_bytes}  # fmt: skip
         row["decode"] = worker.call(op="decode", ids=prompts["story"], new_tokens=args.new_tokens)

@@ -66,7 +66,10 @@ class ModelRunner:
         self.pass_context = PassContext()
         attach_pass_context(self.model, self.pass_context)
         self.plan = plan_memory(args, config, self.dtype, self.tp)
-        self.req_pool = ReqToTokenPool(self.plan.max_running_requests, self.plan.context_len, self.device)
+        # A request's positions each hold a slot of the pool at once, so none is longer than the
+        # pool: rows that long (not the whole context's, 34 MB at 32k x 256 rows) suffice.
+        positions = min(self.plan.context_len, self.plan.max_total_tokens)
+        self.req_pool = ReqToTokenPool(self.plan.max_running_requests, positions, self.device)
         self.kv_pool = _kv_pool(self.plan, model_config, self.dtype, self.device)
         self.attn_backend = create_attention_backend(args.attention_backend, model_config, self.kv_pool, self.req_pool)
         self.graphs = create_decode_graphs(self)  # NoDecodeGraphs off CUDA or with --disable-cuda-graph

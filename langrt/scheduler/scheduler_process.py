@@ -83,24 +83,18 @@ def _rank_zero(args: ServerArgs, endpoints: Endpoints):
 
 
 def build_scheduler(args: ServerArgs, tp=None) -> Scheduler:
-    from concurrent.futures import ThreadPoolExecutor
-
     from langrt.model.gguf_reader import cached_headers
     from langrt.model.loader import ModelSource
     from langrt.model.model_runner import ModelRunner
-    from langrt.tokenizer.text_decoder import load_text_decoder
+    from langrt.tokenizer.text_decoder import deferred_text_decoder
 
     start = time.perf_counter()
     with cached_headers():  # a GGUF file's header read once for the config, tokenizer and weights
         source = ModelSource.resolve(args.model_path)
         config = source.model_config(args.model_impl)
-        # The tokenizer is built (Python, then Rust) while the weights are repacked (C++, which
-        # lets go of the GIL): on two cores, most of its time is hidden.
-        with ThreadPoolExecutor(1, thread_name_prefix="langrt-tokenizer") as pool:
-            tokenizer = pool.submit(load_text_decoder, args.tokenizer_path or source.path)
-            runner = ModelRunner(args, source, config, progress=args.log_level in ("debug", "info"), tp=tp)
-            tokenizer = tokenizer.result()
-    logger.info("model, pools and tokenizer %.2f s", time.perf_counter() - start)
+        tokenizer = deferred_text_decoder(args.tokenizer_path or source.path)  # built when idle
+        runner = ModelRunner(args, source, config, progress=args.log_level in ("debug", "info"), tp=tp)
+    logger.info("model and pools %.2f s", time.perf_counter() - start)
     return Scheduler(runner, tokenizer, args)
 
 
@@ -154,11 +148,17 @@ class SchedulerLoop:
             self.outbox.put(RequestFailed(req.rid, error.message, 400, error.param))
 
     def _wait_idle(self) -> list:
-        """Nothing to compute: commit KV pages, or wait for a message (briefly while grammars
-        compile, since their requests become runnable without a message)."""
+        """Nothing to compute: commit KV pages, build the tokenizer, or wait for a message (briefly
+        while grammars compile, since their requests become runnable without a message)."""
         prefault = self.scheduler.cache.prefault
         if prefault is not None and not prefault.done and not self.scheduler.has_work:
             prefault.step()
+            return []
+        if not self.scheduler.has_work and not getattr(self.scheduler.tokenizer, "loaded", True):
+            start = time.perf_counter()
+            self.scheduler.tokenizer.load()  # a GGUF file's, deferred at start-up (text_decoder)
+            release_freed_memory()  # what building it left behind
+            logger.info("tokenizer built while idle in %.2f s", time.perf_counter() - start)
             return []
         first = self.inbox.get(timeout_s=0.005 if self.scheduler.has_work else 1.0)
         return ([first] if first is not None else []) + self.inbox.drain()

@@ -54,6 +54,42 @@ class TextDecoder:
         return self.backend.encode(text, add_special_tokens=False).ids
 
 
+class DeferredTextDecoder(TextDecoder):
+    """A GGUF file's decoder, built on first use or by `load()`: the scheduler serves without it
+    (a 151k-token vocabulary takes ~1 s to build) and builds it once idle, since only stop
+    strings, grammars, reasoning and drafts need the text. The EOS id is the file's, known at once."""
+
+    def __init__(self, path: Path, eos_token_id: int | None):
+        self.path = path
+        self.eos_token_id = eos_token_id
+
+    @property
+    def loaded(self) -> bool:
+        return "backend" in vars(self)
+
+    def load(self) -> None:
+        if not self.loaded:
+            decoder = load_text_decoder(self.path)
+            self.backend, self.clean_up_spaces = decoder.backend, decoder.clean_up_spaces
+
+    def __getattr__(self, name: str):  # reached only for what is not set yet: the backend's parts
+        if name in ("backend", "clean_up_spaces"):
+            self.load()
+            return vars(self)[name]
+        raise AttributeError(name)
+
+
+def deferred_text_decoder(path: str | os.PathLike) -> TextDecoder:
+    """A GGUF file's decoder deferred (DeferredTextDecoder); any other's loaded now."""
+    path = Path(path)
+    if path.is_file():
+        from langrt.model.gguf_reader import read_header
+
+        _, metadata, _ = read_header(path)
+        return DeferredTextDecoder(path, metadata.get("tokenizer.ggml.eos_token_id"))
+    return load_text_decoder(path)
+
+
 def load_text_decoder(path: str | os.PathLike) -> TextDecoder:
     """The decoder of an HF model directory (its tokenizer.json) or of a GGUF file."""
     path = Path(path)

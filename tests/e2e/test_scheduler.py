@@ -104,6 +104,21 @@ def test_kv_pressure_retracts_and_finishes_everything(tiny_llama_dir, make_engin
     assert_idle_and_clean(small_engine)
 
 
+def test_a_request_as_long_as_the_pool_fits_its_table_row(tiny_llama_dir):
+    """Each request's row of positions -> slots is as long as the pool, not the context (a
+    request's positions each hold a slot at once): a request filling the whole pool still runs,
+    and one that cannot fit is refused before it reaches the table."""
+    scheduler = make_scheduler(tiny_llama_dir, max_total_tokens=256, context_length=2048)
+    assert scheduler.runner.req_pool.req_to_token.shape[1] == 256
+    req = Req("full", tokens(6, 200), SamplingParams(max_new_tokens=56, temperature=0, ignore_eos=True))
+    scheduler.add_request(req)
+    while scheduler.has_work:
+        scheduler.step()
+    assert len(req.output_ids) == 56 and req.finish_reason is not None
+    with pytest.raises(langrt.errors.InvalidRequest):
+        scheduler.add_request(Req("long", tokens(7, 300), SamplingParams(max_new_tokens=4)))
+
+
 def test_chunked_prefill_matches_whole_prefill(tiny_llama_dir, make_engine):
     prompt = tokens(3, 1500)
     kwargs = dict(input_ids=prompt, sampling_params=greedy(8), return_logprob=True, logprob_start_len=0)

@@ -266,3 +266,24 @@ def test_sentencepiece_vocabulary_matches_transformers(tmp_path, smollm2_fields)
     assert ours.tokenize(" leading")[:2] == ["\u2581\u2581", "leading"]
     assert ours.tokenize("<s>Hello") == ["<s>", "\u2581Hello"]
     assert ours.decode(ours.encode(" leading"), skip_special_tokens=True) == " leading"
+
+
+def test_a_deferred_decoder_builds_on_first_use_and_decodes_as_the_eager_one(tmp_path):
+    """The scheduler's decoder of a GGUF file waits until used (or `load()`ed when idle), knowing
+    its EOS id from the metadata meanwhile; an HF directory's is built at once."""
+    from langrt.tokenizer.text_decoder import DeferredTextDecoder, deferred_text_decoder, load_text_decoder
+
+    eager = load_text_decoder(builtin_model_path())
+    deferred = deferred_text_decoder(builtin_model_path())
+    assert isinstance(deferred, DeferredTextDecoder) and not deferred.loaded
+    assert deferred.eos_token_id == eager.eos_token_id is not None
+    ids = eager.encode(CORPUS[1])
+    assert deferred.decode(ids) == eager.decode(ids) == CORPUS[1]
+    assert deferred.loaded and deferred.encode(CORPUS[4]) == eager.encode(CORPUS[4])
+    explicit = deferred_text_decoder(builtin_model_path())
+    explicit.load()
+    assert explicit.loaded and explicit.decode(ids) == CORPUS[1]
+    with pytest.raises(AttributeError):
+        explicit.no_such_attribute
+    load_tokenizer(builtin_model_path()).save_pretrained(tmp_path)
+    assert not isinstance(deferred_text_decoder(tmp_path), DeferredTextDecoder)
