@@ -174,7 +174,9 @@ def engine_summary(rows: list[dict], cost: ModelCost, limits: dict, prompt_token
     s["pss_after_load_over_file"] = s["pss_after_load_bytes"] / cost.file_bytes
     if all("kv_value_bytes" in r for r in rows):  # the engine's own K/V pool (its dtype's size)
         s["kv_pool_bytes"] = cost.kv_bytes(kv_tokens, rows[0]["kv_value_bytes"])
-        s["pss_after_load_over_file_plus_kv"] = s["pss_after_load_bytes"] / (cost.file_bytes + s["kv_pool_bytes"])
+        s["pss_after_load_median_over_file_plus_kv"] = s["pss_after_load_bytes_median"] / (
+            cost.file_bytes + s["kv_pool_bytes"]
+        )
     return s
 
 
