@@ -10,6 +10,7 @@ Everything that is not a TokenUpdates message is passed through to the main proc
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import zmq
@@ -64,16 +65,27 @@ def run_detokenizer_process(args: ServerArgs, endpoints: Endpoints, parent_pid: 
     exit_with_parent(parent_pid, endpoints.directory)
     configure_logging(args.log_level, "detokenizer")
     from langrt.model.source import ModelSource
-    from langrt.tokenizer.text_decoder import load_text_decoder
 
     context = zmq.Context()
     inbox: PullQueue = PullQueue(context, endpoints.detokenizer)
     outbox: PushQueue = PushQueue(context, endpoints.main)
-    tokenizer = load_text_decoder(args.tokenizer_path or ModelSource.resolve(args.model_path).path)
-    release_freed_memory()  # what building the tokenizer left behind
-    detokenizer = Detokenizer(tokenizer)
-    while True:
-        message = inbox.get()
-        if isinstance(message, TokenUpdates):
-            message = TextUpdates([detokenizer.text_update(u) for u in message.updates])
-        outbox.put(message)
+    path = args.tokenizer_path or ModelSource.resolve(args.model_path).path
+    # The tokenizer is built on a thread while this loop relays what needs no text, the
+    # scheduler's ready message among them: the start never waits on this process.
+    with ThreadPoolExecutor(1, thread_name_prefix="langrt-tokenizer") as pool:
+        tokenizer = pool.submit(_load_tokenizer, path)
+        detokenizer = None
+        while True:
+            message = inbox.get()
+            if isinstance(message, TokenUpdates):
+                detokenizer = detokenizer or Detokenizer(tokenizer.result())
+                message = TextUpdates([detokenizer.text_update(u) for u in message.updates])
+            outbox.put(message)
+
+
+def _load_tokenizer(path):
+    from langrt.tokenizer.text_decoder import load_text_decoder
+
+    tokenizer = load_text_decoder(path)
+    release_freed_memory()  # what building it left behind
+    return tokenizer

@@ -155,6 +155,9 @@ class SchedulerLoop:
             prefault.step()
             return []
         if not self.scheduler.has_work and not getattr(self.scheduler.tokenizer, "loaded", True):
+            first = self.inbox.get(timeout_s=1.0)  # a client's first request, sent once ready, first
+            if first is not None:
+                return [first] + self.inbox.drain()
             start = time.perf_counter()
             self.scheduler.tokenizer.load()  # a GGUF file's, deferred at start-up (text_decoder)
             release_freed_memory()  # what building it left behind
