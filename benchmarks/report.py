@@ -104,7 +104,7 @@ HEADLINES = (
         f"llama.cpp {{{_LLAMA}.start_to_first_answer_s_median:.1f}} s",
     ),
     Headline(
-        "Memory 3 s after that answer (all processes' PSS), Qwen2.5-Coder-1.5B",
+        "Memory once settled after that answer (all processes' PSS), Qwen2.5-Coder-1.5B",
         _QWEN_1_5B,
         f"{{{_LANGRT}.pss_after_load_bytes_median/1e9:.2f}} GB ({{{_LANGRT}.pss_after_load_median_over_file_plus_kv:.2f}}x file + K/V pool)",
         f"llama.cpp {{{_LLAMA}.pss_after_load_bytes_median/1e9:.2f}} GB ({{{_LLAMA}.pss_after_load_median_over_file_plus_kv:.2f}}x)",
