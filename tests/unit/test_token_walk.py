@@ -121,3 +121,29 @@ def test_subtree_bytes_are_the_bytes_below_each_node():
         below = {int(trie.node_byte[j]) for j in range(i + 1, int(trie.skip[i]))}
         bits = np.unpackbits(trie.subtree_bytes[i].view(np.uint8), bitorder="little")
         assert set(np.flatnonzero(bits).tolist()) == below, i
+
+
+@pytest.mark.parametrize("kind,source", RULE_GRAMMARS)
+def test_escape_nodes_resume_where_their_bytes_lead(compiler, kind, source):
+    """Each escape node comes with its rule's state before the node's byte: the stack with that
+    state on top is where the node's prefix leads it inside its rule (one of the stacks the
+    prefix leads to), which is how the subtrees' walks start without walking the prefix."""
+    from langrt.constrained.cfg import masks as cfg_masks
+
+    grammar = compiler.compile_ebnf(source) if kind == "ebnf" else compiler.compile_json_schema(source, any_order=True)
+    pda = grammar.dfa
+    native = cfg_masks.PushdownMasks(pda, compiler.vocab)
+    trie = native._trie
+    resumed = 0
+    for text in RULE_TEXTS[kind]:
+        config = pda.initial
+        for byte in text.encode():
+            for stack in pda.reading(config):
+                for node, before in native._top_masks(*pda.top(stack))[2]:
+                    spelling = compiler.vocab.token_bytes[int(trie.token_ids[trie.node_tokens[node]])]
+                    prefix = spelling[: trie.depth[node] - 1]
+                    inside, walked = pda.inside(stack, before), pda.walk(pda._closure([stack]), prefix)
+                    assert pda._configs[inside] <= pda._configs[walked], (text, node)
+                    resumed += 1
+            config = pda.step(config, byte)
+    assert resumed

@@ -62,9 +62,10 @@ class PushdownMasks:
         self._same: dict[int, np.ndarray | None] = {}
         self._canonical: dict[int, int] = {}
         sorted_spellings(vocab)  # built with the grammar (once per vocabulary), not in a mask
-        native = vocab_trie(vocab)
-        if native is not None:
-            native[1].lists()
+        self._native_walk = vocab_trie(vocab)  # (C function, trie), or None: the numpy walks
+        if self._native_walk is not None:
+            self._trie = self._native_walk[1]
+            self._trie.lists()
 
     @property
     def states_computed(self) -> int:
@@ -103,43 +104,42 @@ class PushdownMasks:
 
     def _compute(self, config: int) -> torch.Tensor:
         pda, v = self.pda, self.vocab
-        tops = sorted(set(pda.tops(config)))
-        words = np.zeros(v.num_words, dtype=np.int32)
-        candidates = np.zeros(v.num_words, dtype=np.int32)
-        nodes: set[int] = set()
-        for rule, state in tops:
-            inner, open_, escape_nodes = self._top_masks(rule, state)
-            words |= inner
-            if open_ is not None:
-                candidates |= open_ & ~inner
-            nodes.update(escape_nodes)
-        if nodes:
-            self._walk_subtrees(config, sorted(nodes), words)
-        candidates &= ~words
-        if candidates.any():
-            self._walk_candidates(config, candidates, words)
+        words, candidates, seen = None, None, set()
+        for stack in pda.reading(config):
+            top = pda.top(stack)
+            inner, open_, escape_nodes = self._top_masks(*top)
+            if escape_nodes:
+                words = inner.copy() if words is None else np.bitwise_or(words, inner, out=words)
+                self._walk_subtrees(stack, escape_nodes, words)  # what leaves the rule depends on the stack
+            elif top not in seen:
+                words = inner.copy() if words is None else np.bitwise_or(words, inner, out=words)
+            if open_ is not None and top not in seen:
+                opened = open_ & ~inner
+                candidates = opened if candidates is None else np.bitwise_or(candidates, opened, out=candidates)
+            seen.add(top)
+        if words is None:
+            words = np.zeros(v.num_words, dtype=np.int32)
+        if candidates is not None:
+            candidates &= ~words
+            if candidates.any():
+                self._walk_candidates(config, candidates, words)
         if pda.accepts(config):
             for eos in v.eos_token_ids:
                 set_bit(words, eos)
         return torch.from_numpy(words)
 
-    def _top_masks(self, rule: int, state: int) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+    def _top_masks(self, rule: int, state: int) -> tuple[np.ndarray, np.ndarray | None, list[tuple[int, int]]]:
         """(inner, open, escape nodes) of a top: the tokens read inside the rule, and those
         leaving it after a byte or more: listed one by one (`open`; None: none; numpy's holds
         inner ones too, which callers take out), or (C++ walk) as trie nodes whose subtrees
-        leave it."""
+        leave it, each with the rule's state before the node's byte."""
         found = self._top_memo.get((rule, state))
         if found is not None:
             return found
-        native = vocab_trie(self.vocab)
+        native = self._native_walk
         if native is not None:
-            if rule not in self._native:
-                dfa = self.pda.rules[rule]
-                self._native[rule] = (
-                    WalkTable(dfa.table, dfa.dead),
-                    EscapeBits(dfa.num_states, self._escape_rows(rule)),
-                )
-            (library, trie), (table, escapes) = native, self._native[rule]
+            library, trie = native
+            table, escapes = self._rule_tables(rule)
             walk = lambda: trie.walk(library, table, state, self.vocab.num_words, escapes)  # noqa: E731
             found = self._walks.get(self.pda.rules[rule], escapes.key, state, walk)
         else:
@@ -154,6 +154,16 @@ class PushdownMasks:
             )
         with self._lock:
             self._top_memo[(rule, state)] = found
+        return found
+
+    def _rule_tables(self, rule: int) -> tuple[WalkTable, EscapeBits]:
+        """The C++ walk's table and escape bits of `rule`, made on first use."""
+        found = self._native.get(rule)
+        if found is None:
+            dfa = self.pda.rules[rule]
+            found = WalkTable(dfa.table, dfa.dead), EscapeBits(dfa.num_states, self._escape_rows(rule))
+            with self._lock:
+                self._native[rule] = found
         return found
 
     def _escape_rows(self, rule: int) -> dict[int, int]:
@@ -172,21 +182,27 @@ class PushdownMasks:
             self._escapes[rule] = _may_escape(dfa, escapes)
             self._inner[rule] = TokenMasks(_never_ending(dfa), self.vocab)
 
-    def _walk_subtrees(self, config: int, nodes: list[int], words: np.ndarray) -> None:
-        """The tokens under each trie node in `nodes` (ascending) the automaton reads from
-        `config`, walked in the trie: a byte that dies skips its whole subtree, so ` t` (where
+    def _walk_subtrees(self, stack: int, nodes: list[tuple[int, int]], words: np.ndarray) -> None:
+        """The tokens under each trie node in `nodes` (ascending, each with the state of the
+        stack's top rule before the node's byte) that `stack` reads. Where it has read the
+        node's byte, each stack then reading goes on in the C++ walk of its own top rule (and
+        again where tokens leave that rule); past the walk's limit on escapes, the subtree is
+        walked here, node by node: a byte that dies skips its whole subtree, so ` t` (where
         `true` may start) visits ` tr` and ` th` but none of the hundreds of ` th...` tokens."""
-        node_byte, depth, skip, node_tokens, token_ids = vocab_trie(self.vocab)[1].lists()
-        step, walk, token_bytes = self.pda.step, self.pda.walk, self.vocab.token_bytes
+        node_byte, depth, skip, node_tokens, token_ids = self._trie.lists()
+        step, inside = self.pda.step, self.pda.inside
         found, end, states = [], -1, {}
-        for node in nodes:
+        for node, before in nodes:
             if node < end:
                 continue  # inside a subtree walked already
-            end, top = skip[node], depth[node]
-            states[top - 1] = walk(config, token_bytes[token_ids[node_tokens[node]]][: top - 1])
-            if not states[top - 1]:
+            end = skip[node]
+            after = step(inside(stack, before), node_byte[node])
+            if not after:
                 continue
-            i = node
+            found += token_ids[node_tokens[node] : node_tokens[node + 1]]
+            if end == node + 1 or self._walk_below(after, node, words):
+                continue
+            states[depth[node]], i = after, node + 1
             while i < end:
                 d = depth[i]
                 state = states[d] = step(states[d - 1], node_byte[i])
@@ -199,6 +215,26 @@ class PushdownMasks:
         if found:
             ids = np.array(found, dtype=np.int64)
             np.bitwise_or.at(words.view(np.uint32), ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+
+    def _walk_below(self, config: int, node: int, words: np.ndarray) -> bool:
+        """The tokens below `node` that `config` (reached by the node's bytes) reads, into
+        `words`: per stack reading there, the C++ walk of its top rule below the node; False
+        (nothing done) where a walk lists more escapes than it keeps."""
+        library, trie = self._native_walk
+        walks = []
+        for stack in self.pda.reading(config):
+            table, escapes = self._rule_tables(self.pda.top(stack)[0])
+            inner, open_, nested = trie.walk(
+                library, table, self.pda.top(stack)[1], self.vocab.num_words, escapes, below=node
+            )
+            if open_ is not None:
+                return False
+            walks.append((stack, inner, nested))
+        for stack, inner, nested in walks:
+            np.bitwise_or(words, inner, out=words)
+            if nested:
+                self._walk_subtrees(stack, nested, words)
+        return True
 
     def _walk_candidates(self, config: int, candidates: np.ndarray, words: np.ndarray) -> None:
         """Walk the candidate tokens through the automaton in byte order, so a prefix shared by

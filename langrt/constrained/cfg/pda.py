@@ -44,6 +44,8 @@ class PushdownAutomaton(ByteAutomaton):
         self._config_ids: dict[frozenset[int], int] = {frozenset(): 0}
         self._steps: list[dict[int, int]] = [{}]
         self._rows: dict[int, list[int]] = {0: [0] * 256}
+        self._inside: dict[tuple[int, int], int] = {}
+        self._reading: dict[int, list[int]] = {}
         self._init_memos()
         self.initial = self._closure([self._frame(0, rules[0].initial, _END)])
 
@@ -115,6 +117,34 @@ class PushdownAutomaton(ByteAutomaton):
         """(rule, state) of every stack of `config` that reads a byte next."""
         frames, live = self._frames, self._live
         return [frames[k][:2] for k in self._configs[config] if k != _END and live[frames[k][0]][frames[k][1]]]
+
+    def reading(self, config: int) -> list[int]:
+        """The stacks of `config` that read a byte next (their top frames). What a configuration
+        reads is what any of them reads: each reads on its own, and a call or return a stack
+        may make before its next byte is another of these stacks (configurations are closed)."""
+        found = self._reading.get(config)
+        if found is None:
+            frames, live = self._frames, self._live
+            found = self._reading[config] = [
+                k for k in self._configs[config] if k != _END and live[frames[k][0]][frames[k][1]]
+            ]
+        return found
+
+    def top(self, stack: int) -> tuple[int, int]:
+        """(rule, state) of a stack's top frame."""
+        return self._frames[stack][:2]
+
+    def inside(self, stack: int, state: int) -> int:
+        """The configuration after bytes that `stack` reads inside its top rule from its top
+        state to `state`, none of them after the first able to leave the rule (a rule's trie
+        walk finds such bytes: cfg/masks.py): the stack with its top at `state`, closed.
+        Memoized."""
+        key = (stack, state)
+        found = self._inside.get(key)
+        if found is None:
+            rule, _, parent = self._frames[stack]
+            found = self._inside[key] = self._closure([self._frame(rule, state, parent)])
+        return found
 
     def step(self, config: int, byte: int) -> int:
         steps = self._steps[config]

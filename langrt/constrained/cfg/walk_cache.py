@@ -19,8 +19,9 @@ import numpy as np
 
 from langrt.constrained.byte_dfa import ByteDFA
 
-# (inner words, open words or None, escape trie nodes): native/token_walk.VocabTrie.walk's result
-Walk = tuple[np.ndarray, np.ndarray | None, list[int]]
+# (inner words, open words or None, escape trie nodes with the states before them):
+# native/token_walk.VocabTrie.walk's result
+Walk = tuple[np.ndarray, np.ndarray | None, list[tuple[int, int]]]
 
 # Why 64 MB: a walk keeps one or two masks of the vocabulary (6 KB each at 49k tokens, 32 KB at
 # 262k), so a few thousand rule states stay warm, more than the shared rules of a schema corpus

@@ -24,9 +24,9 @@ SOURCE = Path(__file__).with_name("token_walk.cpp")
 
 def _load():
     library = build_library(SOURCE)
-    pointer, head = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32]
-    sizes = [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]  # nodes, trie depth, table rows
-    library.langrt_token_walk.argtypes = head + [pointer] * 9 + sizes + [pointer] * 3 + [ctypes.c_int64, pointer]
+    pointer, int32 = ctypes.c_void_p, ctypes.c_int32
+    # trie, table, dead, table rows, start state, escape rows, escape bits, below node, outputs
+    library.langrt_token_walk.argtypes = [pointer, pointer, int32, int32, int32, pointer, pointer, int32, pointer]
     library.langrt_token_walk.restype = ctypes.c_int64
     return library
 
@@ -44,8 +44,52 @@ def reset() -> None:
     _library.reset()
 
 
+# token_walk.cpp's Node: one 64-byte cache line per trie node
+NODE = np.dtype(
+    [
+        ("below", "<u4", 8),
+        ("word", "<i4"),
+        ("bit", "<u4"),
+        ("skip", "<i4"),
+        ("tokens", "<i4"),
+        ("own_end", "<i4"),
+        ("tokens_end", "<i4"),
+        ("children", "<i4"),
+        ("num_children", "<u2"),
+        ("unused", "<u2"),
+    ]
+)
+assert NODE.itemsize == 64
+
+
+class _TrieArgs(ctypes.Structure):
+    """token_walk.cpp's Trie."""
+
+    _fields_ = [
+        ("nodes", ctypes.c_void_p),
+        ("children", ctypes.c_void_p),
+        ("token_ids", ctypes.c_void_p),
+        ("num_root_children", ctypes.c_int32),
+        ("root_children", ctypes.c_int32),
+        ("max_depth", ctypes.c_int32),
+    ]
+
+
+class _OutputArgs(ctypes.Structure):
+    """token_walk.cpp's Output."""
+
+    _fields_ = [
+        ("words", ctypes.c_void_p),
+        ("open", ctypes.c_void_p),
+        ("escapes", ctypes.c_void_p),
+        ("escape_states", ctypes.c_void_p),
+        ("max_escapes", ctypes.c_int64),
+    ]
+
+
 class VocabTrie:
-    """A vocabulary's tokens as a trie in preorder arrays (what token_walk.cpp reads)."""
+    """A vocabulary's tokens as a trie in preorder arrays (Python walks read them), and as the
+    node lines and child lists token_walk.cpp reads."""
 
     def __init__(self, token_bytes: list):
         spelled: dict[bytes, list[int]] = {}
@@ -69,68 +113,56 @@ class VocabTrie:
         self.token_ids = np.array(ids, dtype=np.int32)
         self.max_depth = int(self.depth.max(initial=0))
         self._lists = None
-        # per node, the word and bit of the first token it spells (0 and 0 where none)
-        has = self.node_tokens[1:] > self.node_tokens[:-1]
-        first = (
-            self.token_ids[np.minimum(self.node_tokens[:-1], len(ids) - 1)].astype(np.int64)
-            if ids
-            else np.zeros(0, np.int64)
-        )
-        self.node_word = np.where(has, first >> 5, 0).astype(np.int32)
-        self.node_bit = np.where(has, np.int64(1) << (first & 31), 0).astype(np.uint32)
-        self.subtree_bytes = _subtree_bytes(self.node_byte, self.depth)
-        self._pointers: tuple[int, ...] | None = None
+        parents = _parents(self.depth)
+        self.nodes = _node_lines(self, parents)
+        self.subtree_bytes = self.nodes["below"]
+        self.children, self._root = _child_lists(self.node_byte, parents)
+        self._args: _TrieArgs | None = None
         self._local = threading.local()
 
     def walk(
-        self, library, table: "WalkTable", state: int, num_words: int, escapes: EscapeBits | None = None
-    ) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+        self,
+        library,
+        table: "WalkTable",
+        state: int,
+        num_words: int,
+        escapes: EscapeBits | None = None,
+        below: int = -1,
+    ) -> tuple[np.ndarray, np.ndarray | None, list[tuple[int, int]]]:
         """(words, open, nodes): the tokens readable from `state` of `table`, as int32 mask
         words. With a rule's `escapes`: only those read without leaving the rule, and `nodes`
         lists the trie nodes where a token, after one byte or more, reaches a byte `escapes`
-        marks (their subtrees are walked beyond the rule); past MAX_ESCAPE_NODES those
-        subtrees' tokens are set in `open` instead (None: no escapes given, or none there)."""
-        scratch = self._scratch(num_words)
+        marks (their subtrees are walked beyond the rule), each with the rule's state before
+        that byte; past MAX_ESCAPE_NODES those subtrees' tokens are set in `open` instead
+        (None: no escapes given, or none there). With `below` a trie node: only the tokens
+        below it (not its own), their bytes after the node's read from `state`."""
+        scratch = self._scratch(num_words, escapes is not None)
         rows, bits = escapes.addresses if escapes is not None else (None, None)
-        n = library.langrt_token_walk(
-            table.address,
-            table.dead,
-            state,
-            rows,
-            bits,
-            *self._addresses(),
-            self.node_byte.size,
-            self.max_depth,
-            table.num_states,
-            scratch.words_at,
-            scratch.open_at,
-            scratch.nodes_at,
-            MAX_ESCAPE_NODES if escapes is not None else 0,
-            self._subtree_at,
+        found = library.langrt_token_walk(
+            self._address(), table.address, table.dead, table.num_states, state, rows, bits, below, scratch.address
         )
-        return scratch.take(escapes is not None, n)
+        return scratch.take(found & 0xFFFFFFFF, found >> 32)
 
-    def _addresses(self) -> tuple[int, ...]:
-        """The trie arrays' addresses, taken once (each `.ctypes.data` costs microseconds)."""
-        if self._pointers is None:
-            arrays = (
-                self.node_byte,
-                self.depth,
-                self.skip,
-                self.node_tokens,
-                self.token_ids,
-                self.node_word,
-                self.node_bit,
+    def _address(self) -> int:
+        """The address of the C++ walk's Trie, made once (each `.ctypes.data` costs microseconds)."""
+        if self._args is None:
+            self._args = _TrieArgs(
+                self.nodes.ctypes.data,
+                self.children.ctypes.data,
+                self.token_ids.ctypes.data,
+                self._root[1] - self._root[0],
+                self._root[0],
+                self.max_depth,
             )
-            self._pointers = tuple(a.ctypes.data for a in arrays)
-            self._subtree_at = self.subtree_bytes.ctypes.data
-        return self._pointers
+            self._args_at = ctypes.addressof(self._args)
+        return self._args_at
 
-    def _scratch(self, num_words: int) -> "_Scratch":
+    def _scratch(self, num_words: int, escapes: bool) -> "_Scratch":
         """This thread's output buffers (masks may be computed from several threads)."""
         found = getattr(self._local, "scratch", None)
         if found is None or found.words.size != num_words:
             found = self._local.scratch = _Scratch(num_words)
+        found.args.max_escapes = MAX_ESCAPE_NODES if escapes else 0
         return found
 
     def lists(self) -> tuple[list, list, list, list, list]:
@@ -145,6 +177,44 @@ class VocabTrie:
                 self.token_ids.tolist(),
             )
         return self._lists
+
+
+def _parents(depth: np.ndarray) -> np.ndarray:
+    """Per node (preorder), its parent: the last node before it one level up (-1: the root)."""
+    parents = np.full(len(depth), -1, dtype=np.int64)
+    for d in range(2, int(depth.max(initial=0)) + 1):
+        children = np.flatnonzero(depth == d)
+        above = np.flatnonzero(depth == d - 1)
+        parents[children] = above[np.searchsorted(above, children) - 1]
+    return parents
+
+
+def _node_lines(trie: VocabTrie, parents: np.ndarray) -> np.ndarray:
+    """The trie's nodes as token_walk.cpp's 64-byte lines, the array aligned to a line."""
+    n, offsets = len(trie.depth), trie.node_tokens
+    raw = np.zeros((n + 1) * NODE.itemsize, dtype=np.uint8)
+    shift = -raw.ctypes.data % NODE.itemsize
+    nodes = raw[shift : shift + n * NODE.itemsize].view(NODE)
+    nodes["below"] = _subtree_bytes(trie.node_byte, trie.depth, parents)
+    has = offsets[1:] > offsets[:-1]
+    first = trie.token_ids[np.minimum(offsets[:-1], len(trie.token_ids) - 1)].astype(np.int64) if n else offsets[:0]
+    nodes["word"] = np.where(has, first >> 5, 0)
+    nodes["bit"] = np.where(has, np.int64(1) << (first & 31), 0)
+    nodes["skip"] = trie.skip
+    nodes["tokens"], nodes["own_end"], nodes["tokens_end"] = offsets[:-1], offsets[1:], offsets[trie.skip]
+    counts = np.bincount(parents[parents >= 0], minlength=n)
+    nodes["num_children"] = counts
+    nodes["children"] = np.cumsum(counts) - counts + np.count_nonzero(parents < 0)  # the root's come first
+    return nodes
+
+
+def _child_lists(node_byte: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
+    """Every node's children, parent after parent (the root's first) in byte order, as
+    (node << 8 | byte) words; and where the root's are."""
+    assert len(node_byte) < 1 << 24, "trie nodes are numbered in 24 bits"
+    order = np.argsort(parents, kind="stable")  # preorder keeps siblings in byte order
+    entries = (order.astype(np.uint32) << np.uint32(8)) | node_byte[order].astype(np.uint32)
+    return np.ascontiguousarray(entries), (0, int(np.count_nonzero(parents < 0)))
 
 
 class EscapeBits:
@@ -179,21 +249,20 @@ class _Scratch:
 
     def __init__(self, num_words: int):
         self.words, self.open = np.zeros(num_words, np.int32), np.zeros(num_words, np.int32)
-        self.nodes = np.empty(MAX_ESCAPE_NODES, dtype=np.int32)
-        self.words_at, self.open_at, self.nodes_at = (
-            self.words.ctypes.data,
-            self.open.ctypes.data,
-            self.nodes.ctypes.data,
+        self.nodes, self.states = np.empty((2, MAX_ESCAPE_NODES), dtype=np.int32)
+        self.args = _OutputArgs(
+            self.words.ctypes.data, self.open.ctypes.data, self.nodes.ctypes.data, self.states.ctypes.data, 0
         )
+        self.address = ctypes.addressof(self.args)
 
-    def take(self, escapes: bool, n: int) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+    def take(self, n: int, opened: int) -> tuple[np.ndarray, np.ndarray | None, list[tuple[int, int]]]:
         words = self.words.copy()
         self.words.fill(0)
         open_ = None
-        if escapes and self.open.any():
+        if opened:
             open_ = self.open.copy()
             self.open.fill(0)
-        return words, open_, self.nodes[:n].tolist()
+        return words, open_, list(zip(self.nodes[:n].tolist(), self.states[:n].tolist()))
 
 
 # Why 256: escape nodes are where a token leaves a rule (a delimiter then a value's first byte);
@@ -219,7 +288,7 @@ def common_prefix(a: bytes, b: bytes) -> int:
     return i
 
 
-def _subtree_bytes(node_byte: np.ndarray, depth: np.ndarray) -> np.ndarray:
+def _subtree_bytes(node_byte: np.ndarray, depth: np.ndarray, parents: np.ndarray) -> np.ndarray:
     """Per node (preorder), the bytes on the edges below it as 256 bits ([nodes, 8] uint32):
     folded up one depth at a time, a node's children being consecutive among its depth's."""
     below = np.zeros((len(depth), 8), dtype=np.uint32)
@@ -229,10 +298,9 @@ def _subtree_bytes(node_byte: np.ndarray, depth: np.ndarray) -> np.ndarray:
     own[np.arange(len(depth)), node_byte >> 5] = np.uint32(1) << (node_byte & 31).astype(np.uint32)
     for d in range(int(depth.max()), 1, -1):
         children = np.flatnonzero(depth == d)
-        above = np.flatnonzero(depth == d - 1)
-        parents = above[np.searchsorted(above, children) - 1]  # the last node one level up before each
-        starts = np.flatnonzero(np.r_[True, parents[1:] != parents[:-1]])
-        below[parents[starts]] |= np.bitwise_or.reduceat(below[children] | own[children], starts, axis=0)
+        up = parents[children]
+        starts = np.flatnonzero(np.r_[True, up[1:] != up[:-1]])
+        below[up[starts]] |= np.bitwise_or.reduceat(below[children] | own[children], starts, axis=0)
     return below
 
 
