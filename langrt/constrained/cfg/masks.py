@@ -223,10 +223,9 @@ class PushdownMasks:
         library, trie = self._native_walk
         walks = []
         for stack in self.pda.reading(config):
-            table, escapes = self._rule_tables(self.pda.top(stack)[0])
-            inner, open_, nested = trie.walk(
-                library, table, self.pda.top(stack)[1], self.vocab.num_words, escapes, below=node
-            )
+            rule, state = self.pda.top(stack)
+            table, escapes = self._rule_tables(rule)
+            inner, open_, nested = trie.walk(library, table, state, self.vocab.num_words, escapes, below=node)
             if open_ is not None:
                 return False
             walks.append((stack, inner, nested))

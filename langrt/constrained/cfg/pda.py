@@ -115,8 +115,8 @@ class PushdownAutomaton(ByteAutomaton):
 
     def tops(self, config: int) -> list[tuple[int, int]]:
         """(rule, state) of every stack of `config` that reads a byte next."""
-        frames, live = self._frames, self._live
-        return [frames[k][:2] for k in self._configs[config] if k != _END and live[frames[k][0]][frames[k][1]]]
+        frames = self._frames
+        return [frames[k][:2] for k in self.reading(config)]
 
     def reading(self, config: int) -> list[int]:
         """The stacks of `config` that read a byte next (their top frames). What a configuration
